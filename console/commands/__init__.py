@@ -1,0 +1,1 @@
+"""One module per `campaign` subcommand; each exposes `register(subparsers)`."""

@@ -1,0 +1,174 @@
+"""Seed-TTS-format workloads: `<root>/<locale>/meta.lst` with lines
+`utt_id|prompt_text|prompt_wav_relative_path|target_text[|ground_truth_wav]`.
+
+The prompt speaker id is the part of `utt_id` before the first `-`. Named pools (`tuning`,
+`holdout`, ...) come from an optional `pools.json` at the workload root. A real Seed-TTS
+directory and the bundled sample go through exactly this code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from data.errors import CampaignError
+
+SAMPLE_WORKLOAD = Path(__file__).resolve().parent / "sample_workload"
+META_NAME = "meta.lst"
+POOLS_NAME = "pools.json"
+
+
+@dataclass(frozen=True)
+class Utterance:
+    utt_id: str
+    prompt_text: str
+    prompt_wav: Path  # absolute
+    target_text: str
+    ground_truth_wav: Path | None = None
+
+    @property
+    def speaker(self) -> str:
+        return self.utt_id.split("-", 1)[0]
+
+
+@dataclass(frozen=True)
+class LineError:
+    path: Path
+    line_no: int
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line_no}: {self.problem}"
+
+
+@dataclass
+class Workload:
+    root: Path
+    locale: str
+    meta_path: Path
+    utterances: list[Utterance]
+    pools: dict[str, list[str]] = field(default_factory=dict)
+    errors: list[LineError] = field(default_factory=list)
+
+    @property
+    def by_id(self) -> dict[str, Utterance]:
+        return {u.utt_id: u for u in self.utterances}
+
+    @property
+    def speakers(self) -> list[str]:
+        return sorted({u.speaker for u in self.utterances})
+
+    def missing_prompt_wavs(self) -> list[Utterance]:
+        return [u for u in self.utterances if not u.prompt_wav.is_file()]
+
+    def pool(self, name: str | None) -> list[Utterance]:
+        """Utterances of a named pool in pool order; None means all, in file order."""
+        if name is None:
+            return list(self.utterances)
+        if name not in self.pools:
+            raise CampaignError(f"{self.root}: no pool named {name!r} (have: {', '.join(sorted(self.pools)) or 'none'})")
+        index = self.by_id
+        return [index[i] for i in self.pools[name]]
+
+    def meta_sha256(self) -> str:
+        return sha256_file(self.meta_path)
+
+
+def sha256_file(path: Path, block: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(block):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _find_meta(root: Path, locale: str | None) -> tuple[str, Path]:
+    if root.is_file() and root.name == META_NAME:
+        return root.parent.name, root
+    if locale:
+        return locale, root / locale / META_NAME
+    candidates = sorted(root.glob(f"*/{META_NAME}"))
+    if not candidates:
+        raise CampaignError(f"{root}: no <locale>/{META_NAME} found (is this a Seed-TTS workload directory?)")
+    if len(candidates) > 1:
+        locales = ", ".join(c.parent.name for c in candidates)
+        en = [c for c in candidates if c.parent.name == "en"]
+        if not en:
+            raise CampaignError(f"{root}: several locales ({locales}); choose one with --locale")
+        return "en", en[0]
+    return candidates[0].parent.name, candidates[0]
+
+
+def parse_meta(meta_path: Path) -> tuple[list[Utterance], list[LineError]]:
+    """Parse meta.lst; malformed lines are reported with file and line number, not raised."""
+    base = meta_path.parent
+    utterances: list[Utterance] = []
+    errors: list[LineError] = []
+    seen: dict[str, int] = {}
+    try:
+        text = meta_path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise CampaignError(f"{meta_path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    for line_no, raw in enumerate(text.splitlines(), start=1):
+        line = raw.rstrip("\r")
+        if not line.strip():
+            continue
+        parts = line.split("|")
+        if len(parts) not in (4, 5):
+            errors.append(LineError(meta_path, line_no, f"expected 4 or 5 '|'-separated fields, found {len(parts)}"))
+            continue
+        utt_id, prompt_text, prompt_wav, target_text = (p.strip() for p in parts[:4])
+        gt = parts[4].strip() if len(parts) == 5 and parts[4].strip() else None
+        problem = None
+        if not utt_id:
+            problem = "empty utt_id"
+        elif "-" not in utt_id:
+            problem = f"utt_id {utt_id!r} has no '-' (expected <prompt-speaker-id>-<target-id>)"
+        elif utt_id in seen:
+            problem = f"duplicate utt_id {utt_id!r} (first on line {seen[utt_id]})"
+        elif not prompt_wav:
+            problem = "empty prompt_wav path"
+        elif not target_text:
+            problem = "empty target_text"
+        if problem:
+            errors.append(LineError(meta_path, line_no, problem))
+            continue
+        seen[utt_id] = line_no
+        utterances.append(
+            Utterance(utt_id, prompt_text, (base / prompt_wav).resolve(), target_text, (base / gt).resolve() if gt else None)
+        )
+    return utterances, errors
+
+
+def _load_pools(root: Path, ids: set[str]) -> dict[str, list[str]]:
+    path = root / POOLS_NAME
+    if not path.is_file():
+        return {}
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise CampaignError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    if not isinstance(raw, dict) or not all(isinstance(v, list) for v in raw.values()):
+        raise CampaignError(f"{path}: expected an object mapping pool name -> list of utterance ids")
+    for name, members in raw.items():
+        unknown = [m for m in members if m not in ids]
+        if unknown:
+            raise CampaignError(f"{path}: pool {name!r} names unknown utterance id(s) {unknown[:5]}")
+    return {str(k): [str(m) for m in v] for k, v in raw.items()}
+
+
+def load_workload(root: str | Path | None = None, locale: str | None = None) -> Workload:
+    """Load a Seed-TTS-format workload (default: the bundled sample)."""
+    root = Path(root) if root else SAMPLE_WORKLOAD
+    if not root.exists():
+        raise CampaignError(f"{root}: workload directory does not exist")
+    locale, meta = _find_meta(root, locale)
+    if not meta.is_file():
+        raise CampaignError(f"{meta}: no such file")
+    if root.is_file():
+        root = meta.parent.parent
+    utterances, errors = parse_meta(meta)
+    pools = _load_pools(root, {u.utt_id for u in utterances})
+    return Workload(root=root, locale=locale, meta_path=meta, utterances=utterances, pools=pools, errors=errors)
