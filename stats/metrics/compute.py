@@ -1,0 +1,235 @@
+"""The one implementation of the run metrics in DESIGN.md §3; every screen, report and verdict
+calls these functions rather than re-deriving figures from SQL.
+
+Percentiles use numpy's 'linear' method everywhere (`percentile`). Latency, RTF and stall
+figures are over successful (outcome 'ok') measured requests; warmup requests are excluded;
+failed requests count by class and their delivered audio is reported beside throughput.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from data.errors import CampaignError
+from data.records import FAILURE_CLASSES
+from data.store import Store
+from stats.metrics.registry import METRICS_VERSION
+from stats.playback import PlaybackResult, simulate_playback
+
+PERCENTILE_METHOD = "linear"
+NS = 1e9
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """q-th percentile (0..100) by numpy's 'linear' method; None for no values."""
+    arr = np.asarray([v for v in values if v is not None], dtype=float)
+    if arr.size == 0:
+        return None
+    return float(np.percentile(arr, q, method=PERCENTILE_METHOD))
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Repeat variability: min / median / max and coefficient of variation (sample std, ddof=1,
+    over mean; None when n < 2 or the mean is 0)."""
+    min: float | None
+    median: float | None
+    max: float | None
+    cv: float | None
+    n: int
+
+
+def spread(values: Iterable[float | None]) -> Spread:
+    """Spread of the finite values (None/NaN are dropped; n counts what remains)."""
+    arr = np.asarray([float(v) for v in values if v is not None and not math.isnan(float(v))], dtype=float)
+    n = int(arr.size)
+    if n == 0:
+        return Spread(None, None, None, None, 0)
+    mean = float(arr.mean())
+    cv = float(arr.std(ddof=1) / mean) if n >= 2 and mean != 0 else None
+    return Spread(float(arr.min()), float(np.median(arr)), float(arr.max()), cv, n)
+
+
+@dataclass(frozen=True)
+class RequestMetrics:
+    request_index: int
+    outcome: str
+    ttfb_s: float | None
+    ttfa_s: float | None
+    rtf: float | None
+    audio_s: float
+    audio_chunks: int
+    playback: PlaybackResult
+
+
+def _get(row: Any, name: str) -> Any:
+    return row[name] if isinstance(row, Mapping) else getattr(row, name)
+
+
+def request_metrics(
+    request: Any,
+    audio_chunks: Sequence[tuple[int, int]],
+    *,
+    preroll_s: float = 0.0,
+) -> RequestMetrics:
+    """Per-request figures from a requests row (mapping or RequestRecord) and its audio-bearing
+    chunks as (t_arrival_ns, samples) in arrival order."""
+    t_send = _get(request, "t_send_ns")
+    rate = _get(request, "sample_rate")
+    t_fb = _get(request, "t_first_byte_ns")
+    t_fa = _get(request, "t_first_audio_ns")
+    t_la = _get(request, "t_last_audio_ns")
+    samples = _get(request, "audio_samples") or 0
+    audio_s = samples / rate if rate else 0.0
+    ttfa = (t_fa - t_send) / NS if t_fa is not None else None
+    rtf = (t_la - t_send) / NS / audio_s if t_la is not None and audio_s > 0 else None
+    if rate and audio_chunks:
+        arrivals = [(t - t_send) / NS for t, _ in audio_chunks]
+        durations = [s / rate for _, s in audio_chunks]
+        pb = simulate_playback(arrivals, durations, preroll_s=preroll_s)
+    else:
+        pb = simulate_playback([], [])
+    return RequestMetrics(
+        request_index=_get(request, "request_index"),
+        outcome=_get(request, "outcome"),
+        ttfb_s=(t_fb - t_send) / NS if t_fb is not None else None,
+        ttfa_s=ttfa,
+        rtf=rtf,
+        audio_s=audio_s,
+        audio_chunks=sum(1 for _, s in audio_chunks if s > 0),
+        playback=pb,
+    )
+
+
+@dataclass(frozen=True)
+class RunMetrics:
+    run_id: str
+    metrics_version: str
+    throughput_scale: float
+    stall_threshold_s: float
+    preroll_s: float
+    requests: int  # measured (non-warmup) requests stored
+    warmup_requests: int
+    completed: int
+    failed: int
+    failures_by_class: dict[str, int] = field(default_factory=dict)
+    wall_s: float | None = None
+    throughput: float | None = None
+    audio_s_ok: float = 0.0
+    audio_s_failed: float = 0.0
+    ttfa_p50_s: float | None = None
+    ttfa_p95_s: float | None = None
+    ttfb_p50_s: float | None = None
+    rtf_mean: float | None = None
+    rtf_p50: float | None = None
+    chunks_mean: float | None = None
+    chunks_min: int | None = None
+    chunks_max: int | None = None
+    stall_count: int = 0
+    stall_total_s: float = 0.0
+    stall_longest_s: float = 0.0
+    stall_max_deficit_s: float = 0.0
+    continuity_ok_rate: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def metrics_from_records(
+    run_id: str,
+    requests: Sequence[Any],
+    chunks_by_request: Mapping[int, Sequence[tuple[int, int]]],
+    *,
+    throughput_scale: float = 25.0,
+    stall_threshold_s: float = 0.1,
+    preroll_s: float = 0.0,
+) -> RunMetrics:
+    """Run metrics from request rows and their audio chunks (the pure core of `run_metrics`)."""
+    measured = [r for r in requests if not _get(r, "is_warmup")]
+    warmups = len(requests) - len(measured)
+    per = [request_metrics(r, chunks_by_request.get(_get(r, "request_index"), ()), preroll_s=preroll_s)
+           for r in measured]
+    ok = [m for m in per if m.outcome == "ok"]
+    failures = Counter(m.outcome for m in per if m.outcome != "ok")
+    by_class = {c: failures.get(c, 0) for c in FAILURE_CLASSES if failures.get(c)}
+    # run wall: first t_send -> last completion over measured requests
+    wall_s = None
+    if measured:
+        start = min(_get(r, "t_send_ns") for r in measured)
+        ends = [max(x for x in (_get(r, "t_end_ns"), _get(r, "t_last_audio_ns"), _get(r, "t_send_ns")) if x is not None)
+                for r in measured]
+        wall_s = (max(ends) - start) / NS
+    audio_ok = float(sum(m.audio_s for m in ok))
+    throughput = throughput_scale * audio_ok / wall_s if wall_s and wall_s > 0 else None
+    chunk_counts = [m.audio_chunks for m in ok]
+    return RunMetrics(
+        run_id=run_id,
+        metrics_version=METRICS_VERSION,
+        throughput_scale=float(throughput_scale),
+        stall_threshold_s=float(stall_threshold_s),
+        preroll_s=float(preroll_s),
+        requests=len(measured),
+        warmup_requests=warmups,
+        completed=len(ok),
+        failed=len(per) - len(ok),
+        failures_by_class=by_class,
+        wall_s=wall_s,
+        throughput=throughput,
+        audio_s_ok=audio_ok,
+        audio_s_failed=float(sum(m.audio_s for m in per if m.outcome != "ok")),
+        ttfa_p50_s=percentile([m.ttfa_s for m in ok], 50),
+        ttfa_p95_s=percentile([m.ttfa_s for m in ok], 95),
+        ttfb_p50_s=percentile([m.ttfb_s for m in ok], 50),
+        rtf_mean=float(np.mean([m.rtf for m in ok if m.rtf is not None])) if any(m.rtf is not None for m in ok) else None,
+        rtf_p50=percentile([m.rtf for m in ok], 50),
+        chunks_mean=float(np.mean(chunk_counts)) if chunk_counts else None,
+        chunks_min=min(chunk_counts) if chunk_counts else None,
+        chunks_max=max(chunk_counts) if chunk_counts else None,
+        stall_count=sum(m.playback.stall_count for m in ok),
+        stall_total_s=float(sum(m.playback.stall_total_s for m in ok)),
+        stall_longest_s=float(max((m.playback.longest_stall_s for m in ok), default=0.0)),
+        stall_max_deficit_s=float(max((m.playback.max_deficit_s for m in ok), default=0.0)),
+        continuity_ok_rate=(sum(m.playback.continuity_ok(stall_threshold_s) for m in ok) / len(ok)) if ok else None,
+    )
+
+
+_REQUEST_COLUMNS = ("request_index", "utt_id", "is_warmup", "outcome", "t_send_ns", "t_first_byte_ns",
+                    "t_first_audio_ns", "t_last_audio_ns", "t_end_ns", "audio_samples", "sample_rate")
+
+
+def load_run_records(store: Store, run_id: str) -> tuple[list[dict[str, Any]], dict[int, list[tuple[int, int]]]]:
+    """A run's request rows and audio-bearing chunks (t_arrival_ns, samples) in arrival order."""
+    requests = store.query(
+        f"SELECT {', '.join(_REQUEST_COLUMNS)} FROM requests WHERE run_id = ? ORDER BY request_index", [run_id]
+    )
+    rows = store.con.execute(
+        "SELECT request_index, t_arrival_ns, samples FROM chunks WHERE run_id = ? AND samples > 0 "
+        "ORDER BY request_index, t_arrival_ns, chunk_index", [run_id]
+    ).fetchall()
+    chunks: dict[int, list[tuple[int, int]]] = {}
+    for idx, t, s in rows:
+        chunks.setdefault(idx, []).append((t, s))
+    return requests, chunks
+
+
+def run_metrics(
+    store: Store,
+    run_id: str,
+    *,
+    throughput_scale: float = 25,
+    stall_threshold_s: float = 0.1,
+    preroll_s: float = 0.0,
+) -> RunMetrics:
+    """Metrics of one stored run (DESIGN.md §3)."""
+    if not store.scalar("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]):
+        raise CampaignError(f"{store.path}: no run with id {run_id!r}")
+    requests, chunks = load_run_records(store, run_id)
+    return metrics_from_records(
+        run_id, requests, chunks,
+        throughput_scale=throughput_scale, stall_threshold_s=stall_threshold_s, preroll_s=preroll_s,
+    )
