@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterator
 
-import duckdb
-
 from data.errors import CampaignError
 from data.store import Store
 
@@ -53,17 +51,25 @@ def event_hash(seq: int, event_time_us: int, kind: str, plan_hash: str | None, s
 
 @contextmanager
 def atomic(store: Store) -> Iterator[None]:
-    """A transaction, or nothing if the caller already holds one (DuckDB has no nesting)."""
-    try:
-        store.con.execute("BEGIN TRANSACTION")
-    except duckdb.TransactionException:
-        yield
+    """A transaction that nests: inner uses join the outermost one (DuckDB has no nesting, and a
+    failed BEGIN inside a transaction aborts it, so depth is tracked here rather than probed)."""
+    depth = getattr(store, "_atomic_depth", 0)
+    if depth:
+        store._atomic_depth = depth + 1
+        try:
+            yield
+        finally:
+            store._atomic_depth = depth
         return
+    store.con.execute("BEGIN TRANSACTION")
+    store._atomic_depth = 1
     try:
         yield
     except BaseException:
+        store._atomic_depth = 0
         store.con.execute("ROLLBACK")
         raise
+    store._atomic_depth = 0
     store.con.execute("COMMIT")
 
 
@@ -75,18 +81,18 @@ def append_event(store: Store, kind: str, *, plan_hash: str | None = None, subje
     payload_json = canonical_json(payload or {})
     now = datetime.now(timezone.utc)
     now_us = int(now.timestamp()) * 1_000_000 + now.microsecond
-    with atomic(store):
-        last = store.con.execute(
-            "SELECT seq, event_hash FROM audit_events ORDER BY seq DESC LIMIT 1"
-        ).fetchone()
-        seq = (last[0] + 1) if last else 1
-        prev = last[1] if last else ""
-        h = event_hash(seq, now_us, kind, plan_hash, subject, payload_json, prev)
-        store.con.execute(
-            "INSERT INTO audit_events (seq, event_time, kind, plan_hash, subject, payload_json, prev_hash, event_hash) "
-            "VALUES (?, make_timestamptz(?::BIGINT), ?, ?, ?, ?, ?, ?)",
-            [seq, now_us, kind, plan_hash, subject, payload_json, prev, h],
-        )
+    # No transaction of its own, so callers may append inside theirs (Store.transaction or
+    # atomic). One process owns the DuckDB file; the seq primary key turns any race into an
+    # error, never a forked chain.
+    last = store.con.execute("SELECT seq, event_hash FROM audit_events ORDER BY seq DESC LIMIT 1").fetchone()
+    seq = (last[0] + 1) if last else 1
+    prev = last[1] if last else ""
+    h = event_hash(seq, now_us, kind, plan_hash, subject, payload_json, prev)
+    store.con.execute(
+        "INSERT INTO audit_events (seq, event_time, kind, plan_hash, subject, payload_json, prev_hash, event_hash) "
+        "VALUES (?, make_timestamptz(?::BIGINT), ?, ?, ?, ?, ?, ?)",
+        [seq, now_us, kind, plan_hash, subject, payload_json, prev, h],
+    )
     return seq
 
 

@@ -1,0 +1,506 @@
+"""Campaign plans: JSON documents validated against a published JSON Schema, frozen as canonical
+JSON + SHA-256 before any measurement, and amended only by addenda bound to a parent hash.
+
+The schema lives in `data/plan_schema.json` (validated with `jsonschema`, a well-kept library,
+rather than hand-written checks); cross-field rules the schema cannot express (engine names that
+rules refer to, unique names) are checked here. Errors name the file, the exact field path and the
+problem in one line, e.g. `plan.json: sweep.concurrencies[2]: -4 is less than the minimum of 1`.
+
+Keys starting with `_` are comments. They are part of the frozen document (the hash covers
+exactly what was frozen), so editing a comment after freezing also reads as an altered plan.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from data.audit import append_event, atomic, canonical_json, sha256_text, whoami
+from data.errors import CampaignError
+from data.store import Store, utcnow
+
+PLAN_SCHEMA_ID = "omni-campaign-plan/1"
+ADDENDUM_SCHEMA_ID = "omni-campaign-addendum/1"
+SCHEMA_PATH = Path(__file__).resolve().parent / "plan_schema.json"
+
+ADDENDUM_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": ADDENDUM_SCHEMA_ID,
+    "type": "object",
+    "properties": {
+        "schema": {"const": ADDENDUM_SCHEMA_ID},
+        "parent": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+        "name": {"type": "string", "minLength": 1},
+        "reason": {"type": "string", "minLength": 1},
+        "changes": {"type": "object", "minProperties": 1},
+    },
+    "patternProperties": {"^_": {}},
+    "additionalProperties": False,
+    "required": ["schema", "parent", "name", "reason", "changes"],
+}
+
+
+# -- dataclasses ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelSpec:
+    id: str
+    revision: str | None = None
+    checkpoint_paths: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    expected_name: str | None = None
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    name: str
+    adapter: str
+    dialect: str
+    port: int
+    revision: str | None = None
+    profile: str | None = None
+    argv: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    health_timeout_s: float = 600.0
+    config_path: str | None = None
+    checkpoint_paths: list[str] = field(default_factory=list)
+    request: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    root: str
+    locale: str | None = None
+    pool: str | None = "tuning"
+    holdout_pool: str | None = None
+    manifest_sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    concurrencies: list[int]
+    requests_per_run: int
+    measured_repeats: int
+    warmup_repeats: int = 0
+    restart: str = "per_repeat"
+    interleave: str = "alternate"
+    timeout_s: float = 120.0
+    kind: str = "measured"
+    warmup_requests: int = 0
+
+
+@dataclass(frozen=True)
+class SamplingSpec:
+    seed: int | None = 42
+    temperature: float | None = 0.0
+    max_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class MetricsSpec:
+    throughput_scale: float = 25.0
+    stall_threshold_s: float = 0.1
+    preroll_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class QualitySpec:
+    baseline: str | None = None
+    candidate: str | None = None
+    concurrencies: list[int] = field(default_factory=lambda: [1, 16, 32])
+    pool: str | None = "holdout"
+    scorers: dict[str, str] = field(default_factory=lambda: {"wer": "pocketsphinx", "sim": "resemblyzer", "mos": "dnsmos"})
+    model_paths: dict[str, str] = field(default_factory=dict)
+    margins: dict[str, float] = field(default_factory=lambda: {"wer_pp": 0.20, "sim": 0.50, "mos": 0.05})
+
+
+@dataclass(frozen=True)
+class BootstrapSpec:
+    draws: int = 20000
+    seed: int = 20261022
+    method: str = "percentile"
+    confidence: float = 0.95
+
+
+@dataclass(frozen=True)
+class DecisionRule:
+    name: str
+    kind: str
+    candidate: str
+    reference: str
+    concurrencies: list[int]
+    confidence: float = 0.95
+    metric: str = "throughput"
+    min_ratio: float = 1.0
+
+
+@dataclass(frozen=True)
+class Validator:
+    name: str
+    argv: list[str]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A validated plan. `hash` is the SHA-256 of the canonical JSON of the frozen document (for an
+    addendum: of the addendum document); `raw` is the effective plan dict (parent + changes)."""
+
+    schema: str
+    name: str
+    model: ModelSpec
+    engines: list[EngineSpec]
+    workload: WorkloadSpec
+    sweep: SweepSpec
+    description: str = ""
+    gpu: GpuSpec = field(default_factory=GpuSpec)
+    sampling: SamplingSpec = field(default_factory=SamplingSpec)
+    metrics: MetricsSpec = field(default_factory=MetricsSpec)
+    quality: QualitySpec = field(default_factory=QualitySpec)
+    bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)
+    decision_rules: list[DecisionRule] = field(default_factory=list)
+    validators: list[Validator] = field(default_factory=list)
+    hash: str = ""
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    kind: str = "plan"
+    parent_hash: str | None = None
+    source_path: str | None = None
+
+    def engine(self, name: str) -> EngineSpec:
+        for e in self.engines:
+            if e.name == name:
+                return e
+        raise CampaignError(f"plan {self.name!r}: no engine named {name!r} (have: {', '.join(e.name for e in self.engines)})")
+
+
+_SECTIONS = {
+    "model": ModelSpec, "gpu": GpuSpec, "workload": WorkloadSpec, "sweep": SweepSpec,
+    "sampling": SamplingSpec, "metrics": MetricsSpec, "quality": QualitySpec, "bootstrap": BootstrapSpec,
+}
+
+
+def _build(cls: type, data: dict[str, Any]) -> Any:
+    """Dataclass from a validated dict, ignoring `_comment` keys."""
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def plan_from_dict(raw: dict[str, Any], *, hash: str = "", kind: str = "plan", parent_hash: str | None = None,
+                   source_path: str | None = None) -> Plan:
+    kwargs: dict[str, Any] = {k: _build(cls, raw[k]) for k, cls in _SECTIONS.items() if k in raw}
+    kwargs["engines"] = [_build(EngineSpec, e) for e in raw["engines"]]
+    kwargs["decision_rules"] = [_build(DecisionRule, r) for r in raw.get("decision_rules", [])]
+    kwargs["validators"] = [_build(Validator, v) for v in raw.get("validators", [])]
+    return Plan(schema=raw["schema"], name=raw["name"], description=raw.get("description", ""), hash=hash,
+                raw=raw, kind=kind, parent_hash=parent_hash, source_path=source_path, **kwargs)
+
+
+# -- validation -------------------------------------------------------------------------------
+@lru_cache(maxsize=1)
+def plan_schema() -> dict[str, Any]:
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+def format_path(path: Any) -> str:
+    """`sweep.concurrencies[2]` from a jsonschema absolute path."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _message(err: jsonschema.ValidationError) -> str:
+    if err.validator == "additionalProperties":
+        extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
+        extra = [e for e in extra if not e.startswith("_")]
+        return f"unknown field(s) {', '.join(map(repr, extra))} (comments must start with '_')"
+    if err.validator == "enum":
+        return f"{err.instance!r} is not one of {', '.join(map(repr, err.validator_value))}"
+    if err.validator == "const":
+        return f"{err.instance!r} must be {err.validator_value!r}"
+    return err.message
+
+
+def schema_errors(doc: Any, schema: dict[str, Any]) -> list[str]:
+    """Every schema violation as 'field.path: problem', sorted by path."""
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(doc), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    return [f"{format_path(e.absolute_path)}: {_message(e)}" for e in errors]
+
+
+def semantic_errors(raw: dict[str, Any]) -> list[str]:
+    """Cross-field rules JSON Schema cannot express."""
+    errs: list[str] = []
+    names = [e["name"] for e in raw["engines"]]
+    seen: set[str] = set()
+    for i, n in enumerate(names):
+        if n in seen:
+            errs.append(f"engines[{i}].name: duplicate engine name {n!r}")
+        seen.add(n)
+    q = raw.get("quality", {})
+    for key in ("baseline", "candidate"):
+        if q.get(key) is not None and q[key] not in seen:
+            errs.append(f"quality.{key}: {q[key]!r} is not an engine in this plan (have: {', '.join(names)})")
+    concs = set(raw["sweep"]["concurrencies"])
+    for i, rule in enumerate(raw.get("decision_rules", [])):
+        for key in ("candidate", "reference"):
+            if rule[key] not in seen:
+                errs.append(f"decision_rules[{i}].{key}: {rule[key]!r} is not an engine in this plan")
+        for j, c in enumerate(rule["concurrencies"]):
+            if c not in concs:
+                errs.append(f"decision_rules[{i}].concurrencies[{j}]: {c} is not a sweep concurrency")
+    wl = raw["workload"]
+    if wl.get("holdout_pool") and wl.get("holdout_pool") == wl.get("pool"):
+        errs.append(f"workload.holdout_pool: {wl['holdout_pool']!r} is also the tuning pool")
+    if raw["sweep"].get("restart") == "never":
+        ports: dict[tuple, str] = {}
+        for i, e in enumerate(raw["engines"]):
+            key = (e.get("host", "127.0.0.1"), e["port"])
+            if key in ports:
+                errs.append(f"engines[{i}].port: {e['port']} is also used by {ports[key]!r}; restart 'never' keeps every engine up at once")
+            ports[key] = e["name"]
+    return errs
+
+
+def _fail(label: str, errs: list[str]) -> CampaignError:
+    more = f" (and {len(errs) - 1} more problem{'s' if len(errs) > 2 else ''})" if len(errs) > 1 else ""
+    return CampaignError(f"{label}: {errs[0]}{more}")
+
+
+def validate_plan_dict(raw: Any, label: str = "plan") -> None:
+    """Raise a one-line CampaignError naming the first bad field, else return."""
+    errs = schema_errors(raw, plan_schema())
+    if not errs:
+        errs = semantic_errors(raw)
+    if errs:
+        raise _fail(label, errs)
+
+
+def read_json(path: str | Path) -> Any:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CampaignError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise CampaignError(f"{path}: is a directory, not a plan file") from None
+    except UnicodeDecodeError as exc:
+        raise CampaignError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CampaignError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+
+
+def document_hash(doc: Any) -> str:
+    return sha256_text(canonical_json(doc))
+
+
+def is_addendum(doc: Any) -> bool:
+    return isinstance(doc, dict) and doc.get("schema") == ADDENDUM_SCHEMA_ID
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: objects merge recursively, null deletes, anything else replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def load_plan(path: str | Path, store: Store | None = None) -> Plan:
+    """Read and validate a plan file (or, given the store that holds its parent, an addendum)."""
+    doc = read_json(path)
+    label = str(path)
+    if is_addendum(doc):
+        if store is None:
+            raise CampaignError(f"{label}: is an addendum; its parent plan comes from the run store")
+        return _addendum_plan(store, doc, label, source_path=str(path))
+    validate_plan_dict(doc, label)
+    return plan_from_dict(doc, hash=document_hash(doc), source_path=str(path))
+
+
+def _addendum_plan(store: Store, doc: dict[str, Any], label: str, source_path: str | None = None) -> Plan:
+    errs = schema_errors(doc, ADDENDUM_SCHEMA)
+    if errs:
+        raise _fail(label, errs)
+    parent = plan_from_store(store, doc["parent"], label=f"{label}: parent")
+    merged = merge_patch(parent.raw, doc["changes"])
+    validate_plan_dict(merged, f"{label} (parent + changes)")
+    return plan_from_dict(merged, hash=document_hash(doc), kind="addendum", parent_hash=doc["parent"],
+                          source_path=source_path)
+
+
+def resolve_hash(store: Store, prefix: str) -> str:
+    """A full plan hash from a unique prefix (at least 6 hex digits)."""
+    prefix = prefix.strip().lower()
+    if len(prefix) < 6:
+        raise CampaignError(f"plan hash {prefix!r}: give at least 6 hex digits")
+    rows = store.query("SELECT plan_hash FROM plans WHERE plan_hash LIKE ? ORDER BY plan_hash", [prefix + "%"])
+    if not rows:
+        raise CampaignError(f"plan {prefix}: not frozen in {store.path}")
+    if len(rows) > 1:
+        raise CampaignError(f"plan hash prefix {prefix!r} is ambiguous ({len(rows)} plans)")
+    return rows[0]["plan_hash"]
+
+
+def plan_from_store(store: Store, plan_hash: str, label: str | None = None) -> Plan:
+    """The effective frozen plan (an addendum resolves through its parent chain)."""
+    full = resolve_hash(store, plan_hash)
+    row = store.query("SELECT * FROM plans WHERE plan_hash = ?", [full])[0]
+    doc = json.loads(row["canonical_json"])
+    if document_hash(doc) != full:
+        raise CampaignError(f"{label or 'plan'} {full[:12]}: stored JSON no longer matches its hash (store tampered)")
+    if row["kind"] == "addendum":
+        return _addendum_plan(store, doc, f"addendum {full[:12]}", source_path=row["source_path"])
+    validate_plan_dict(doc, f"plan {full[:12]}")
+    return plan_from_dict(doc, hash=full, source_path=row["source_path"])
+
+
+def stored_document(store: Store, plan_hash: str) -> dict[str, Any] | None:
+    row = store.query("SELECT canonical_json FROM plans WHERE plan_hash = ?", [plan_hash])
+    return json.loads(row[0]["canonical_json"]) if row else None
+
+
+# -- freezing ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FreezeResult:
+    hash: str
+    created: bool  # False: this exact content was already frozen (idempotent re-freeze)
+    kind: str
+    plan: Plan
+    manifest_hash: str | None = None
+    audit_seq: int | None = None
+
+    @property
+    def message(self) -> str:
+        what = "addendum" if self.kind == "addendum" else "plan"
+        if self.created:
+            return f"froze {what} {self.plan.name!r}: {self.hash}"
+        return f"{what} {self.plan.name!r} was already frozen with identical content: {self.hash}"
+
+
+def freeze(store: Store, path: str | Path, expected_parent: str | None = None) -> FreezeResult:
+    """Validate, reserve the holdout (refusing reuse), store canonical JSON + hash, audit it."""
+    from data.manifest import check_holdout_unused, freeze_manifest
+
+    doc = read_json(path)
+    label = str(path)
+    if expected_parent is not None:
+        if not is_addendum(doc):
+            raise CampaignError(f"{label}: schema: expected {ADDENDUM_SCHEMA_ID!r} for an addendum, found {doc.get('schema') if isinstance(doc, dict) else doc!r}")
+        parent_full = resolve_hash(store, expected_parent)
+        if doc.get("parent") is None:
+            raise CampaignError(f"{label}: parent: missing; add \"parent\": \"{parent_full}\" to bind the addendum")
+        if doc["parent"] != parent_full:
+            raise CampaignError(f"{label}: parent: {doc['parent']!r} is not {parent_full} given on the command line")
+    plan = load_plan(path, store)
+    h = plan.hash
+    existing = store.query("SELECT plan_hash FROM plans WHERE plan_hash = ?", [h])
+    if existing:
+        return FreezeResult(h, False, plan.kind, plan)
+    manifest = freeze_manifest(store, plan, label)
+    check_holdout_unused(store, plan, manifest, label)
+    kind = plan.kind
+    with atomic(store):
+        store.insert("plans", {
+            "plan_hash": h, "parent_hash": plan.parent_hash, "kind": kind, "name": doc["name"],
+            "canonical_json": canonical_json(doc), "source_path": str(Path(path).resolve()),
+            "frozen_at": utcnow(), "frozen_by": whoami(),
+        })
+        payload = {"name": doc["name"], "source_path": str(Path(path).resolve()),
+                   "manifest_hash": manifest.hash if manifest else None,
+                   "holdout_pool": plan.workload.holdout_pool,
+                   "holdout_ids": len(manifest.pools.get(plan.workload.holdout_pool, [])) if manifest and plan.workload.holdout_pool else 0}
+        if plan.parent_hash:
+            payload["parent_hash"] = plan.parent_hash
+            payload["reason"] = doc.get("reason")
+        seq = append_event(store, "addendum_frozen" if kind == "addendum" else "plan_frozen", plan_hash=h,
+                           subject=doc["name"], payload=payload)
+    return FreezeResult(h, True, kind, plan, manifest.hash if manifest else None, seq)
+
+
+def freeze_plan(store: Store, path: str | Path) -> str:
+    """Contract entry point: freeze and return the hash (idempotent)."""
+    return freeze(store, path).hash
+
+
+# -- verification -----------------------------------------------------------------------------
+def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """{'sweep.concurrencies[2]': 4, ...}: leaf paths for a field-level diff."""
+    if isinstance(obj, dict):
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out or {prefix: {}}
+    if isinstance(obj, list):
+        out = {}
+        for i, v in enumerate(obj):
+            out.update(flatten(v, f"{prefix}[{i}]"))
+        return out or {prefix: []}
+    return {prefix: obj}
+
+
+def diff_documents(frozen: Any, current: Any) -> list[tuple[str, Any, Any]]:
+    """(path, frozen value, current value) for every leaf that differs; missing = '<absent>'."""
+    a, b = flatten(frozen), flatten(current)
+    missing = "<absent>"
+    return [(p, a.get(p, missing), b.get(p, missing)) for p in sorted(set(a) | set(b)) if a.get(p, missing) != b.get(p, missing)]
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    ok: bool
+    hash: str
+    frozen_hash: str | None  # the frozen plan compared against (same hash if ok)
+    differences: list[tuple[str, Any, Any]]
+    message: str
+
+
+def verify_plan_file(store: Store, path: str | Path) -> VerifyResult:
+    """Does this file still match a frozen plan? If not, diff it against the frozen plan it came
+    from (same source path, else same name, most recent)."""
+    doc = read_json(path)
+    h = document_hash(doc)
+    row = store.query("SELECT plan_hash, frozen_at FROM plans WHERE plan_hash = ?", [h])
+    if row:
+        return VerifyResult(True, h, h, [], f"{path}: matches frozen plan {h} (frozen {row[0]['frozen_at']:%Y-%m-%d %H:%M:%S %Z})")
+    name = doc.get("name") if isinstance(doc, dict) else None
+    cands = store.query(
+        "SELECT plan_hash, canonical_json FROM plans WHERE source_path = ? OR name = ? "
+        "ORDER BY (source_path = ?) DESC, frozen_at DESC LIMIT 1",
+        [str(Path(path).resolve()), name, str(Path(path).resolve())],
+    )
+    if not cands:
+        return VerifyResult(False, h, None, [], f"{path}: not frozen (hash {h}); no frozen plan with this path or name to compare")
+    frozen_hash = cands[0]["plan_hash"]
+    diffs = diff_documents(json.loads(cands[0]["canonical_json"]), doc)
+    return VerifyResult(False, h, frozen_hash, diffs,
+                        f"{path}: ALTERED since freezing: hash {h} != frozen {frozen_hash} ({len(diffs)} field(s) differ)")
+
+
+def frozen_plan_for_file(store: Store, path: str | Path) -> Plan:
+    """The frozen plan a file stands for; refuses an unfrozen or altered file (used by `run`)."""
+    v = verify_plan_file(store, path)
+    if not v.ok:
+        if v.frozen_hash:
+            fields_ = ", ".join(p for p, _, _ in v.differences[:5]) + (" ..." if len(v.differences) > 5 else "")
+            raise CampaignError(f"{path}: altered since it was frozen as {v.frozen_hash[:12]} (changed: {fields_}); freeze it again or use an addendum")
+        raise CampaignError(f"{path}: plan is not frozen; run `campaign plan freeze {path}` first")
+    return plan_from_store(store, v.hash)

@@ -1,0 +1,46 @@
+"""Shared run selection: the one definition of which runs enter an aggregate.
+
+Profiled, exploratory and warmup runs, runs that did not complete and explicitly excluded runs stay
+in the store but never enter aggregates; everything that aggregates calls `aggregate_runs`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from data.store import Store
+
+AGGREGATE_KIND = "measured"
+
+
+def aggregate_runs(store: Store, plan_hash: str, engine: str | None = None,
+                   concurrency: int | None = None, pool: str | None = None) -> list[dict[str, Any]]:
+    """Measured, complete, not excluded runs of a plan, ordered by engine, concurrency, repeat."""
+    sql = (
+        "SELECT r.* FROM runs r WHERE r.plan_hash = ? AND r.kind = ? AND r.status = 'complete' "
+        "AND NOT EXISTS (SELECT 1 FROM exclusions x WHERE x.run_id = r.run_id)"
+    )
+    params: list[Any] = [plan_hash, AGGREGATE_KIND]
+    if engine is not None:
+        sql += " AND r.engine = ?"
+        params.append(engine)
+    if concurrency is not None:
+        sql += " AND r.concurrency = ?"
+        params.append(concurrency)
+    if pool is not None:
+        sql += " AND r.pool = ?"
+        params.append(pool)
+    sql += " ORDER BY r.engine, r.concurrency, r.repeat_index, r.started_at"
+    return store.query(sql, params)
+
+
+def plan_runs(store: Store, plan_hash: str) -> list[dict[str, Any]]:
+    """Every run of a plan with its exclusion (if any), for listings."""
+    return store.query(
+        "SELECT r.*, x.reason AS excluded_reason FROM runs r LEFT JOIN exclusions x USING (run_id) "
+        "WHERE r.plan_hash = ? ORDER BY r.started_at, r.run_id", [plan_hash]
+    )
+
+
+def is_excluded(store: Store, run_id: str) -> bool:
+    return bool(store.scalar("SELECT count(*) FROM exclusions WHERE run_id = ?", [run_id]))
