@@ -70,7 +70,10 @@ def load_plan_workload(plan: "Plan") -> Workload:
 
 def build_manifest(plan: "Plan", label: str = "plan") -> Manifest:
     """Hash the workload as the plan uses it; refuses missing pools or prompt wavs."""
-    wl = load_plan_workload(plan)
+    try:
+        wl = load_plan_workload(plan)
+    except CampaignError as exc:
+        raise CampaignError(f"{label}: workload.root: {exc}") from None
     pools: dict[str, list[str]] = {}
     for name in plan_pools(plan):
         if name is not None and name not in wl.pools:

@@ -44,3 +44,26 @@ def plan_runs(store: Store, plan_hash: str) -> list[dict[str, Any]]:
 
 def is_excluded(store: Store, run_id: str) -> bool:
     return bool(store.scalar("SELECT count(*) FROM exclusions WHERE run_id = ?", [run_id]))
+
+
+def exclude_run(store: Store, run_id: str, reason: str) -> int:
+    """Exclude a run from every aggregate (it stays in the store); returns the audit seq."""
+    from data.audit import append_event, atomic
+    from data.errors import CampaignError
+    from data.store import utcnow
+
+    if not reason or not reason.strip():
+        raise CampaignError("--reason: an exclusion needs a reason")
+    run = store.query("SELECT run_id, plan_hash, engine, concurrency, kind, status FROM runs WHERE run_id = ?", [run_id])
+    if not run:
+        raise CampaignError(f"run {run_id}: no such run in {store.path}")
+    prior = store.query("SELECT reason, audit_seq FROM exclusions WHERE run_id = ?", [run_id])
+    if prior:
+        raise CampaignError(f"run {run_id}: already excluded (audit seq {prior[0]['audit_seq']}: {prior[0]['reason']})")
+    r = run[0]
+    with atomic(store):
+        seq = append_event(store, "run_excluded", plan_hash=r["plan_hash"], subject=run_id,
+                           payload={"reason": reason, "engine": r["engine"], "concurrency": r["concurrency"],
+                                    "kind": r["kind"], "status": r["status"]})
+        store.insert("exclusions", {"run_id": run_id, "reason": reason, "excluded_at": utcnow(), "audit_seq": seq})
+    return seq
