@@ -1,0 +1,173 @@
+"""Synthetic controls: the gate proves itself on generated data with known answers before it may
+issue a real verdict (DESIGN.md §7).
+
+Each control builds a long table (same shape as `stats.quality.scores_frame`) from a fixed data
+seed, runs `evaluate_gates` with the campaign's own margins, draws, seed and method, and compares
+the outcome with the answer the construction guarantees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from stats.gates import FAIL, INCONCLUSIVE, PASS, GateConfig, GateResult, evaluate_gates
+
+DATA_SEED = 7_2026
+N_IDS = 64
+REPEATS = 3
+CONCURRENCIES = (1, 16, 32)
+
+
+@dataclass(frozen=True)
+class ControlResult:
+    name: str
+    description: str
+    expected: str
+    observed: str
+    ok: bool
+    detail: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def baseline_table(n_ids: int = N_IDS, repeats: int = REPEATS, concurrencies=CONCURRENCIES,
+                   data_seed: int = DATA_SEED) -> pd.DataFrame:
+    """A plausible baseline arm: ~3 % WER, SIM ≈ 65 ± 3, UTMOS ≈ 3.5 ± 0.3, per-repeat jitter."""
+    rng = np.random.default_rng(data_seed)
+    ids = [f"spk{i % 7:02d}-utt{i:04d}" for i in range(n_ids)]
+    words = rng.integers(8, 30, n_ids)
+    sim_id = rng.normal(65.0, 3.0, n_ids)
+    mos_id = rng.normal(3.5, 0.3, n_ids)
+    rows = []
+    for c in concurrencies:
+        for r in range(repeats):
+            errs = rng.binomial(words, 0.03)
+            sim = sim_id + rng.normal(0, 0.3, n_ids)
+            mos = mos_id + rng.normal(0, 0.02, n_ids)
+            for i, uid in enumerate(ids):
+                rows.append(("baseline", c, r, uid, int(errs[i]), int(words[i]), float(sim[i]), float(mos[i])))
+    return pd.DataFrame(rows, columns=["arm", "concurrency", "repeat", "utt_id", "wer_errors", "wer_words", "sim", "utmos"])
+
+
+def with_candidate(base: pd.DataFrame, *, extra_errors: Callable[[np.ndarray], np.ndarray] | None = None,
+                   sim_shift: float = 0.0, utmos_shift: float = 0.0, sim_noise: float = 0.0,
+                   utmos_noise: float = 0.0, data_seed: int = DATA_SEED + 1) -> pd.DataFrame:
+    """Candidate arm = baseline rows plus the injected change (shifts are drops when positive)."""
+    rng = np.random.default_rng(data_seed)
+    cand = base.copy()
+    cand["arm"] = "candidate"
+    if extra_errors is not None:
+        cand["wer_errors"] = cand["wer_errors"] + extra_errors(cand["utt_id"].to_numpy())
+    cand["sim"] = cand["sim"] - sim_shift + rng.normal(0, sim_noise, len(cand)) if sim_noise else cand["sim"] - sim_shift
+    cand["utmos"] = (cand["utmos"] - utmos_shift + rng.normal(0, utmos_noise, len(cand))
+                     if utmos_noise else cand["utmos"] - utmos_shift)
+    return pd.concat([base, cand], ignore_index=True)
+
+
+def _every_third(ids: np.ndarray) -> np.ndarray:
+    """+1 error on every third id (in every repeat): ~+1.7 pp WER, far beyond a 0.2 pp margin."""
+    num = np.array([int(u.rsplit("utt", 1)[1]) for u in ids])
+    return (num % 3 == 0).astype(int)
+
+
+OUTLIER_ID = "spk03-utt0017"
+
+
+def _outlier(ids: np.ndarray) -> np.ndarray:
+    return (ids == OUTLIER_ID).astype(int) * 12
+
+
+def _bounds(result: GateResult) -> list[float | None]:
+    return [c.bound for c in result.checks]
+
+
+def run_controls(config: GateConfig) -> list[ControlResult]:
+    """Run every control with the campaign's margins, B, seed and method."""
+    base = baseline_table()
+    m = config.margins
+    out: list[ControlResult] = []
+
+    def control(name: str, description: str, expected: str, frame: pd.DataFrame, *,
+                status=None, extra: Callable[[GateResult], tuple[bool, str]] | None = None,
+                cfg: GateConfig | None = None) -> GateResult:
+        res = evaluate_gates(frame, cfg or config, scorer_status=status, source=f"control:{name}")
+        ok = res.verdict == expected
+        worst = max((c for c in res.checks if c.bound is not None), key=lambda c: c.bound - c.margin, default=None)
+        detail = f"verdict {res.verdict}"
+        if worst is not None:
+            detail += f"; tightest check C{worst.concurrency} {worst.metric} bound {worst.bound:.4g} vs margin {worst.margin:g}"
+        if extra is not None:
+            extra_ok, extra_detail = extra(res)
+            ok = ok and extra_ok
+            detail += f"; {extra_detail}"
+        out.append(ControlResult(name, description, expected, res.verdict, ok, detail))
+        return res
+
+    identical = with_candidate(base)
+    control("identical-arms", "candidate outputs identical to baseline", PASS, identical)
+    control("wer-beyond-margin", "+1 error on every third utterance (~+1.7 pp WER)", FAIL,
+            with_candidate(base, extra_errors=_every_third),
+            extra=lambda r: _failed_metrics(r, {"wer"}))
+    control("sim-beyond-margin", f"SIM lowered by {2 * m['sim']:g} on every output", FAIL,
+            with_candidate(base, sim_shift=2 * float(m["sim"]), sim_noise=0.2),
+            extra=lambda r: _failed_metrics(r, {"sim"}))
+    control("utmos-beyond-margin", f"UTMOS lowered by {2 * m['utmos']:g} on every output", FAIL,
+            with_candidate(base, utmos_shift=2 * float(m["utmos"]), utmos_noise=0.01),
+            extra=lambda r: _failed_metrics(r, {"utmos"}))
+    control("inside-margins", "small SIM/UTMOS drops (a tenth of each margin), WER unchanged, 64 ids", PASS,
+            with_candidate(base, sim_shift=0.1 * float(m["sim"]), utmos_shift=0.1 * float(m["utmos"]),
+                           sim_noise=0.2, utmos_noise=0.005))
+    missing = identical[~((identical["arm"] == "candidate") & (identical["concurrency"] == CONCURRENCIES[1])
+                          & (identical["utt_id"] == "spk01-utt0008"))]
+    control("missing-id", f"one utterance missing from the candidate at C{CONCURRENCIES[1]}", INCONCLUSIVE, missing,
+            extra=lambda r: (any("spk01-utt0008" in c.reason for c in r.checks), "gap names spk01-utt0008"))
+    no_mos = identical.assign(utmos=np.nan)
+    control("scorer-unavailable", "UTMOS scorer unavailable (no local model)", INCONCLUSIVE, no_mos,
+            status={"wer": "ok", "sim": "ok", "mos": "unavailable: model directory not found"})
+    control("single-outlier", f"one utterance ({OUTLIER_ID}) carries the whole WER change", FAIL,
+            with_candidate(base, extra_errors=_outlier), extra=_names_outlier)
+
+    # Boundary: a margin exactly equal to the computed bound must fail (pass iff bound < margin).
+    inside = with_candidate(base, sim_shift=0.1 * float(m["sim"]), sim_noise=0.2)
+    probe = evaluate_gates(inside, config, attribution=False)
+    edge_bound = next(c.bound for c in probe.checks if c.metric == "sim" and c.concurrency == CONCURRENCIES[0])
+    edge = replace(config, margins={**dict(m), "sim": edge_bound})
+    control("bound-equals-margin", f"SIM margin at C{CONCURRENCIES[0]} set equal to its computed bound "
+            f"({edge_bound:.6g}); equal fails", FAIL, inside, cfg=edge,
+            extra=lambda r: _failed_metrics(r, {"sim"}, only_c=CONCURRENCIES[0]))
+
+    # Same seed -> identical bounds; another seed -> different bounds (the seed is really used).
+    data = with_candidate(base, extra_errors=_every_third, sim_shift=0.1, sim_noise=0.3, utmos_noise=0.01)
+    a = _bounds(evaluate_gates(data, config, attribution=False))
+    b = _bounds(evaluate_gates(data, config, attribution=False))
+    c = _bounds(evaluate_gates(data, replace(config, seed=config.seed + 1), attribution=False))
+    same, differs = a == b, a != c
+    out.append(ControlResult("same-seed", "the same data and seed twice give identical bounds; seed+1 differs",
+                             "identical", "identical" if same else "different", same and differs,
+                             f"{len(a)} bounds compared; seed+1 changes them: {differs}"))
+    return out
+
+
+def _failed_metrics(res: GateResult, metrics: set[str], only_c: int | None = None) -> tuple[bool, str]:
+    failed = {(c.concurrency, c.metric) for c in res.checks if c.status == FAIL}
+    got = {m for _, m in failed}
+    if only_c is not None:
+        ok = any(m in metrics and cc == only_c for cc, m in failed)
+        return ok, f"failed checks: {sorted(failed)}"
+    return got == metrics, f"failed metrics: {sorted(got)}"
+
+
+def _names_outlier(res: GateResult) -> tuple[bool, str]:
+    tops = {a["top_id"] for a in res.attribution}
+    ok = tops == {OUTLIER_ID} and all(a["survives_without_top"] is False for a in res.attribution)
+    return ok, f"attribution top id(s): {sorted(t for t in tops if t)}; survives without it: " + \
+        str(sorted({a['survives_without_top'] for a in res.attribution}, key=str))
+
+
+def all_ok(results: list[ControlResult]) -> bool:
+    return bool(results) and all(r.ok for r in results)

@@ -1,0 +1,365 @@
+"""Noninferiority gates: the nine (concurrency × metric) checks and the verdict (DESIGN.md §7).
+
+Input is the quality long table (one row per arm, concurrency, repeat, utterance id) — either
+`stats.quality.scores_frame` or a user's own CSV/Parquet. Within each id the measured repeats are
+aggregated first (WER error and word counts summed, SIM and UTMOS averaged); ids are then the
+bootstrap's clusters. A check is computed only over full coverage: any id that is missing or failed
+in either arm (or an unavailable scorer) makes that check INCONCLUSIVE — never PASS — and the
+bound over the ids that are present is shown as a diagnostic only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from data.errors import CampaignError
+from stats.bootstrap import METHODS, CellArrays, cell_bounds
+
+ARMS = ("baseline", "candidate")
+METRICS = ("wer", "sim", "utmos")
+COLUMNS = ("arm", "concurrency", "repeat", "utt_id", "wer_errors", "wer_words", "sim", "utmos")
+UNITS = {"wer": "pp", "sim": "x100", "utmos": "MOS"}
+LABELS = {"wer": "WER degradation", "sim": "SIM drop", "utmos": "UTMOS drop"}
+PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
+# plan `quality.margins` / `quality.scorers` keys -> our metric names
+PLAN_METRIC_KEYS = {"wer": ("wer_pp", "wer"), "sim": ("sim",), "utmos": ("mos", "utmos")}
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """Margins and bootstrap parameters: plan fields, or flags for `gate --scores`."""
+
+    margins: Mapping[str, float]
+    draws: int = 20000
+    seed: int = 20261022
+    method: str = "percentile"
+    confidence: float = 0.95
+    concurrencies: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        for m in METRICS:
+            v = self.margins.get(m)
+            if v is None or not math.isfinite(float(v)):
+                raise CampaignError(f"margin for {m}: missing or not a number ({v!r})")
+        if self.method not in METHODS:
+            raise CampaignError(f"bootstrap method {self.method!r}: expected one of {', '.join(METHODS)}")
+        if int(self.draws) < 1:
+            raise CampaignError(f"bootstrap draws {self.draws!r}: must be a positive integer")
+        if not 0.5 <= float(self.confidence) < 1:
+            raise CampaignError(f"bootstrap confidence {self.confidence!r}: must be in [0.5, 1)")
+
+    @classmethod
+    def from_plan(cls, raw: Mapping[str, Any]) -> "GateConfig":
+        q = raw.get("quality") or {}
+        b = raw.get("bootstrap") or {}
+        margins_raw = q.get("margins") or {}
+        margins = {}
+        for m, keys in PLAN_METRIC_KEYS.items():
+            margins[m] = next((margins_raw[k] for k in keys if k in margins_raw), None)
+        concs = q.get("concurrencies")
+        return cls(
+            margins=margins,
+            draws=int(b.get("draws", 20000)),
+            seed=int(b.get("seed", 20261022)),
+            method=str(b.get("method", "percentile")).lower(),
+            confidence=float(b.get("confidence", 0.95)),
+            concurrencies=tuple(int(c) for c in concs) if concs else None,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["margins"] = {m: float(self.margins[m]) for m in METRICS}
+        d["concurrencies"] = list(self.concurrencies) if self.concurrencies else None
+        return d
+
+
+@dataclass(frozen=True)
+class Check:
+    concurrency: int
+    metric: str
+    status: str  # PASS, FAIL, INCONCLUSIVE
+    margin: float
+    n_ids: int  # ids the estimate covers
+    n_expected: int  # ids expected at this concurrency (union over both arms)
+    point: float | None
+    bound: float | None
+    base_value: float | None  # baseline corpus WER % / mean SIM / mean UTMOS
+    cand_value: float | None
+    reason: str = ""
+    diagnostic_only: bool = False  # True when the figures cover fewer ids than expected
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["unit"] = UNITS[self.metric]
+        d["label"] = LABELS[self.metric]
+        for k in ("point", "bound", "base_value", "cand_value"):
+            v = d[k]
+            d[k] = None if v is None or not math.isfinite(v) else float(v)
+        return d
+
+
+@dataclass
+class GateResult:
+    verdict: str
+    checks: list[Check]
+    config: GateConfig
+    inputs: dict[str, Any]
+    attribution: list[dict[str, Any]] = field(default_factory=list)
+    ids: dict[int, list[str]] = field(default_factory=dict)
+
+    def checks_dicts(self) -> list[dict[str, Any]]:
+        return [c.as_dict() for c in self.checks]
+
+
+# -- input validation -------------------------------------------------------------------------
+
+def validate_long_frame(df: pd.DataFrame, source: str = "scores") -> pd.DataFrame:
+    """Check a user's long table and return it normalised; bad input -> one-line CampaignError."""
+    df = df.reset_index(drop=True)
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise CampaignError(f"{source}: missing column(s) {', '.join(missing)} (need {', '.join(COLUMNS)})")
+    out = df.loc[:, [c for c in df.columns if c in COLUMNS or c == "gap"]].copy()
+    out["arm"] = out["arm"].astype(str).str.strip()
+    bad = out.index[~out["arm"].isin(ARMS)]
+    if len(bad):
+        raise CampaignError(f"{source}: row {_row(df, bad[0])}: arm {_show(df['arm'].loc[bad[0]])} is not 'baseline' or 'candidate'")
+    for col in ("concurrency", "repeat"):
+        out[col] = _int_column(df, col, source, allow_nan=False, minimum=0 if col == "repeat" else 1)
+    ids = df["utt_id"]
+    bad_ids = ids.isna() | (ids.astype(str).str.strip() == "")
+    if bad_ids.any():
+        raise CampaignError(f"{source}: row {_row(df, ids.index[bad_ids][0])}: utt_id is empty")
+    out["utt_id"] = ids.astype(str).str.strip()
+    out["wer_errors"] = _int_column(df, "wer_errors", source, allow_nan=True, minimum=0)
+    out["wer_words"] = _int_column(df, "wer_words", source, allow_nan=True, minimum=1)
+    for col in ("sim", "utmos"):
+        vals = pd.to_numeric(df[col], errors="coerce")
+        bad = (vals.isna() & df[col].notna() & (df[col].astype(str).str.strip() != "")) | np.isinf(vals)
+        if bad.any():
+            i = df.index[bad][0]
+            raise CampaignError(f"{source}: row {_row(df, i)}: {col} {_show(df[col].loc[i])} is not a finite number")
+        out[col] = vals.astype(float)
+    dup = out.duplicated(["arm", "concurrency", "repeat", "utt_id"], keep=False)
+    if dup.any():
+        r = out[dup].iloc[0]
+        raise CampaignError(
+            f"{source}: duplicate rows for arm={r['arm']} concurrency={r['concurrency']} "
+            f"repeat={r['repeat']} utt_id={r['utt_id']}"
+        )
+    if out.empty:
+        raise CampaignError(f"{source}: no rows")
+    return out.reset_index(drop=True)
+
+
+def _row(df: pd.DataFrame, label) -> int:
+    """1-based data row number (the header line not counted)."""
+    return int(label) + 1
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, np.generic):
+        v = v.item()
+    return repr(v)
+
+
+def _int_column(df: pd.DataFrame, col: str, source: str, *, allow_nan: bool, minimum: int) -> pd.Series:
+    raw = df[col]
+    vals = pd.to_numeric(raw, errors="coerce").astype(float)
+    blank = raw.isna() | (raw.astype(str).str.strip() == "")
+    unparsable = vals.isna() & ~blank
+    bad = unparsable | (~vals.isna() & ((vals != np.floor(vals)) | (vals < minimum) | np.isinf(vals)))
+    if not allow_nan:
+        bad |= vals.isna()
+    if bad.any():
+        i = raw.index[bad][0]
+        kind = {0: "a non-negative integer", 1: "a positive integer"}.get(minimum, f"an integer >= {minimum}")
+        raise CampaignError(f"{source}: row {_row(df, i)}: {col} {_show(raw.loc[i])} is not {kind}")
+    return vals if allow_nan else vals.astype(np.int64)
+
+
+def frame_sha256(df: pd.DataFrame) -> str:
+    """SHA-256 of the canonical input table: COLUMNS in order, rows sorted by
+    (arm, concurrency, repeat, utt_id), one compact JSON array per line, NaN as null."""
+    t = df.loc[:, list(COLUMNS)].sort_values(["arm", "concurrency", "repeat", "utt_id"], kind="mergesort")
+    h = hashlib.sha256()
+    for row in t.itertuples(index=False):
+        vals = []
+        for v in row:
+            if isinstance(v, (float, np.floating)):
+                v = None if math.isnan(v) else float(v)
+            elif isinstance(v, np.integer):
+                v = int(v)
+            vals.append(v)
+        h.update(json.dumps(vals, separators=(",", ":")).encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+# -- aggregation ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CellCoverage:
+    """Per-id aggregates of one concurrency plus which ids each metric covers."""
+
+    concurrency: int
+    ids: tuple[str, ...]
+    arrays: dict[str, np.ndarray]  # e_base, e_cand, n_base, sim_base, ... aligned with ids
+    covered: dict[str, np.ndarray]  # metric -> bool mask over ids
+    gaps: dict[str, str]  # utt_id -> a cause, where one is known
+
+    def cell(self, metric: str | None = None) -> CellArrays:
+        mask = np.ones(len(self.ids), bool) if metric is None else self.covered[metric]
+        ids = tuple(i for i, keep in zip(self.ids, mask) if keep)
+        a = {k: np.ascontiguousarray(v[mask], dtype=np.float64) for k, v in self.arrays.items()}
+        return CellArrays(ids, **a)
+
+
+def aggregate_cell(df_c: pd.DataFrame, concurrency: int) -> CellCoverage:
+    ids = tuple(sorted(set(df_c["utt_id"])))  # ascending string order: column k = k-th id
+    index = pd.Index(ids)
+    arrays: dict[str, np.ndarray] = {}
+    complete: dict[tuple[str, str], np.ndarray] = {}
+    for arm, short in (("baseline", "base"), ("candidate", "cand")):
+        sub = df_c[df_c["arm"] == arm]
+        n_rep = sub["repeat"].nunique()
+        g = sub.groupby("utt_id", sort=False)
+        present = g.size().reindex(index, fill_value=0).to_numpy() == n_rep if n_rep else np.zeros(len(ids), bool)
+        for col in ("wer_errors", "wer_words", "sim", "utmos"):
+            nonnull = g[col].count().reindex(index, fill_value=0).to_numpy()
+            complete[(arm, col)] = present & (nonnull == n_rep)
+        arrays[f"e_{short}"] = g["wer_errors"].sum().reindex(index).to_numpy(dtype=float)
+        arrays[f"n_{short}"] = g["wer_words"].sum().reindex(index).to_numpy(dtype=float)
+        arrays[f"sim_{short}"] = g["sim"].mean().reindex(index).to_numpy(dtype=float)
+        arrays[f"utmos_{short}"] = g["utmos"].mean().reindex(index).to_numpy(dtype=float)
+    arrays.pop("n_cand")
+    covered = {
+        "wer": complete[("baseline", "wer_errors")] & complete[("baseline", "wer_words")]
+        & complete[("candidate", "wer_errors")],
+        "sim": complete[("baseline", "sim")] & complete[("candidate", "sim")],
+        "utmos": complete[("baseline", "utmos")] & complete[("candidate", "utmos")],
+    }
+    gaps: dict[str, str] = {}
+    if "gap" in df_c.columns:
+        for uid, gap in df_c.loc[df_c["gap"].notna(), ["utt_id", "gap"]].itertuples(index=False):
+            gaps.setdefault(uid, str(gap))
+    return CellCoverage(concurrency, ids, arrays, covered, gaps)
+
+
+def _arm_values(cell: CellArrays, metric: str) -> tuple[float, float]:
+    if metric == "wer":
+        n = float(np.sum(cell.n_base))
+        return 100.0 * float(np.sum(cell.e_base)) / n, 100.0 * float(np.sum(cell.e_cand)) / n
+    b, c = (cell.sim_base, cell.sim_cand) if metric == "sim" else (cell.utmos_base, cell.utmos_cand)
+    return float(np.mean(b)), float(np.mean(c))
+
+
+def _missing_reason(cov: CellCoverage, metric: str) -> str:
+    missing = [i for i, ok in zip(cov.ids, cov.covered[metric]) if not ok]
+    shown = ", ".join(f"{i} ({cov.gaps[i]})" if i in cov.gaps else i for i in missing[:3])
+    more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+    return f"coverage gap: {len(missing)} of {len(cov.ids)} ids missing or failed in an arm: {shown}{more}"
+
+
+# -- the gates --------------------------------------------------------------------------------
+
+def combine(statuses: list[str]) -> str:
+    """PASS iff every check passes; FAIL if any fails; otherwise INCONCLUSIVE."""
+    if not statuses:
+        return INCONCLUSIVE
+    if FAIL in statuses:
+        return FAIL
+    if INCONCLUSIVE in statuses:
+        return INCONCLUSIVE
+    return PASS
+
+
+def decide(bound: float | None, margin: float) -> str:
+    """A check passes iff its upper bound is strictly below the margin (equal fails)."""
+    if bound is None or not math.isfinite(bound):
+        return INCONCLUSIVE
+    return PASS if bound < margin else FAIL
+
+
+def scorer_problems(status: Mapping[str, str] | None) -> dict[str, str]:
+    """metric -> why unavailable, from `scorer_status(plan)` (keys wer/sim/mos or utmos)."""
+    out: dict[str, str] = {}
+    for metric, keys in (("wer", ("wer",)), ("sim", ("sim",)), ("utmos", ("mos", "utmos"))):
+        for k in keys:
+            v = (status or {}).get(k)
+            if v is not None and str(v) != "ok":
+                out[metric] = str(v)
+    return out
+
+
+def evaluate_gates(frame: pd.DataFrame, config: GateConfig, *, scorer_status: Mapping[str, str] | None = None,
+                   attribution: bool = True, source: str = "scores") -> GateResult:
+    """Run every check of every quality concurrency and combine them into one verdict."""
+    from stats.attribution import wer_attribution  # attribution builds on this module
+
+    df = frame
+    concs = config.concurrencies or tuple(sorted(int(c) for c in df["concurrency"].unique()))
+    unavailable = scorer_problems(scorer_status)
+    checks: list[Check] = []
+    attributions: list[dict[str, Any]] = []
+    ids_by_c: dict[int, list[str]] = {}
+    for c in concs:
+        df_c = df[df["concurrency"] == c]
+        cov = aggregate_cell(df_c, c)
+        ids_by_c[c] = list(cov.ids)
+        full = [m for m in METRICS if m not in unavailable and cov.covered[m].all() and len(cov.ids) >= 2]
+        results = {}
+        if full:
+            results.update(cell_bounds(cov.cell(), draws=config.draws, seed=config.seed,
+                                       confidence=config.confidence, method=config.method, metrics=tuple(full)))
+        for m in METRICS:
+            margin = float(config.margins[m])
+            if m in unavailable:
+                why = unavailable[m]
+                why = why if why.startswith("unavailable") else f"unavailable: {why}"
+                checks.append(Check(c, m, INCONCLUSIVE, margin, 0, len(cov.ids), None, None, None, None,
+                                    f"scorer {why}"))
+                continue
+            if not cov.ids:
+                checks.append(Check(c, m, INCONCLUSIVE, margin, 0, 0, None, None, None, None,
+                                    f"no rows at concurrency {c}"))
+                continue
+            if m in results:
+                r = results[m]
+                base, cand = _arm_values(cov.cell(), m)
+                status = decide(r.bound, margin)
+                reason = "" if status != INCONCLUSIVE else "bound could not be computed (degenerate resamples)"
+                checks.append(Check(c, m, status, margin, len(cov.ids), len(cov.ids), r.point, r.bound,
+                                    base, cand, reason))
+                continue
+            # Incomplete coverage (or fewer than two ids): diagnostic figures over what is there.
+            part = cov.cell(m)
+            reason = _missing_reason(cov, m) if not cov.covered[m].all() else "fewer than 2 ids"
+            point = bound = base = cand = None
+            if part.k >= 2:
+                r = cell_bounds(part, draws=config.draws, seed=config.seed, confidence=config.confidence,
+                                method=config.method, metrics=(m,))[m]
+                point, bound = r.point, r.bound
+                base, cand = _arm_values(part, m)
+            checks.append(Check(c, m, INCONCLUSIVE, margin, part.k, len(cov.ids), point, bound, base, cand,
+                                reason, diagnostic_only=True))
+        if attribution and "wer" not in unavailable:
+            part = cov.cell("wer")
+            if part.k >= 2:
+                attributions.append(wer_attribution(part, c, config))
+    inputs = {
+        "rows": int(len(df)),
+        "rows_by_arm": {a: int((df["arm"] == a).sum()) for a in ARMS},
+        "sha256": frame_sha256(df),
+        "table": "long table: arm, concurrency, repeat, utt_id, wer_errors, wer_words, sim, utmos",
+        "source": source,
+    }
+    verdict = combine([ch.status for ch in checks])
+    return GateResult(verdict, checks, config, inputs, attributions, ids_by_c)
