@@ -1,0 +1,273 @@
+"""Shared pieces of the wire dialects: stream events, the incremental SSE framer and the parser
+state machine that turns response bytes into events and one final outcome.
+
+Timing rule (DESIGN.md §3): the caller stamps `perf_counter_ns()` right after each read returns,
+before any parsing, and passes that stamp with the bytes; an event's arrival is the stamp of the
+read that delivered its FIRST byte. Parsing cost therefore never shifts a timestamp.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+MAX_EVENT_BYTES = 64 * 1024 * 1024  # one event larger than this ends the request (no memory blow-up)
+DEFAULT_SAMPLE_RATE = 24_000
+
+
+@dataclass(slots=True)
+class Event:
+    t_arrival_ns: int
+    kind: str  # audio, text, usage, error, other (data.records.CHUNK_KINDS)
+    payload_bytes: int
+    samples: int = 0
+    pcm: bytes | None = None
+    text: str | None = None
+    server_emit_ns: int | None = None
+
+
+@dataclass
+class ParseState:
+    """What a parser has learned so far; `failure` holds the first failure (class, detail)."""
+    events: int = 0
+    audio_chunks: int = 0
+    samples: int = 0
+    sample_rate: int | None = None
+    text_parts: list[str] = field(default_factory=list)
+    end_marker: bool = False
+    failure: tuple[str, str] | None = None
+    t_first_audio_ns: int | None = None
+    t_last_audio_ns: int | None = None
+
+    @property
+    def text(self) -> str | None:
+        return "".join(self.text_parts) if self.text_parts else None
+
+
+class StreamParser(ABC):
+    """Incremental byte-stream parser. `feed()` returns the events completed by these bytes;
+    `done` turns true at the end marker or the first failure (the caller stops reading);
+    `outcome()` gives the final (class, detail) once the stream is over."""
+
+    def __init__(self, sample_rate: int = DEFAULT_SAMPLE_RATE, max_event_bytes: int = MAX_EVENT_BYTES):
+        self.state = ParseState()
+        self.default_rate = sample_rate
+        self.max_event_bytes = max_event_bytes
+
+    @property
+    def done(self) -> bool:
+        return self.state.end_marker or self.state.failure is not None
+
+    def fail(self, cls: str, detail: str) -> None:
+        if self.state.failure is None:
+            self.state.failure = (cls, detail)
+
+    @abstractmethod
+    def feed(self, data: bytes, t_ns: int) -> list[Event]:
+        """Consume bytes read at `t_ns`; return the events they complete."""
+
+    def eof(self) -> None:
+        """The connection closed cleanly (no transport error)."""
+
+    def outcome(self) -> tuple[str, str | None]:
+        """Final outcome: 'ok' or one failure class, with a one-line detail."""
+        st = self.state
+        if st.failure is not None:
+            return st.failure
+        if not st.end_marker:
+            return "no_end_marker", "stream ended without its end marker"
+        if st.samples == 0:
+            return "no_audio", "stream completed without any audio samples"
+        return "ok", None
+
+    # -- helpers for dialects -------------------------------------------------------------
+    def audio_event(self, t_ns: int, payload_bytes: int, pcm: bytes, rate: int, emit_ns: int | None) -> Event:
+        st = self.state
+        if st.sample_rate is None:
+            st.sample_rate = rate
+        elif rate != st.sample_rate:
+            self.fail("decode_error", f"sample rate changed mid-stream ({st.sample_rate} -> {rate} Hz)")
+        n = len(pcm) // 2
+        if n:
+            st.audio_chunks += 1
+            st.samples += n
+            if st.t_first_audio_ns is None:
+                st.t_first_audio_ns = t_ns
+            st.t_last_audio_ns = t_ns
+        return Event(t_ns, "audio", payload_bytes, n, pcm, None, emit_ns)
+
+
+class SSEFramer:
+    """Splits an SSE byte stream into (arrival_ns, data, wire_bytes) events.
+
+    Incremental and linear: it only scans bytes it has not scanned before. A pending event that
+    grows past `max_event_bytes` raises OverflowError.
+    """
+
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES):
+        self.buf = bytearray()
+        self.scan = 0
+        self.start_ns: int | None = None
+        self.max_event_bytes = max_event_bytes
+
+    def feed(self, data: bytes, t_ns: int) -> list[tuple[int, bytes, int]]:
+        out: list[tuple[int, bytes, int]] = []
+        if not self.buf:
+            self.start_ns = t_ns
+        self.buf += data
+        buf = self.buf
+        while True:
+            i = buf.find(b"\n\n", self.scan)
+            j = buf.find(b"\r\n\r\n", self.scan)
+            if i < 0 and j < 0:
+                break
+            end, sep = (i, 2) if j < 0 or (0 <= i < j) else (j, 4)
+            raw = bytes(buf[:end])
+            del buf[:end + sep]
+            self.scan = 0
+            out.append((self.start_ns, raw, end + sep))
+            self.start_ns = t_ns  # any remaining bytes came in this read
+        # keep up to 3 bytes of overlap so a separator split across reads is still found
+        self.scan = max(0, len(buf) - 3)
+        if len(buf) > self.max_event_bytes:
+            raise OverflowError(f"SSE event exceeds {self.max_event_bytes} bytes")
+        return out
+
+    @property
+    def pending(self) -> int:
+        return len(self.buf)
+
+
+def sse_data(raw: bytes) -> tuple[str | None, str | None]:
+    """(event name, data) of one SSE event block; data lines are joined with '\\n';
+    comment-only or empty blocks give (None, None)."""
+    event = None
+    data_lines: list[str] = []
+    for line in raw.decode("utf-8", errors="replace").splitlines():
+        if not line or line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            data_lines.append(value)
+        elif name == "event":
+            event = value
+    return event, ("\n".join(data_lines) if data_lines else None)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0][:160] if text else type(exc).__name__)
+
+
+def b64decode(s: Any) -> bytes:
+    """Strict base64; raises ValueError (binascii.Error) on bad input."""
+    if not isinstance(s, str):
+        raise ValueError(f"expected a base64 string, got {type(s).__name__}")
+    return base64.b64decode(s, validate=True)
+
+
+def parse_json_event(data: str) -> dict[str, Any]:
+    obj = json.loads(data)
+    if not isinstance(obj, dict):
+        raise ValueError(f"event JSON is a {type(obj).__name__}, expected an object")
+    return obj
+
+
+def error_detail(err: Any) -> str:
+    """One line from an OpenAI-style error object."""
+    if isinstance(err, dict):
+        parts = [str(err.get(k)) for k in ("type", "code") if err.get(k) is not None]
+        msg = str(err.get("message", "")).strip().splitlines()
+        return (f"[{'/'.join(parts)}] " if parts else "") + (msg[0] if msg else json.dumps(err)[:200])
+    return str(err)[:200]
+
+
+class SSEJsonParser(StreamParser):
+    """Base for the OpenAI-style SSE dialects: `data: {json}` events closed by `data: [DONE]`.
+    Subclasses implement `on_json(obj, t_ns, wire_bytes, emit_ns) -> Event`."""
+
+    def __init__(self, sample_rate: int = DEFAULT_SAMPLE_RATE, max_event_bytes: int = MAX_EVENT_BYTES):
+        super().__init__(sample_rate, max_event_bytes)
+        self.framer = SSEFramer(max_event_bytes)
+
+    def feed(self, data: bytes, t_ns: int) -> list[Event]:
+        if self.done:
+            return []
+        try:
+            frames = self.framer.feed(data, t_ns)
+        except OverflowError as exc:
+            self.fail("decode_error", str(exc))
+            return []
+        events: list[Event] = []
+        for arrival, raw, wire in frames:
+            if self.done:
+                break
+            _, payload = sse_data(raw)
+            if payload is None:
+                continue
+            if payload.strip() == "[DONE]":
+                self.state.end_marker = True
+                break
+            self.state.events += 1
+            try:
+                obj = parse_json_event(payload)
+            except ValueError as exc:
+                self.fail("decode_error", f"event is not valid JSON: {str(exc)[:120]}")
+                events.append(Event(arrival, "other", wire))
+                break
+            emit = obj.get("emit_ns")
+            emit_ns = emit if isinstance(emit, int) else None
+            if "error" in obj and obj["error"]:
+                self.fail("in_stream_error", error_detail(obj["error"]))
+                events.append(Event(arrival, "error", wire, server_emit_ns=emit_ns))
+                continue  # the stream may still close with [DONE]
+            try:
+                events.append(self.on_json(obj, arrival, wire, emit_ns))
+            except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+                self.fail("decode_error", f"bad {self.name} event: {_one_line(exc)}")
+                events.append(Event(arrival, "other", wire, server_emit_ns=emit_ns))
+        return events
+
+    name = "sse"
+
+    @abstractmethod
+    def on_json(self, obj: dict[str, Any], t_ns: int, wire: int, emit_ns: int | None) -> Event:
+        """One decoded JSON event of this dialect (raise ValueError/TypeError/KeyError on bad shape)."""
+
+    def decode_audio(self, b64: Any, t_ns: int, wire: int, emit_ns: int | None, fmt: str) -> Event:
+        from engine_adapters.dialects.wav import WavError, decode_wav
+
+        try:
+            raw = b64decode(b64)
+        except (ValueError, binascii.Error) as exc:
+            raise ValueError(f"bad base64 audio ({str(exc)[:80]})") from None
+        if fmt == "pcm":
+            if len(raw) % 2:
+                raise ValueError(f"odd number of s16le bytes ({len(raw)})")
+            return self.audio_event(t_ns, wire, raw, self.default_rate, emit_ns)
+        try:
+            audio = decode_wav(raw)
+        except WavError as exc:
+            raise ValueError(f"corrupt WAV chunk: {exc}") from None
+        return self.audio_event(t_ns, wire, audio.pcm, audio.sample_rate, emit_ns)
+
+
+@lru_cache(maxsize=4096)
+def _data_uri_cached(path: str, size: int, mtime_ns: int) -> str:
+    return "data:audio/wav;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")
+
+
+def prompt_data_uri(path: str | os.PathLike) -> str:
+    """`data:audio/wav;base64,...` of a prompt wav, cached by path+size+mtime (a run sends each
+    prompt many times)."""
+    st = os.stat(path)
+    return _data_uri_cached(str(path), st.st_size, st.st_mtime_ns)

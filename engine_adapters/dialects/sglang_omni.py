@@ -1,0 +1,59 @@
+"""SGLang-Omni chat-completions dialect (DESIGN.md §4).
+
+Audio is in `choices[0].delta.audio = {"id", "data"}` (base64 of a complete WAV); the first
+chunk carries `role`, a final chunk `finish_reason` and `usage`, then `[DONE]`. An error during
+the stream just closes the connection, so a missing `[DONE]` is a failure (no_end_marker).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine_adapters.dialects.base import DEFAULT_SAMPLE_RATE, MAX_EVENT_BYTES, Event, SSEJsonParser
+
+NAME = "sglang-omni"
+PATH = "/v1/chat/completions"
+
+
+def build_body(text: str, prompt_uri: str | None, prompt_text: str | None, *, model: str,
+               sampling: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+    """Voice prompt in `audio.ref_audio`."""
+    audio: dict[str, Any] = {"format": options.get("audio_format", "wav")}
+    if prompt_uri and options.get("voice_prompt", "ref_audio") == "ref_audio":
+        audio["ref_audio"] = prompt_uri
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": text}],
+        "modalities": ["text", "audio"],
+        "audio": audio,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
+class Parser(SSEJsonParser):
+    name = NAME
+
+    def __init__(self, audio_format: str = "wav", sample_rate: int = DEFAULT_SAMPLE_RATE,
+                 max_event_bytes: int = MAX_EVENT_BYTES):
+        super().__init__(sample_rate, max_event_bytes)
+        self.audio_format = audio_format
+
+    def on_json(self, obj: dict[str, Any], t_ns: int, wire: int, emit_ns: int | None) -> Event:
+        choices = obj.get("choices")
+        if not choices:
+            kind = "usage" if obj.get("usage") is not None else "other"
+            return Event(t_ns, kind, wire, server_emit_ns=emit_ns)
+        delta = choices[0].get("delta") or {}
+        audio = delta.get("audio")
+        if audio:
+            data = audio.get("data")
+            if data:
+                return self.decode_audio(data, t_ns, wire, emit_ns, self.audio_format)
+        content = delta.get("content")
+        if isinstance(content, str) and content:
+            self.state.text_parts.append(content)
+            return Event(t_ns, "text", wire, text=content, server_emit_ns=emit_ns)
+        if obj.get("usage") is not None:
+            return Event(t_ns, "usage", wire, server_emit_ns=emit_ns)
+        return Event(t_ns, "other", wire, server_emit_ns=emit_ns)

@@ -1,0 +1,62 @@
+"""vLLM-Omni chat-completions dialect (DESIGN.md §4).
+
+Every chunk has a top-level `modality`; audio deltas carry base64 in `choices[i].delta.content`,
+each a complete WAV (or raw s16le when the request asked `audio.format: "pcm"`). Some versions
+put `finish_reason: "stop"` on every audio chunk, so only `[DONE]` ends a stream; a final usage
+chunk has `choices: []`. `data: {"error": ...}` marks a failure even when `[DONE]` follows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine_adapters.dialects.base import DEFAULT_SAMPLE_RATE, MAX_EVENT_BYTES, Event, SSEJsonParser
+
+NAME = "vllm-omni"
+PATH = "/v1/chat/completions"
+
+
+def build_body(text: str, prompt_uri: str | None, prompt_text: str | None, *, model: str,
+               sampling: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+    """Voice prompt as the FIRST audio_url content part; TTS template via chat_template_kwargs."""
+    content: list[dict[str, Any]] = []
+    if prompt_uri and options.get("voice_prompt", "audio_url") == "audio_url":
+        content.append({"type": "audio_url", "audio_url": {"url": prompt_uri}})
+    content.append({"type": "text", "text": text})
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [{"role": "user", "content": content}],
+        "modalities": ["text", "audio"],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "chat_template_kwargs": {"use_tts_template": True, "enable_thinking": False},
+    }
+    if options.get("audio_format", "wav") == "pcm":
+        body["audio"] = {"format": "pcm"}
+    return body
+
+
+class Parser(SSEJsonParser):
+    name = NAME
+
+    def __init__(self, audio_format: str = "wav", sample_rate: int = DEFAULT_SAMPLE_RATE,
+                 max_event_bytes: int = MAX_EVENT_BYTES):
+        super().__init__(sample_rate, max_event_bytes)
+        self.audio_format = audio_format
+
+    def on_json(self, obj: dict[str, Any], t_ns: int, wire: int, emit_ns: int | None) -> Event:
+        choices = obj.get("choices")
+        if not choices:
+            kind = "usage" if obj.get("usage") is not None else "other"
+            return Event(t_ns, kind, wire, server_emit_ns=emit_ns)
+        delta = choices[0].get("delta") or {}
+        content = delta.get("content")
+        modality = obj.get("modality", "text")
+        if modality == "audio":
+            if not content:
+                return Event(t_ns, "other", wire, server_emit_ns=emit_ns)
+            return self.decode_audio(content, t_ns, wire, emit_ns, self.audio_format)
+        if isinstance(content, str) and content:
+            self.state.text_parts.append(content)
+            return Event(t_ns, "text", wire, text=content, server_emit_ns=emit_ns)
+        return Event(t_ns, "other", wire, server_emit_ns=emit_ns)
