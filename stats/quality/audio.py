@@ -1,0 +1,29 @@
+"""Loading stored WAVs for scorers: mono float32 at the scorer's rate (16 kHz for all of ours)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import soxr
+
+SCORER_RATE = 16000
+
+
+class AudioError(Exception):
+    """A WAV cannot be read or holds no samples; becomes a scorer-error row, not a crash."""
+
+
+def load_audio(path: Path, rate: int = SCORER_RATE) -> np.ndarray:
+    """Read a WAV, mix to mono, resample with soxr (HQ) to `rate`; float32 in [-1, 1]."""
+    try:
+        data, sr = sf.read(str(path), dtype="float32", always_2d=True)
+    except (sf.LibsndfileError, RuntimeError, OSError) as exc:
+        raise AudioError(f"unreadable audio {path}: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from None
+    if data.shape[0] == 0:
+        raise AudioError(f"empty audio {path}")
+    mono = data.mean(axis=1)
+    if sr != rate:
+        mono = soxr.resample(mono, sr, rate, quality="HQ").astype(np.float32)
+    return np.clip(mono, -1.0, 1.0)

@@ -1,0 +1,192 @@
+"""The scorer interface shared by every quality backend.
+
+A scorer has a stable `scorer_id` (the key of its rows in `quality_scores`), a `version`
+(package and model version) and a `model_hash` (SHA-256 over its model files), measures one
+`metric` ('wer', 'sim' or 'mos'), says whether it can run *before* anything is loaded
+(`available()`), and scores batches of stored output WAVs. A scorer never downloads: model
+directories come from the plan or environment (`stats.quality.paths`), and a missing one is
+"unavailable: <why>", which makes the gates that need it INCONCLUSIVE.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Sequence
+
+from stats.quality.wer import WerCounts
+
+METRICS = ("wer", "sim", "mos")
+
+
+@dataclass(frozen=True)
+class ScoreItem:
+    """One stored output to score."""
+    run_id: str
+    request_index: int
+    utt_id: str
+    audio_path: Path
+    target_text: str
+    prompt_wav: Path | None
+    audio_sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class ScoreResult:
+    """Outcome for one item: a value (and WER counts for ASR scorers), or an error."""
+    status: str  # 'ok' | 'error'
+    value: float | None = None
+    error: str | None = None
+    wer: WerCounts | None = None
+    hypothesis: str | None = None
+
+    @classmethod
+    def failed(cls, why: str) -> "ScoreResult":
+        return cls("error", error=why)
+
+
+def offline_env() -> None:
+    """Forbid the Hugging Face libraries any network access, whatever the caller's env says."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    os.environ["HF_DATASETS_OFFLINE"] = "1"
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+
+
+_HASH_CACHE: dict[tuple, str] = {}
+_DISK_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "omni-campaign" / "model-hashes.json"
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def hash_model_files(files: Sequence[Path], root: Path | None = None) -> str:
+    """SHA-256 over (relative name, file SHA-256) of every model file, in sorted order.
+
+    Multi-GB checkpoints take seconds to hash, so file digests are cached in memory and on
+    disk keyed by (path, size, mtime_ns); a changed file gets a new key and is re-hashed."""
+    disk: dict[str, str] = {}
+    try:
+        disk = json.loads(_DISK_CACHE.read_text())
+    except (OSError, ValueError):
+        disk = {}
+    dirty = False
+    outer = hashlib.sha256()
+    for f in sorted(Path(p) for p in files):
+        st = f.stat()
+        key = (str(f.resolve()), st.st_size, st.st_mtime_ns)
+        skey = json.dumps(key)
+        digest = _HASH_CACHE.get(key) or disk.get(skey)
+        if digest is None:
+            digest = _file_sha256(f)
+            disk[skey] = digest
+            dirty = True
+        _HASH_CACHE[key] = digest
+        name = str(f.relative_to(root)) if root and f.is_relative_to(root) else f.name
+        outer.update(f"{name}\0{digest}\n".encode())
+    if dirty:
+        _save_cache(disk)
+    return outer.hexdigest()
+
+
+def _save_cache(disk: dict[str, str]) -> bool:
+    """Best effort: the cache only saves time, so a read-only home is not an error."""
+    try:
+        _DISK_CACHE.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _DISK_CACHE.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(disk))
+        tmp.replace(_DISK_CACHE)
+        return True
+    except OSError:
+        return False
+
+
+class Scorer(ABC):
+    """Base class of all scorers; subclasses set the class attributes and implement scoring."""
+
+    name: ClassVar[str]        # registry name used in plans and on the command line
+    scorer_id: ClassVar[str]   # stable key of this scorer's rows in quality_scores
+    metric: ClassVar[str]      # 'wer' | 'sim' | 'mos'
+    label: ClassVar[str]       # what reports call the value, e.g. 'DNSMOS OVRL'
+    default_batch: ClassVar[int] = 8
+
+    def __init__(self, model_dir: Path | None = None, *, device: str | None = None,
+                 batch_size: int | None = None):
+        self.model_dir = Path(model_dir).expanduser() if model_dir else None
+        self.device = device or self.default_device()
+        self.batch_size = batch_size or self.default_batch
+        self._model_hash: str | None = None
+        self._loaded = False
+
+    # -- identity -------------------------------------------------------------------------
+    @property
+    @abstractmethod
+    def version(self) -> str:
+        """Package and model version, stored with every row."""
+
+    @abstractmethod
+    def model_files(self) -> list[Path]:
+        """The files whose bytes define the model (hashed into model_hash)."""
+
+    @property
+    def model_hash(self) -> str:
+        if self._model_hash is None:
+            self._model_hash = hash_model_files(self.model_files(), self.model_dir)
+        return self._model_hash
+
+    # -- availability and loading ------------------------------------------------------------
+    @abstractmethod
+    def available(self) -> tuple[bool, str]:
+        """(True, 'ok') or (False, why), without loading the model or touching the network."""
+
+    @staticmethod
+    def default_device() -> str:
+        try:
+            import torch
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        except ImportError:
+            return "cpu"
+
+    def ensure_loaded(self) -> None:
+        if not self._loaded:
+            ok, why = self.available()
+            if not ok:
+                raise ScorerUnavailable(f"{self.name}: unavailable: {why}")
+            offline_env()
+            self.load()
+            self._loaded = True
+
+    @abstractmethod
+    def load(self) -> None:
+        """Load the model (called once, lazily, after available() said yes)."""
+
+    # -- scoring --------------------------------------------------------------------------
+    @abstractmethod
+    def score_batch(self, items: Sequence[ScoreItem]) -> list[ScoreResult]:
+        """Score items; a per-item failure is an error result, never an exception."""
+
+    def describe(self) -> dict:
+        """What ran: for progress lines and bench output."""
+        return {"scorer": self.scorer_id, "metric": self.metric, "device": self.device,
+                "batch_size": self.batch_size, "version": self.version}
+
+    def close(self) -> None:
+        """Release worker processes or GPU memory (default: nothing to release)."""
+        return None
+
+
+class ScorerUnavailable(Exception):
+    """Raised when a scorer is asked to score although available() says no."""

@@ -1,0 +1,98 @@
+"""`pocketsphinx`: offline English ASR with the acoustic model, dictionary and LM bundled in
+the pocketsphinx wheel. Weak next to Whisper, but needs nothing from outside, so the demo and
+tests have a real WER scorer. Decoding is CPU-bound and single-threaded per decoder, so batches
+fan out over a process pool (one decoder per worker, created once)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from importlib import metadata
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from stats.quality.asr import AsrScorer
+
+_DECODER = None
+
+
+def _model_root() -> Path:
+    import pocketsphinx
+    return Path(pocketsphinx.get_model_path())
+
+
+def _decoder():
+    global _DECODER
+    if _DECODER is None:
+        from pocketsphinx import Decoder
+        _DECODER = Decoder(samprate=16000, loglevel="FATAL")
+    return _DECODER
+
+
+def decode_pcm16(pcm: bytes) -> str:
+    """Decode one utterance of 16 kHz s16le PCM; runs in a worker (or in-process)."""
+    d = _decoder()
+    d.start_utt()
+    d.process_raw(pcm, full_utt=True)
+    d.end_utt()
+    hyp = d.hyp()
+    return hyp.hypstr if hyp is not None else ""
+
+
+def _to_pcm16(wav: np.ndarray) -> bytes:
+    return (np.clip(wav, -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
+
+
+class PocketsphinxScorer(AsrScorer):
+    name = "pocketsphinx"
+    scorer_id = "pocketsphinx-en"
+    label = "WER (pocketsphinx en-us)"
+    default_batch = 16
+
+    def __init__(self, model_dir: Path | None = None, *, device: str | None = None,
+                 batch_size: int | None = None, workers: int | None = None):
+        super().__init__(model_dir, device="cpu", batch_size=batch_size)
+        self.workers = workers if workers is not None else (os.cpu_count() or 1)
+        self._pool: ProcessPoolExecutor | None = None
+
+    @property
+    def version(self) -> str:
+        return f"pocketsphinx {metadata.version('pocketsphinx')} en-us"
+
+    def model_files(self) -> list[Path]:
+        root = _model_root()
+        wanted = [root / "en-us" / "en-us", root / "en-us" / "en-us.lm.bin", root / "en-us" / "cmudict-en-us.dict"]
+        files = []
+        for w in wanted:
+            files += sorted(p for p in w.rglob("*") if p.is_file()) if w.is_dir() else [w]
+        return files
+
+    def available(self) -> tuple[bool, str]:
+        try:
+            missing = [str(p) for p in self.model_files() if not p.is_file()]
+        except ImportError as exc:
+            return False, f"pocketsphinx is not installed ({exc})"
+        return (False, f"bundled model files missing: {missing[:3]}") if missing else (True, "ok")
+
+    def load(self) -> None:
+        if self.workers > 1:
+            ctx = multiprocessing.get_context("spawn")  # no fork of a process holding torch threads
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
+
+    def transcribe(self, wavs: Sequence[np.ndarray]) -> list[str]:
+        pcms = [_to_pcm16(w) for w in wavs]
+        if self._pool is None or len(pcms) == 1:
+            return [decode_pcm16(p) for p in pcms]
+        return list(self._pool.map(decode_pcm16, pcms))
+
+    def describe(self) -> dict:
+        return super().describe() | {"workers": self.workers}
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        self._loaded = False

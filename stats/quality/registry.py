@@ -1,0 +1,86 @@
+"""Scorers by name, and where their model folders come from.
+
+Model folders: the plan's `quality.model_paths.<scorer name>` wins (it is frozen with the
+plan); otherwise the environment variable below; bundled scorers need neither. See
+docs/quality.md.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from stats.quality.base import METRICS, Scorer
+from stats.quality.dnsmos import DnsmosScorer
+from stats.quality.pocketsphinx_asr import PocketsphinxScorer
+from stats.quality.sim import ResemblyzerScorer, WavlmScorer
+from stats.quality.utmos import Utmos22Scorer
+from stats.quality.whisper_asr import WhisperScorer
+
+SCORERS: dict[str, type[Scorer]] = {
+    cls.name: cls for cls in (
+        PocketsphinxScorer, WhisperScorer, ResemblyzerScorer, WavlmScorer, DnsmosScorer, Utmos22Scorer)
+}
+BY_SCORER_ID: dict[str, type[Scorer]] = {cls.scorer_id: cls for cls in SCORERS.values()}
+ENV_VARS = {"whisper": "CAMPAIGN_WHISPER_DIR", "wavlm-ecapa": "CAMPAIGN_WAVLM_DIR", "utmos22": "CAMPAIGN_UTMOS_DIR"}
+DEFAULT_SCORERS = {"wer": "pocketsphinx", "sim": "resemblyzer", "mos": "dnsmos"}
+
+
+class UnknownScorer(ValueError):
+    """A scorer name that is not in the registry."""
+
+
+def scorer_class(name: str) -> type[Scorer]:
+    cls = SCORERS.get(name) or BY_SCORER_ID.get(name)
+    if cls is None:
+        raise UnknownScorer(f"unknown scorer {name!r} (known: {', '.join(sorted(SCORERS))})")
+    return cls
+
+
+def model_dir_for(name: str, model_paths: Mapping[str, Any] | None = None,
+                  env: Mapping[str, str] | None = None) -> Path | None:
+    """The plan's quality.model_paths entry, else the scorer's environment variable, else None."""
+    env = os.environ if env is None else env
+    cls = scorer_class(name)
+    paths = dict(model_paths or {})
+    value = paths.get(cls.name) or paths.get(cls.scorer_id)
+    if not value and cls.name in ENV_VARS:
+        value = env.get(ENV_VARS[cls.name])
+    return Path(str(value)).expanduser() if value else None
+
+
+def make_scorer(name: str, model_paths: Mapping[str, Any] | None = None, **kw) -> Scorer:
+    """A scorer instance (nothing loaded yet; call available() / ensure_loaded())."""
+    cls = scorer_class(name)
+    return cls(model_dir_for(name, model_paths), **kw)
+
+
+def plan_quality(plan: Any) -> dict:
+    """The plan's `quality` section, from a Plan (has .raw) or a plain dict."""
+    raw = getattr(plan, "raw", plan)
+    return dict((raw or {}).get("quality") or {})
+
+
+def plan_scorers(plan: Any) -> dict[str, str]:
+    """metric -> scorer name for the plan (defaults fill metrics the plan leaves out)."""
+    named = plan_quality(plan).get("scorers") or {}
+    return {m: str(named.get(m) or DEFAULT_SCORERS[m]) for m in METRICS}
+
+
+def scorer_status(plan: Any) -> dict[str, str]:
+    """Contract for the gates: metric -> 'ok' | 'unavailable: why' for the plan's scorers."""
+    paths = plan_quality(plan).get("model_paths") or {}
+    out: dict[str, str] = {}
+    for metric, name in plan_scorers(plan).items():
+        try:
+            cls = scorer_class(name)
+        except UnknownScorer as exc:
+            out[metric] = f"unavailable: {exc}"
+            continue
+        if cls.metric != metric:
+            out[metric] = f"unavailable: scorer {name!r} measures {cls.metric}, not {metric}"
+            continue
+        ok, why = make_scorer(name, paths, device="cpu").available()
+        out[metric] = "ok" if ok else f"unavailable: {why}"
+    return out

@@ -1,0 +1,213 @@
+"""Speaker similarity scorers: cosine x 100 between speaker embeddings of the output and the
+prompt wav, both at 16 kHz. Prompt embeddings are cached (many outputs share one prompt)."""
+
+from __future__ import annotations
+
+import json
+from abc import abstractmethod
+from importlib import metadata
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from stats.quality.audio import AudioError, load_audio
+from stats.quality.base import ScoreItem, ScoreResult, Scorer, one_line
+
+
+def cosine100(a: np.ndarray, b: np.ndarray) -> float:
+    """Cosine similarity x 100 (the Seed-TTS SIM scale)."""
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    if na == 0.0 or nb == 0.0:
+        raise ValueError("zero-length speaker embedding")
+    return 100.0 * float(np.dot(a, b)) / (na * nb)
+
+
+class SimScorer(Scorer):
+    metric = "sim"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._prompt_cache: dict[Path, np.ndarray] = {}
+
+    @abstractmethod
+    def embed(self, wavs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Speaker embeddings of 16 kHz mono float32 waveforms."""
+
+    def similarity(self, a: np.ndarray, b: np.ndarray) -> float:
+        """SIM between two waveforms (used by tests and the GPU check)."""
+        self.ensure_loaded()
+        ea, eb = self.embed([a, b])
+        return cosine100(ea, eb)
+
+    def _prompt_embeddings(self, prompts: set[Path]) -> dict[Path, np.ndarray | str]:
+        todo = [p for p in prompts if p not in self._prompt_cache]
+        errors: dict[Path, str] = {}
+        wavs, ok = [], []
+        for p in todo:
+            try:
+                wavs.append(load_audio(p))
+                ok.append(p)
+            except AudioError as exc:
+                errors[p] = f"prompt wav: {exc}"
+        for p, e in zip(ok, self.embed(wavs) if wavs else []):
+            self._prompt_cache[p] = e
+        return {p: errors.get(p, self._prompt_cache.get(p)) for p in prompts}
+
+    def score_batch(self, items: Sequence[ScoreItem]) -> list[ScoreResult]:
+        try:
+            self.ensure_loaded()
+            prompts = self._prompt_embeddings({it.prompt_wav for it in items if it.prompt_wav})
+            outs: list[np.ndarray | str] = []
+            for it in items:
+                try:
+                    outs.append(load_audio(it.audio_path))
+                except AudioError as exc:
+                    outs.append(str(exc))
+            good = [i for i, w in enumerate(outs) if not isinstance(w, str)]
+            embs = dict(zip(good, self.embed([outs[i] for i in good]))) if good else {}
+        except Exception as exc:  # a model failure marks the batch, keeps the run going
+            return [ScoreResult.failed(f"{self.name} failed: {one_line(exc)}") for _ in items]
+        results = []
+        for i, it in enumerate(items):
+            if isinstance(outs[i], str):
+                results.append(ScoreResult.failed(outs[i]))
+            elif it.prompt_wav is None:
+                results.append(ScoreResult.failed("no prompt wav for this utterance"))
+            elif isinstance(prompts.get(it.prompt_wav), str):
+                results.append(ScoreResult.failed(prompts[it.prompt_wav]))
+            else:
+                try:
+                    results.append(ScoreResult("ok", value=cosine100(embs[i], prompts[it.prompt_wav])))
+                except ValueError as exc:
+                    results.append(ScoreResult.failed(str(exc)))
+        return results
+
+
+class ResemblyzerScorer(SimScorer):
+    """`resemblyzer`: the GE2E speaker encoder bundled in the Resemblyzer wheel (pretrained.pt)."""
+    name = "resemblyzer"
+    scorer_id = "resemblyzer"
+    label = "SIM x100 (Resemblyzer GE2E)"
+    default_batch = 32
+
+    def __init__(self, model_dir: Path | None = None, **kw):
+        super().__init__(model_dir, **kw)
+        self._encoder = None
+
+    @property
+    def version(self) -> str:
+        return f"resemblyzer {metadata.version('resemblyzer')} pretrained.pt"
+
+    def model_files(self) -> list[Path]:
+        import resemblyzer
+        return [Path(resemblyzer.__file__).resolve().parent / "pretrained.pt"]
+
+    def available(self) -> tuple[bool, str]:
+        try:
+            f = self.model_files()[0]
+        except ImportError as exc:
+            return False, f"resemblyzer is not installed ({exc})"
+        return (True, "ok") if f.is_file() else (False, f"bundled encoder missing: {f}")
+
+    def load(self) -> None:
+        from resemblyzer import VoiceEncoder
+        self._encoder = VoiceEncoder(device=self.device, verbose=False)
+
+    def embed(self, wavs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        from resemblyzer import preprocess_wav
+        out = []
+        for w in wavs:
+            pre = preprocess_wav(w)  # already 16 kHz: volume-normalise and trim long silences
+            if len(pre) < 1600:  # VAD left < 0.1 s: embed the raw clip rather than nothing
+                pre = w
+            out.append(np.asarray(self._encoder.embed_utterance(pre), dtype=np.float64))
+        return out
+
+
+class WavlmScorer(SimScorer):
+    """`wavlm-ecapa`: WavLM speaker verification from a local Hugging Face directory.
+
+    Expects a `transformers` WavLMForXVector checkpoint folder (config.json with model_type
+    'wavlm', model.safetensors or pytorch_model.bin, preprocessor_config.json), e.g. a copy of
+    microsoft/wavlm-base-plus-sv or a WavLM-large x-vector model converted to that layout.
+    The UniSpeech `wavlm_large_finetune.pth` ECAPA-TDNN file Seed-TTS uses needs the UniSpeech
+    model code, which is not shipped; such a folder is reported unavailable, not guessed at."""
+    name = "wavlm-ecapa"
+    scorer_id = "wavlm-ecapa"
+    label = "SIM x100 (WavLM speaker verification)"
+    default_batch = 16
+
+    def __init__(self, model_dir: Path | None = None, **kw):
+        super().__init__(model_dir, **kw)
+        self._model = None
+        self._fe = None
+
+    def _config(self) -> dict:
+        return json.loads((self.model_dir / "config.json").read_text())
+
+    @property
+    def version(self) -> str:
+        arch = ",".join(self._config().get("architectures") or ["?"]) if self.model_dir else "?"
+        return f"transformers {metadata.version('transformers')} {arch} {self.model_dir.name if self.model_dir else ''}".strip()
+
+    def model_files(self) -> list[Path]:
+        return sorted(p for p in self.model_dir.iterdir() if p.is_file() and p.suffix in (".json", ".safetensors", ".bin"))
+
+    def available(self) -> tuple[bool, str]:
+        return hf_dir_problems(self.model_dir, "wavlm-ecapa", "CAMPAIGN_WAVLM_DIR", model_type="wavlm",
+                               extra=("preprocessor_config.json",))
+
+    def load(self) -> None:
+        import torch
+        from transformers import AutoFeatureExtractor, WavLMForXVector
+        self._fe = AutoFeatureExtractor.from_pretrained(self.model_dir, local_files_only=True)
+        dtype = torch.float16 if self.device.startswith("cuda") else torch.float32
+        self._model = WavLMForXVector.from_pretrained(self.model_dir, local_files_only=True, dtype=dtype)
+        self._model.to(self.device).eval()
+
+    def embed(self, wavs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        import torch
+        out: list[np.ndarray] = []
+        for start in range(0, len(wavs), self.batch_size):
+            chunk = list(wavs[start:start + self.batch_size])
+            feats = self._fe(chunk, sampling_rate=16000, padding=True, return_attention_mask=True,
+                             return_tensors="pt")
+            feats = {k: v.to(self.device) for k, v in feats.items()}
+            feats["input_values"] = feats["input_values"].to(self._model.dtype)
+            with torch.inference_mode():
+                emb = self._model(**feats).embeddings
+            out += [e.float().cpu().numpy().astype(np.float64) for e in emb]
+        return out
+
+
+def hf_dir_problems(model_dir: Path | None, name: str, env: str, *, model_type: str,
+                    extra: Sequence[str] = ()) -> tuple[bool, str]:
+    """Check a local Hugging Face model folder without loading it: (True, 'ok') or (False, why)."""
+    if model_dir is None:
+        return False, f"no model directory configured (set quality.model_paths.{name} in the plan or ${env})"
+    if not model_dir.is_dir():
+        return False, f"model directory {model_dir} does not exist"
+    cfg = model_dir / "config.json"
+    if not cfg.is_file():
+        pth = sorted(p.name for p in model_dir.glob("*.pt*"))
+        hint = f" (found {pth[0]}: a raw PyTorch checkpoint, not a transformers folder)" if pth else ""
+        return False, f"{model_dir} has no config.json{hint}"
+    try:
+        conf = json.loads(cfg.read_text())
+    except ValueError as exc:
+        return False, f"{cfg}: invalid JSON ({exc})"
+    if conf.get("model_type") != model_type:
+        return False, f"{cfg}: model_type {conf.get('model_type')!r}, expected {model_type!r}"
+    if not any((model_dir / w).is_file() for w in ("model.safetensors", "pytorch_model.bin")) and \
+            not list(model_dir.glob("model-*.safetensors")):
+        return False, f"{model_dir} has no model weights (model.safetensors or pytorch_model.bin)"
+    for e in extra:
+        if not (model_dir / e).is_file():
+            return False, f"{model_dir} has no {e}"
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        return False, f"torch/transformers not installed ({exc})"
+    return True, "ok"
