@@ -1,0 +1,115 @@
+"""`campaign report PLAN`: the per-engine concurrency table of a campaign.
+
+Only aggregate runs (data.queries.aggregate_runs: measured, complete, not excluded) enter the
+table, and every figure comes from stats.metrics, the one metric implementation. Each cell shows
+the median across repeats with its [min - max] range and CV, never a single best run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+
+from console.commands.db import add_db_arg
+from console.commands.plan import plan_for_arg
+from console.output import FORMATS, print_rows
+from data.plans import Plan
+from data.queries import aggregate_runs
+from data.store import Store, open_store
+from stats.metrics import METRICS_BY_NAME, METRICS_VERSION, Spread, run_metrics, spread
+
+# (RunMetrics field, column label) in table order
+COLUMNS = (
+    ("throughput", "throughput"),
+    ("ttfa_p50_s", "TTFA p50"),
+    ("ttfa_p95_s", "TTFA p95"),
+    ("rtf_mean", "mean RTF"),
+    ("stall_count", "stalls"),
+    ("failed", "failures"),
+    ("chunks_mean", "chunks/req"),
+)
+
+
+@dataclass(frozen=True)
+class ReportCell:
+    engine: str
+    concurrency: int
+    run_ids: list[str]
+    spreads: dict[str, Spread]
+
+
+def build_report(store: Store, plan: Plan, pool: str | None = None) -> list[ReportCell]:
+    """One cell per engine x sweep concurrency (empty cells kept so gaps show)."""
+    m = plan.metrics
+    out = []
+    for engine in plan.engines:
+        for c in plan.sweep.concurrencies:
+            runs = aggregate_runs(store, plan.hash, engine=engine.name, concurrency=c, pool=pool)
+            metrics = [run_metrics(store, r["run_id"], throughput_scale=m.throughput_scale,
+                                   stall_threshold_s=m.stall_threshold_s, preroll_s=m.preroll_s) for r in runs]
+            spreads = {f: spread(getattr(x, f) for x in metrics) for f, _ in COLUMNS}
+            out.append(ReportCell(engine.name, c, [r["run_id"] for r in runs], spreads))
+    return out
+
+
+def _fmt(field: str, s: Spread) -> str:
+    if s.n == 0:
+        return "-"
+    d = METRICS_BY_NAME[field]
+    # counts are ints in the registry format; medians of counts can be fractional
+    f = (lambda v: format(v * d.scale, ".1f" if d.fmt == "d" else d.fmt)) if s.n else str
+    text = f(s.median)
+    if s.n > 1:
+        text += f" [{f(s.min)}-{f(s.max)}]"
+        if s.cv is not None:
+            text += f" cv {s.cv * 100:.1f}%"
+    return text
+
+
+def _label(field: str, label: str) -> str:
+    unit = METRICS_BY_NAME[field].unit
+    return f"{label} ({unit})" if unit else label
+
+
+def register(sub) -> None:
+    p = sub.add_parser("report", help="per-engine concurrency table (median [min-max] cv across repeats)")
+    p.add_argument("plan", help="frozen plan file or hash")
+    p.add_argument("--format", choices=FORMATS, default="table")
+    add_db_arg(p)
+    p.set_defaults(func=cmd_report)
+
+
+def cmd_report(args) -> int:
+    with open_store(args.db) as store:
+        plan = plan_for_arg(store, args.plan)
+        cells = build_report(store, plan, pool=plan.workload.pool)
+        others = store.query(
+            "SELECT r.kind, r.status, (x.run_id IS NOT NULL) AS excluded, count(*) AS n FROM runs r "
+            "LEFT JOIN exclusions x USING (run_id) WHERE r.plan_hash = ? GROUP BY ALL ORDER BY ALL", [plan.hash])
+    if args.format != "table":
+        rows: list[list[Any]] = []
+        for cell in cells:
+            row: list[Any] = [cell.engine, cell.concurrency, cell.spreads["throughput"].n]
+            for f, _ in COLUMNS:
+                s = cell.spreads[f]
+                row += [s.median, s.min, s.max, s.cv]
+            rows.append(row)
+        cols = ["engine", "concurrency", "repeats"] + [f"{f}_{k}" for f, _ in COLUMNS for k in ("median", "min", "max", "cv")]
+        print_rows(cols, rows, args.format)
+        return 0
+    console = Console(width=max(Console().width, 160))
+    console.print(f"[bold]{plan.name}[/bold] plan {plan.hash[:12]}  metrics v{METRICS_VERSION}  "
+                  f"throughput = {plan.metrics.throughput_scale:g} x audio s / wall s  "
+                  f"(median [min-max] cv across measured repeats)", highlight=False)
+    for engine in plan.engines:
+        rows = [[c.concurrency, c.spreads["throughput"].n] + [_fmt(f, c.spreads[f]) for f, _ in COLUMNS]
+                for c in cells if c.engine == engine.name]
+        print_rows(["C", "n"] + [_label(f, lbl) for f, lbl in COLUMNS], rows, console=console,
+                   title=f"{engine.name} ({engine.adapter}, profile {engine.profile or '-'})")
+    left_out = [o for o in others if o["kind"] != "measured" or o["status"] != "complete" or o["excluded"]]
+    if left_out:
+        console.print("not in aggregates: " + ", ".join(
+            f"{o['n']} {o['kind']}/{o['status']}{' excluded' if o['excluded'] else ''}" for o in left_out), highlight=False)
+    return 0

@@ -1,0 +1,71 @@
+"""`campaign run PLAN [--resume] [--holdout]`: execute a frozen plan (see console/runner.py)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from console.commands.db import add_db_arg
+from console.commands.plan import plan_for_arg
+from console.runner import RunnerOptions, run_plan
+from data.store import open_store
+
+
+def register(sub) -> None:
+    p = sub.add_parser("run", help="run a frozen plan's sweep (engine x concurrency x repeat cells)")
+    p.add_argument("plan", help="frozen plan file (must match its frozen hash) or plan hash")
+    p.add_argument("--resume", action="store_true", help="continue after an interruption; completed cells are kept")
+    p.add_argument("--holdout", action="store_true", help="run the quality arms on the opened holdout pool")
+    p.add_argument("--artifacts", help="folder for output audio and engine logs (default: next to the database)")
+    p.add_argument("--no-telemetry", action="store_true", help="do not sample the GPU")
+    add_db_arg(p)
+    p.set_defaults(func=cmd_run)
+
+
+def _sigterm_to_interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
+    raise KeyboardInterrupt
+
+
+def cmd_run(args) -> int:
+    console = Console(stderr=False)
+    signal.signal(signal.SIGTERM, _sigterm_to_interrupt)  # `kill` interrupts like Ctrl-C: runs marked incomplete
+    with open_store(args.db) as store:
+        plan = plan_for_arg(store, args.plan)
+        artifacts = Path(args.artifacts) if args.artifacts else store.path.resolve().parent / "artifacts"
+        interactive = console.is_terminal
+        progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            console=console, disable=not interactive, transient=False)
+        cells_task = progress.add_task("cells", total=None)
+        req_task = progress.add_task("requests", total=None)
+
+        def log(msg: str) -> None:
+            (progress.console if interactive else console).print(msg, highlight=False, markup=False)
+
+        def on_cell(i: int, total: int, cell, state: str) -> None:
+            if state == "running":
+                progress.update(cells_task, total=total, completed=i, description=f"cell {cell.key}")
+                progress.reset(req_task, total=None, description="requests")
+            else:
+                progress.update(cells_task, total=total, completed=i + 1)
+
+        def on_progress(done: int, total: int) -> None:
+            progress.update(req_task, total=total, completed=done)
+
+        opts = RunnerOptions(artifacts_dir=artifacts, resume=args.resume, phase="holdout" if args.holdout else "sweep",
+                             telemetry=not args.no_telemetry, log=log, on_cell=on_cell, on_progress=on_progress)
+        try:
+            with progress:
+                res = run_plan(store, plan, opts)
+        except KeyboardInterrupt:
+            print(f"campaign: interrupted; the current run is marked incomplete. Continue with "
+                  f"`campaign run {args.plan} --resume`", file=sys.stderr)
+            return 130
+    print(f"plan {res.plan_hash[:12]}: {len(res.run_ids)} run(s) recorded, {res.cells_skipped} cell(s) already complete"
+          + (f", {len(res.recovered)} interrupted run(s) marked incomplete" if res.recovered else ""))
+    for engine, why in res.failed_engines.items():
+        print(f"engine {engine}: {why}; its remaining cells were skipped (resume to retry)")
+    return 0 if res.ok else 1

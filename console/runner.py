@@ -1,0 +1,445 @@
+"""The campaign runner: executes a frozen plan's engine x concurrency x repeat cells in plan order.
+
+- Only a frozen, unaltered plan runs; the workload on disk must still match its frozen manifest.
+- Cells run in the plan's order: `alternate` interleaves engines within each (concurrency,
+  repeat) slot (A, B, A, B ...), `sequential` runs each engine's whole sweep in turn. Warmup
+  repeats come first in each slot group, are recorded with kind 'warmup' and never aggregate.
+- Engines restart as the plan says: `per_repeat` (fresh launch for every run), `per_cell` (fresh
+  launch when the engine or the concurrency changes) or `never` (every engine stays up for the
+  whole sweep; such runs are labelled 'exploratory' and never used for claims).
+- Every launch is an `engine_launches` row; every launch outcome (measured, startup_failed,
+  interrupted) is an `attempts` row and an audit event.
+- Each run carries a `cell_key`. `--resume` skips cells that already have a complete run, marks
+  runs left 'running' by a dead runner (e.g. SIGKILL) as 'incomplete', and re-runs those cells as
+  new runs, so nothing is duplicated and nothing stored is lost or rewritten.
+- The holdout phase (`--holdout`) runs the quality arms on the reserved holdout pool and is
+  refused until the holdout has been opened (an audit event).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from data.audit import append_event, atomic, canonical_json
+from data.errors import CampaignError
+from data.manifest import build_manifest, holdout_opened, load_plan_workload
+from data.plans import EngineSpec, Plan
+from data.store import Store, utcnow
+from data.workload import Utterance, sha256_file
+
+HOLDOUT_SUFFIX = "@holdout"
+EXPLORATORY_NOTE = "exploratory: no restart between cells"
+
+
+# -- cells ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Cell:
+    engine: str
+    concurrency: int
+    kind: str  # warmup, measured, exploratory, profiled
+    repeat: int  # counted separately for warmups and measured repeats
+    pool: str | None
+    phase: str = "sweep"  # sweep or holdout
+
+    @property
+    def key(self) -> str:
+        return f"{self.engine}/c{self.concurrency}/{self.kind}/{self.repeat}" + (HOLDOUT_SUFFIX if self.phase == "holdout" else "")
+
+
+def measured_kind(plan: Plan) -> str:
+    """A sweep without restarts between cells is exploratory whatever the plan calls it."""
+    if plan.sweep.restart == "never" and plan.sweep.kind == "measured":
+        return "exploratory"
+    return plan.sweep.kind
+
+
+def plan_cells(plan: Plan, phase: str = "sweep") -> list[Cell]:
+    """All cells of a phase in execution order."""
+    if phase == "holdout":
+        engines = list(dict.fromkeys(e for e in (plan.quality.baseline, plan.quality.candidate) if e))
+        if not engines:
+            raise CampaignError(f"plan {plan.hash[:12]}: quality.baseline/candidate not set; no holdout phase")
+        concurrencies, pool = plan.quality.concurrencies, plan.quality.pool
+    else:
+        engines = [e.name for e in plan.engines]
+        concurrencies, pool = plan.sweep.concurrencies, plan.workload.pool
+    slots = [("warmup", r) for r in range(plan.sweep.warmup_repeats)]
+    slots += [(measured_kind(plan), r) for r in range(plan.sweep.measured_repeats)]
+    if plan.sweep.interleave == "alternate":
+        return [Cell(e, c, k, r, pool, phase) for c in concurrencies for k, r in slots for e in engines]
+    return [Cell(e, c, k, r, pool, phase) for e in engines for c in concurrencies for k, r in slots]
+
+
+def select_requests(utterances: list[Utterance], n: int | None) -> list[Utterance]:
+    """The first n utterances of the pool in pool order, cycling if the pool is smaller; the same
+    list for every engine and repeat so runs pair by utterance."""
+    if not utterances:
+        raise CampaignError("workload pool is empty")
+    if n is None:
+        return list(utterances)
+    return [utterances[i % len(utterances)] for i in range(n)]
+
+
+# -- engine lifecycle --------------------------------------------------------------------------
+def _die_with_parent() -> None:
+    """Child pre-exec (Linux): SIGTERM the engine if the runner dies, even by SIGKILL, so a killed
+    campaign never leaves an engine holding the GPU and the port."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        return
+
+
+def engine_argv(engine: EngineSpec) -> list[str]:
+    """The launch argv; the reference adapter builds its own when the plan gives none."""
+    if engine.argv:
+        return list(engine.argv)
+    if engine.adapter == "reference":
+        return [sys.executable, "-m", "console.cli", "engine", "reference", "--dialect", engine.dialect,
+                "--profile", engine.profile or "baseline", "--port", str(engine.port)]
+    raise CampaignError(f"engine {engine.name!r}: argv is empty (only the reference adapter can build its own)")
+
+
+def _sha256_or_error(path: str) -> str:
+    try:
+        return sha256_file(Path(path))
+    except OSError as exc:
+        return f"unreadable: {exc.strerror or exc}"
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+@dataclass
+class Launch:
+    launch_id: str
+    engine: EngineSpec
+    proc: subprocess.Popen | None
+    log_path: Path
+    concurrency: int | None = None
+    run_ids: list[str] = field(default_factory=list)
+
+
+class EngineManager:
+    """Starts, health-checks and stops engines, recording each launch as data."""
+
+    def __init__(self, store: Store, plan: Plan, logs_dir: Path, log: Callable[[str], None]):
+        self.store, self.plan, self.logs_dir, self.log = store, plan, logs_dir, log
+        self.up: dict[str, Launch] = {}
+
+    def launch(self, engine: EngineSpec) -> Launch:
+        """Spawn and wait for /health; raises CampaignError (after recording it) on startup failure."""
+        import httpx
+
+        launch_id = f"L-{uuid.uuid4().hex[:12]}"
+        argv = engine_argv(engine)
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.logs_dir / f"{engine.name}-{launch_id}.log"
+        env = {**os.environ, **engine.env}
+        checkpoints = {p: _sha256_or_error(p) for p in engine.checkpoint_paths}
+        row = {
+            "launch_id": launch_id, "plan_hash": self.plan.hash, "engine": engine.name, "adapter": engine.adapter,
+            "revision": engine.revision, "profile": engine.profile, "argv_json": json.dumps(argv),
+            "env_json": canonical_json(engine.env), "log_path": str(log_path), "config_path": engine.config_path,
+            "config_sha256": _sha256_or_error(engine.config_path) if engine.config_path else None,
+            "checkpoint_sha256_json": canonical_json(checkpoints), "url": engine.url,
+            "started_at": utcnow(), "started_ns": time.perf_counter_ns(), "status": "starting",
+        }
+        with open(log_path, "ab") as logf:
+            try:
+                proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        env=env, start_new_session=True, preexec_fn=_die_with_parent)
+            except OSError as exc:
+                row.update(status="startup_failed", failure_reason=f"could not spawn {argv[0]!r}: {exc.strerror or exc}")
+                self._fail(row, engine)
+        row["pid"] = proc.pid
+        self.store.insert("engine_launches", row)
+        launch = Launch(launch_id, engine, proc, log_path)
+        deadline = time.monotonic() + engine.health_timeout_s
+        reason = None
+        with httpx.Client(timeout=2.0) as client:
+            while True:
+                if proc.poll() is not None:
+                    reason = f"engine exited with code {proc.returncode} before becoming healthy"
+                    break
+                try:
+                    if client.get(f"{engine.url}/health").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    reason = f"/health not 200 within {engine.health_timeout_s:g} s"
+                    break
+                time.sleep(0.1)
+        if reason:
+            self._terminate(proc)
+            self.store.con.execute(
+                "UPDATE engine_launches SET status = 'startup_failed', failure_reason = ?, log_tail = ?, "
+                "exit_code = ?, stopped_ns = ? WHERE launch_id = ?",
+                [reason, _tail(log_path), proc.returncode, time.perf_counter_ns(), launch_id])
+            self._fail(None, engine, launch_id=launch_id, reason=reason)
+        self.store.con.execute("UPDATE engine_launches SET status = 'ready', ready_ns = ? WHERE launch_id = ?",
+                               [time.perf_counter_ns(), launch_id])
+        self.up[engine.name] = launch
+        self.log(f"engine {engine.name} ready ({engine.url}, launch {launch_id})")
+        return launch
+
+    def _fail(self, row: dict | None, engine: EngineSpec, launch_id: str | None = None, reason: str | None = None) -> None:
+        if row is not None:
+            self.store.insert("engine_launches", row)
+            launch_id, reason = row["launch_id"], row["failure_reason"]
+        record_attempt(self.store, self.plan, engine, "startup_failed", reason=reason, launch_id=launch_id)
+        raise EngineStartupFailed(f"engine {engine.name}: startup failed: {reason}")
+
+    @staticmethod
+    def _terminate(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL after a grace period (the engine may own a process group)."""
+        if proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                return
+            proc.wait()
+
+    def stop(self, name: str, outcome: str = "measured") -> None:
+        launch = self.up.pop(name, None)
+        if launch is None or launch.proc is None:
+            return
+        crashed = launch.proc.poll() is not None
+        self._terminate(launch.proc)
+        self.store.con.execute(
+            "UPDATE engine_launches SET status = ?, stopped_ns = ?, exit_code = ?, log_tail = ? WHERE launch_id = ?",
+            ["crashed" if crashed else "stopped", time.perf_counter_ns(), launch.proc.returncode,
+             _tail(launch.log_path), launch.launch_id])
+        record_attempt(self.store, self.plan, launch.engine, outcome, launch_id=launch.launch_id, run_ids=launch.run_ids,
+                       reason="engine exited during the runs" if crashed else None)
+
+    def stop_all(self, outcome: str = "measured") -> None:
+        for name in list(self.up):
+            self.stop(name, outcome)
+
+
+class EngineStartupFailed(CampaignError):
+    """An engine did not become healthy; recorded as data, the runner skips its cells."""
+
+
+def record_attempt(store: Store, plan: Plan, engine: EngineSpec, outcome: str, *, reason: str | None = None,
+                   launch_id: str | None = None, run_ids: list[str] | None = None) -> str:
+    attempt_id = f"A-{uuid.uuid4().hex[:12]}"
+    config = {"adapter": engine.adapter, "revision": engine.revision, "profile": engine.profile,
+              "argv": engine_argv(engine) if engine.argv or engine.adapter == "reference" else [], "env": engine.env}
+    with atomic(store):
+        store.insert("attempts", {
+            "attempt_id": attempt_id, "plan_hash": plan.hash, "created_at": utcnow(), "engine": engine.name,
+            "config_json": canonical_json(config), "outcome": outcome, "reason": reason, "launch_id": launch_id,
+            "run_ids_json": json.dumps(run_ids or []),
+        })
+        append_event(store, "attempt_recorded", plan_hash=plan.hash, subject=attempt_id,
+                     payload={"engine": engine.name, "outcome": outcome, "reason": reason, "launch_id": launch_id,
+                              "runs": len(run_ids or [])})
+    return attempt_id
+
+
+# -- resume bookkeeping ----------------------------------------------------------------------
+def _pid_matches(pid: int, argv: list[str]) -> bool:
+    """Is `pid` still the process we launched (guards against pid reuse)?"""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return [c.decode(errors="replace") for c in cmdline if c] == argv
+
+
+def recover_interrupted(store: Store, plan: Plan, log: Callable[[str], None]) -> list[str]:
+    """Mark runs a dead runner left 'running' as 'incomplete' (an audit event each) and stop any
+    engine it left up. Safe: the DuckDB file lock means no live runner holds this store."""
+    stale = store.query("SELECT run_id, cell_key FROM runs WHERE plan_hash = ? AND status = 'running'", [plan.hash])
+    for r in stale:
+        with atomic(store):
+            store.con.execute("UPDATE runs SET status = 'incomplete', note = coalesce(note || '; ', '') || ? WHERE run_id = ?",
+                              ["interrupted: runner died mid-run (found on resume)", r["run_id"]])
+            append_event(store, "run_ended", plan_hash=plan.hash, subject=r["run_id"],
+                         payload={"status": "incomplete", "cell_key": r["cell_key"], "reason": "runner died mid-run; found on resume"})
+        log(f"run {r['run_id']} ({r['cell_key']}) was interrupted; marked incomplete, its cell will run again")
+    orphans = store.query(
+        "SELECT launch_id, engine, pid, argv_json FROM engine_launches WHERE plan_hash = ? AND status IN ('starting', 'ready')",
+        [plan.hash])
+    for o in orphans:
+        if o["pid"] and _pid_matches(o["pid"], json.loads(o["argv_json"])):
+            try:
+                os.killpg(o["pid"], signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            log(f"stopped engine {o['engine']} (pid {o['pid']}) left running by the interrupted runner")
+        store.con.execute("UPDATE engine_launches SET status = 'crashed', failure_reason = coalesce(failure_reason, ?) "
+                          "WHERE launch_id = ?", ["runner died while the engine was up", o["launch_id"]])
+    return [r["run_id"] for r in stale]
+
+
+def completed_cells(store: Store, plan_hash: str) -> set[str]:
+    return {r["cell_key"] for r in store.query(
+        "SELECT DISTINCT cell_key FROM runs WHERE plan_hash = ? AND status = 'complete'", [plan_hash])}
+
+
+# -- the runner -------------------------------------------------------------------------------
+@dataclass
+class RunnerResult:
+    plan_hash: str
+    cells_total: int
+    cells_skipped: int  # already complete (resume)
+    run_ids: list[str]
+    failed_engines: dict[str, str]
+    recovered: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed_engines
+
+
+@dataclass
+class RunnerOptions:
+    artifacts_dir: Path
+    resume: bool = False
+    phase: str = "sweep"
+    telemetry: bool = True
+    log: Callable[[str], None] = print
+    on_cell: Callable[[int, int, Cell, str], None] | None = None  # (index, total, cell, state)
+    on_progress: Callable[..., None] | None = None  # passed through to record_run
+
+
+def check_preconditions(store: Store, plan: Plan, phase: str) -> str:
+    """Workload unchanged since freeze; holdout opened for the holdout phase; GPU as expected.
+    Returns the manifest hash."""
+    frozen = store.query(
+        "SELECT payload_json FROM audit_events WHERE kind IN ('plan_frozen', 'addendum_frozen') AND plan_hash = ?",
+        [plan.hash])
+    manifest = build_manifest(plan, f"plan {plan.hash[:12]}")
+    if frozen:
+        pinned = json.loads(frozen[0]["payload_json"]).get("manifest_hash")
+        if pinned and pinned != manifest.hash:
+            raise CampaignError(f"plan {plan.hash[:12]}: workload {manifest.root} changed since the plan was frozen "
+                                f"(manifest {manifest.hash[:12]} != frozen {pinned[:12]})")
+    if phase == "holdout":
+        if not plan.workload.holdout_pool:
+            raise CampaignError(f"plan {plan.hash[:12]}: workload.holdout_pool is not set")
+        if not holdout_opened(store, plan.hash):
+            raise CampaignError(f"plan {plan.hash[:12]}: holdout pool {plan.workload.holdout_pool!r} is reserved; open it "
+                                f"first with `campaign plan open-holdout PLAN --reason ...` (an audit event)")
+    if plan.gpu.expected_name:
+        from engine_adapters.telemetry import gpu_identity
+
+        gpus, status = gpu_identity()
+        names = sorted({g["name"] for g in gpus})
+        if plan.gpu.expected_name not in names:
+            raise CampaignError(f"plan {plan.hash[:12]}: gpu.expected_name: {plan.gpu.expected_name!r} not found "
+                                f"(this host: {', '.join(names) if names else status})")
+    return manifest.hash
+
+
+def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
+    """Execute the plan's cells for one phase; see the module docstring for the rules."""
+    from console.recording import record_run
+    from engine_adapters.driver import DriveSpec, RequestSpec
+
+    log = opts.log
+    manifest_hash = check_preconditions(store, plan, opts.phase)
+    cells = plan_cells(plan, opts.phase)
+    keys = {c.key for c in cells}
+    existing = [r for r in store.query("SELECT run_id, cell_key, status FROM runs WHERE plan_hash = ?", [plan.hash])
+                if r["cell_key"] in keys]
+    recovered: list[str] = []
+    if existing and not opts.resume:
+        done = sum(r["status"] == "complete" for r in existing)
+        raise CampaignError(f"plan {plan.hash[:12]} already has {len(existing)} run(s) in this phase ({done} complete); "
+                            f"use --resume to continue without repeating completed cells")
+    if opts.resume:
+        recovered = recover_interrupted(store, plan, log)
+    done = completed_cells(store, plan.hash)
+    todo = [c for c in cells if c.key not in done]
+
+    workload = load_plan_workload(plan)
+    pool_utts = workload.pool(cells[0].pool) if cells else []
+    n_req = None if opts.phase == "holdout" else plan.sweep.requests_per_run
+    utts = select_requests(pool_utts, n_req)
+    requests = [RequestSpec(u.utt_id, u.target_text, u.prompt_wav, u.prompt_text) for u in utts]
+    sampling = {k: v for k, v in plan.raw.get("sampling", {}).items() if not k.startswith("_")}
+    params_base = {"sampling": sampling, "timeout_s": plan.sweep.timeout_s, "restart": plan.sweep.restart,
+                   "interleave": plan.sweep.interleave, "manifest_hash": manifest_hash,
+                   "throughput_scale": plan.metrics.throughput_scale, "stall_threshold_s": plan.metrics.stall_threshold_s,
+                   "preroll_s": plan.metrics.preroll_s, "phase": opts.phase}
+
+    engines = EngineManager(store, plan, opts.artifacts_dir / "logs", log)
+    failed: dict[str, str] = {}
+    run_ids: list[str] = []
+    current: dict[str, int] = {}  # engine -> concurrency it served last (for per_cell restarts)
+    log(f"plan {plan.hash[:12]} ({plan.name}): {len(cells)} cells, {len(cells) - len(todo)} already complete, "
+        f"{len(todo)} to run; restart={plan.sweep.restart} interleave={plan.sweep.interleave}")
+    outcome = "measured"
+    try:
+        for i, cell in enumerate(todo):
+            if cell.engine in failed:
+                if opts.on_cell:
+                    opts.on_cell(i, len(todo), cell, "skipped")
+                continue
+            engine = plan.engine(cell.engine)
+            restart = plan.sweep.restart
+            fresh = (restart == "per_repeat"
+                     or cell.engine not in engines.up
+                     or (restart == "per_cell" and current.get(cell.engine) != cell.concurrency))
+            if fresh:
+                if restart != "never":
+                    engines.stop_all()  # one engine at a time on the GPU
+                try:
+                    engines.launch(engine)
+                except EngineStartupFailed as exc:
+                    failed[cell.engine] = str(exc)
+                    log(str(exc))
+                    continue
+            launch = engines.up[cell.engine]
+            current[cell.engine] = cell.concurrency
+            if opts.on_cell:
+                opts.on_cell(i, len(todo), cell, "running")
+            run_id = f"{plan.hash[:8]}-{cell.engine}-c{cell.concurrency}-{cell.kind[0]}{cell.repeat}-{uuid.uuid4().hex[:6]}"
+            spec = DriveSpec(run_id=run_id, url=engine.url, dialect=engine.dialect, concurrency=cell.concurrency,
+                             requests=requests, warmup_requests=plan.sweep.warmup_requests, timeout_s=plan.sweep.timeout_s,
+                             artifacts_dir=opts.artifacts_dir, sampling=sampling,
+                             request_options={k: v for k, v in engine.request.items() if not k.startswith("_")})
+            note = EXPLORATORY_NOTE if cell.kind == "exploratory" else None
+            launch.run_ids.append(run_id)
+            rid = record_run(store, spec, engine=cell.engine, kind=cell.kind, plan_hash=plan.hash, cell_key=cell.key,
+                             launch_id=launch.launch_id, pool=cell.pool, repeat_index=cell.repeat, note=note,
+                             params={**params_base, "engine_profile": engine.profile}, telemetry=opts.telemetry,
+                             on_progress=opts.on_progress)
+            run_ids.append(rid)
+            status = store.scalar("SELECT status FROM runs WHERE run_id = ?", [rid])
+            log(f"[{i + 1}/{len(todo)}] {cell.key}: run {rid} {status}")
+            if opts.on_cell:
+                opts.on_cell(i, len(todo), cell, status or "unknown")
+    except BaseException:
+        outcome = "interrupted"
+        raise
+    finally:
+        engines.stop_all(outcome)
+    return RunnerResult(plan.hash, len(cells), len(cells) - len(todo), run_ids, failed, recovered)
