@@ -253,7 +253,7 @@ class _Run:
         anchor_perf = time.perf_counter_ns()
         anchor_wall = time.time_ns()
         transport_cls = TRANSPORTS[spec.request_options.get("client", "httpx")]
-        transport = transport_cls(spec.concurrency)
+        transport = transport_cls(spec.concurrency, spec.request_options.get("headers"))
         items = self.schedule()
         warm = [x for x in items if x[2]]
         measured = [x for x in items if not x[2]]

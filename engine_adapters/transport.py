@@ -30,14 +30,15 @@ class StreamResponse:
 class HttpxTransport:
     name = "httpx"
 
-    def __init__(self, concurrency: int):
+    def __init__(self, concurrency: int, headers: dict[str, str] | None = None):
         import httpx
 
         self._httpx = httpx
         self.version = f"httpx {httpx.__version__}"
         limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency,
                               keepalive_expiry=30.0)
-        self.client = httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(None), headers=HEADERS)
+        self.client = httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(None),
+                                        headers={**HEADERS, **(headers or {})})
 
     @asynccontextmanager
     async def post(self, url: str, body: bytes, on_send: Callable[[], None]) -> AsyncIterator[StreamResponse]:
@@ -79,14 +80,15 @@ class HttpxTransport:
 class AiohttpTransport:
     name = "aiohttp"
 
-    def __init__(self, concurrency: int):
+    def __init__(self, concurrency: int, headers: dict[str, str] | None = None):
         import aiohttp
 
         self._aiohttp = aiohttp
         self.version = f"aiohttp {aiohttp.__version__}"
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency),
-            timeout=aiohttp.ClientTimeout(total=None), auto_decompress=False, headers=HEADERS,
+            timeout=aiohttp.ClientTimeout(total=None), auto_decompress=False,
+            headers={**HEADERS, **(headers or {})},
         )
 
     @asynccontextmanager

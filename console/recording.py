@@ -1,0 +1,141 @@
+"""Record one run: the `runs` row, the driver process, batched ingestion, GPU telemetry and the
+run_started / run_ended audit events (shared contract 3).
+
+The driver runs in its own process and ships record batches; this process owns the DuckDB file
+and commits each batch as it arrives, so an interruption loses nothing already received and the
+run is marked 'incomplete' rather than silently short.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+from data.audit import append_event
+from data.records import RequestRecord
+from data.store import Store, utcnow
+from data.writer import BatchWriter
+from engine_adapters.driver import DriverProcess, DriveSpec
+from stats.metrics import METRICS_VERSION
+
+
+def new_run_id(engine: str, concurrency: int) -> str:
+    stamp = utcnow().strftime("%Y%m%dT%H%M%S")
+    return f"{stamp}-{engine}-c{concurrency}-{uuid.uuid4().hex[:6]}"
+
+
+def _telemetry(run_id: str, enabled: bool) -> tuple[list[dict[str, Any]], str, Any]:
+    """(gpu identity rows, status, sampler or None); never raises: telemetry is evidence, not a gate."""
+    if not enabled:
+        return [], "disabled", None
+    try:
+        from engine_adapters.telemetry import GpuSampler, gpu_identity
+    except ImportError as exc:
+        return [], f"unavailable: {exc}", None
+    gpus, status = gpu_identity()
+    sampler = None
+    if status == "ok":
+        sampler = GpuSampler(hz=10.0)
+        sampler.start(run_id)
+    return gpus, status, sampler
+
+
+def record_run(
+    store: Store,
+    spec: DriveSpec,
+    *,
+    engine: str,
+    kind: str,
+    plan_hash: str | None = None,
+    cell_key: str | None = None,
+    launch_id: str | None = None,
+    pool: str | None = None,
+    repeat_index: int = 0,
+    note: str | None = None,
+    params: dict | None = None,
+    telemetry: bool = True,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> str:
+    """Drive `spec` and store everything; returns the run id. Re-raises KeyboardInterrupt after
+    marking the run incomplete and storing what arrived."""
+    run_id = spec.run_id
+    total = len(spec.requests) + spec.warmup_requests
+    all_params = {
+        "sampling": spec.sampling, "timeout_s": spec.timeout_s, "warmup_requests": spec.warmup_requests,
+        "request_options": {k: v for k, v in spec.request_options.items() if k != "extra_body"},
+        **(params or {}),
+    }
+    gpus, tstatus, sampler = _telemetry(run_id, telemetry)
+    with store.transaction():
+        store.insert("runs", {
+            "run_id": run_id, "plan_hash": plan_hash, "cell_key": cell_key, "engine": engine,
+            "launch_id": launch_id, "dialect": spec.dialect, "url": spec.url, "concurrency": spec.concurrency,
+            "repeat_index": repeat_index, "kind": kind, "status": "running", "pool": pool,
+            "requests_planned": total, "started_at": utcnow(), "gpu_json": json.dumps(gpus),
+            "telemetry_status": tstatus, "params_json": json.dumps(all_params, sort_keys=True, default=str),
+            "metrics_version": METRICS_VERSION, "note": note,
+        })
+        for g in gpus:
+            store.insert("gpu_devices", {"run_id": run_id, **{k: g.get(k) for k in (
+                "gpu_index", "name", "uuid", "driver_version", "memory_total_mib", "power_limit_w")}})
+        append_event(store, "run_started", plan_hash=plan_hash, subject=run_id,
+                     payload={"engine": engine, "kind": kind, "concurrency": spec.concurrency,
+                              "cell_key": cell_key, "requests_planned": total, "url": spec.url})
+    Path(spec.artifacts_dir).mkdir(parents=True, exist_ok=True)
+    proc = DriverProcess(spec).start()
+    writer = BatchWriter(store)
+    stored = 0
+    interrupted = False
+    try:
+        while True:
+            try:
+                for batch in proc.batches():
+                    writer.add(batch)
+                    if sampler:
+                        writer.add(sampler.drain())
+                    writer.flush()
+                    done = sum(1 for r in batch if isinstance(r, RequestRecord))
+                    stored += done
+                    if on_progress and done:
+                        on_progress(stored, total)
+                break
+            except KeyboardInterrupt:
+                # ask the driver to cancel in-flight requests, then keep draining its records
+                interrupted = True
+                proc.cancel()
+    finally:
+        writer.flush()
+        proc.join()
+        samples = sampler.stop() if sampler else []
+        if samples:
+            writer.add(samples)
+            writer.flush()
+        summary = proc.summary
+        status = "complete"
+        if interrupted or (summary and summary.cancelled):
+            status = "incomplete"
+        elif summary is None or summary.error or proc.fatal:
+            status = "failed"
+        overhead = dict(summary.overhead) if summary else {}
+        if summary and summary.error:
+            overhead["error"] = summary.error
+        if proc.fatal:
+            overhead["fatal"] = proc.fatal
+        with store.transaction():
+            store.con.execute(
+                "UPDATE runs SET status = ?, ended_at = ?, anchor_wall_ns = ?, anchor_perf_ns = ?, loop_impl = ?, "
+                "client_impl = ?, driver_overhead_json = ? WHERE run_id = ?",
+                [status, utcnow() if status == "complete" else None,
+                 summary.anchor_wall_ns if summary else None, summary.anchor_perf_ns if summary else None,
+                 summary.loop_impl if summary else None, summary.client_impl if summary else None,
+                 json.dumps(overhead, sort_keys=True), run_id],
+            )
+            append_event(store, "run_ended", plan_hash=plan_hash, subject=run_id,
+                         payload={"status": status, "requests_stored": stored,
+                                  "requests_sent": summary.sent if summary else None,
+                                  "error": (summary.error if summary else None) or proc.fatal})
+    if interrupted:
+        raise KeyboardInterrupt
+    return run_id

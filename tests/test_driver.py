@@ -1,0 +1,199 @@
+"""The load driver over real HTTP against a scripted SSE server (exact fault bytes), through
+`record_run` into a real DuckDB store."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import socket
+import struct
+import threading
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from console.recording import record_run
+from data.audit import verify_chain
+from engine_adapters.dialects.wav import decode_wav, encode_wav
+from engine_adapters.driver import DriveSpec, RequestSpec, drive_in_process
+from stats.metrics import run_metrics
+
+
+def _wav(n):
+    return encode_wav(struct.pack(f"<{n}h", *([500] * n)), 24_000)
+
+
+def _frame(obj) -> bytes:
+    return b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
+
+
+def _audio(n):
+    return _frame({"modality": "audio", "choices": [{"delta": {"content": base64.b64encode(_wav(n)).decode()}}]})
+
+
+class Scripted:
+    """A vLLM-Omni-shaped server whose behaviour is chosen by the request text ("case:NAME")."""
+
+    def __init__(self):
+        self.inflight = 0
+        self.max_inflight = 0
+        self.requests = 0
+        self.loop = asyncio.new_event_loop()
+        self.port = _free_port()
+        started = threading.Event()
+        self.thread = threading.Thread(target=self._serve, args=(started,), daemon=True)
+        self.thread.start()
+        started.wait(10)
+
+    def _serve(self, started):
+        asyncio.set_event_loop(self.loop)
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self.handle)
+        self.runner = web.AppRunner(app)
+        self.loop.run_until_complete(self.runner.setup())
+        self.loop.run_until_complete(web.TCPSite(self.runner, "127.0.0.1", self.port).start())
+        started.set()
+        self.loop.run_forever()
+
+    async def handle(self, request):
+        body = await request.json()
+        text = body["messages"][0]["content"][-1]["text"]
+        case = text.split(":", 1)[1]
+        self.requests += 1
+        if case == "counted":  # in flight from arrival until just before the end marker
+            self.inflight += 1
+            self.max_inflight = max(self.max_inflight, self.inflight)
+        if case == "http500":
+            return web.json_response({"detail": "engine overloaded"}, status=500)
+        resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(_frame({"modality": "text", "choices": [{"delta": {"content": "hi"}}]}))
+        if case == "noaudio":
+            await resp.write(_frame(b"[DONE]"))
+            return resp
+        for _ in range(3):
+            await asyncio.sleep(0.02)
+            await resp.write(_audio(2400))
+        if case == "error":
+            await resp.write(_frame({"error": {"message": "boom", "type": "InternalError", "code": 500}}))
+        elif case == "drop":
+            request.transport.abort()
+            return resp
+        elif case == "stall":
+            await asyncio.sleep(5)
+        elif case == "badwav":
+            await resp.write(_frame({"modality": "audio", "choices": [{"delta": {"content": base64.b64encode(_wav(100)[:-10]).decode()}}]}))
+        if case == "counted":
+            self.inflight -= 1
+        if case != "nodone":
+            await resp.write(_frame(b"[DONE]"))
+        await resp.write_eof()
+        return resp
+
+    def close(self):
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = Scripted()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def prompt(tmp_path):
+    p = tmp_path / "prompt.wav"
+    p.write_bytes(_wav(2400))
+    return p
+
+
+EXPECT = {"ok": "ok", "counted": "ok", "error": "in_stream_error", "drop": "transport", "http500": "http_status",
+          "stall": "timeout", "nodone": "no_end_marker", "badwav": "decode_error", "noaudio": "no_audio"}
+
+
+@pytest.mark.parametrize("client", ["httpx", "aiohttp"])
+def test_every_fault_in_its_class_and_nothing_lost(server, prompt, tmp_path, store, client):
+    cases = ["ok", "error", "ok", "drop", "http500", "ok", "stall", "nodone", "badwav", "noaudio", "ok", "ok"]
+    reqs = [RequestSpec(f"spk-{i}", f"case:{c}", prompt, "p") for i, c in enumerate(cases)]
+    spec = DriveSpec(run_id=f"run-{client}", url=f"http://127.0.0.1:{server.port}", dialect="vllm-omni",
+                     concurrency=4, requests=reqs, warmup_requests=2, timeout_s=1.0, artifacts_dir=tmp_path / "art",
+                     sampling={"seed": 42, "temperature": 0.0}, request_options={"client": client})
+    progress = []
+    run_id = record_run(store, spec, engine="scripted", kind="exploratory", telemetry=False,
+                        on_progress=lambda d, t: progress.append((d, t)))
+    rows = store.query("SELECT * FROM requests WHERE run_id = ? ORDER BY request_index", [run_id])
+    assert len(rows) == len(cases) + 2  # requests sent = requests stored (2 warmups first)
+    assert [r["is_warmup"] for r in rows[:2]] == [True, True]
+    got = {r["utt_id"]: r["outcome"] for r in rows[2:]}
+    assert got == {f"spk-{i}": EXPECT[c] for i, c in enumerate(cases)}
+    by = {r["utt_id"]: r for r in rows[2:]}
+    assert "engine overloaded" in by["spk-4"]["error_detail"] and by["spk-4"]["http_status"] == 500
+    assert "boom" in by["spk-1"]["error_detail"]
+    ok = [r for r in rows if r["outcome"] == "ok"]
+    for r in ok:
+        assert r["audio_samples"] == 7200 and r["audio_chunks"] == 3 and r["sample_rate"] == 24_000
+        assert r["t_send_ns"] < r["t_first_byte_ns"] <= r["t_first_audio_ns"] <= r["t_last_audio_ns"] <= r["t_end_ns"]
+        wav = (tmp_path / "art" / r["audio_path"]).read_bytes()
+        assert hashlib.sha256(wav).hexdigest() == r["audio_sha256"] and decode_wav(wav).samples == 7200
+    assert store.scalar("SELECT count(*) FROM audio_files WHERE run_id = ?", [run_id]) == \
+        store.scalar("SELECT count(*) FROM requests WHERE run_id = ? AND audio_samples > 0", [run_id])
+    nchunks = store.scalar("SELECT sum(events) FROM requests WHERE run_id = ?", [run_id])
+    assert store.scalar("SELECT count(*) FROM chunks WHERE run_id = ?", [run_id]) == nchunks
+    run = store.query("SELECT * FROM runs WHERE run_id = ?", [run_id])[0]
+    assert run["status"] == "complete" and run["loop_impl"].startswith("uvloop")
+    assert run["client_impl"].startswith(client)
+    overhead = json.loads(run["driver_overhead_json"])
+    assert overhead["send_lag"]["n"] > 0 and overhead["loop_lag"]["n"] > 0
+    assert progress[-1] == (len(cases) + 2, len(cases) + 2)
+    assert verify_chain(store).ok
+    m = run_metrics(store, run_id)
+    assert m.completed == 5 and m.failed == 7 and m.warmup_requests == 2
+    assert m.audio_s_ok == pytest.approx(5 * 0.3)
+
+
+def test_closed_loop_keeps_exactly_c_in_flight(server, prompt, tmp_path):
+    before = server.requests
+    server.max_inflight = 0
+    reqs = [RequestSpec(f"s-{i}", "case:counted", prompt) for i in range(12)]
+    out = []
+    summary = drive_in_process(DriveSpec("cl", f"http://127.0.0.1:{server.port}", "vllm-omni", 3, reqs,
+                                         artifacts_dir=tmp_path), out.extend)
+    assert server.requests - before == 12 and server.max_inflight == 3
+    assert summary.sent == 12 and not summary.cancelled
+
+
+def test_cancellation_records_in_flight_requests(server, prompt, tmp_path):
+    reqs = [RequestSpec(f"s-{i}", "case:stall", prompt) for i in range(6)]
+    out: list = []
+    flag = {"at": None}
+    import time
+
+    def cancel():
+        flag["at"] = flag["at"] or time.monotonic()
+        return time.monotonic() - flag["at"] > 0.5
+
+    summary = drive_in_process(DriveSpec("cx", f"http://127.0.0.1:{server.port}", "vllm-omni", 2, reqs,
+                                         timeout_s=30, artifacts_dir=tmp_path), out.extend, cancel)
+    recs = [r for r in out if type(r).__name__ == "RequestRecord"]
+    assert summary.cancelled and summary.sent == 2 == len(recs)
+    assert {r.outcome for r in recs} == {"cancelled"}
+
+
+def test_connection_refused_is_transport(prompt, tmp_path):
+    out: list = []
+    drive_in_process(DriveSpec("cr", f"http://127.0.0.1:{_free_port()}", "sglang-omni", 1,
+                               [RequestSpec("a-b", "x", prompt)], artifacts_dir=tmp_path), out.extend)
+    (rec,) = [r for r in out if type(r).__name__ == "RequestRecord"]
+    assert rec.outcome == "transport" and "Connect" in rec.error_detail
