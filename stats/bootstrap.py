@@ -37,7 +37,9 @@ def index_matrix(seed: int, k: int, draws: int) -> np.ndarray:
 
 @lru_cache(maxsize=4)
 def _counts_cached(seed: int, k: int, draws: int) -> np.ndarray:
-    counts = resample_counts(index_matrix(seed, k, draws))
+    idx = index_matrix(seed, k, draws)
+    idx += (np.arange(draws, dtype=np.int64) * k)[:, None]  # row offsets, in place: one bincount
+    counts = np.bincount(idx.ravel(), minlength=draws * k).reshape(draws, k).astype(np.float64)
     counts.flags.writeable = False
     return counts
 
@@ -51,7 +53,7 @@ def counts_matrix(seed: int, k: int, draws: int) -> np.ndarray:
 def resample_counts(idx: np.ndarray) -> np.ndarray:
     """Row-wise bincount of an index matrix, as float64 (B×K)."""
     b, k = idx.shape
-    flat = idx + (np.arange(b, dtype=np.int64) * k)[:, None]
+    flat = np.add(idx, (np.arange(b, dtype=np.int64) * k)[:, None], dtype=np.int64)
     return np.bincount(flat.ravel(), minlength=b * k).reshape(b, k).astype(np.float64)
 
 
@@ -100,8 +102,7 @@ def point_estimates(cell: CellArrays) -> dict[str, float]:
     }
 
 
-def replicates_from_counts(counts: np.ndarray, cell: CellArrays, metrics=("wer", "sim", "utmos")) -> dict[str, np.ndarray]:
-    """Bootstrap replicates of each metric from one count matrix and one matrix product."""
+def _columns(cell: CellArrays, metrics) -> tuple[list[np.ndarray], dict[str, int]]:
     cols, layout = [], {}
     if "wer" in metrics:
         layout["wer"] = len(cols)
@@ -110,15 +111,46 @@ def replicates_from_counts(counts: np.ndarray, cell: CellArrays, metrics=("wer",
         if m in metrics:
             layout[m] = len(cols)
             cols += [b, c]
-    sums = counts @ np.column_stack(cols).astype(np.float64)
-    k = float(cell.k)
+    return cols, layout
+
+
+def _from_sums(sums: np.ndarray, layout: dict[str, int], k: int) -> dict[str, np.ndarray]:
+    """Replicates from resampled column sums; same operation order as the statistics above."""
     out: dict[str, np.ndarray] = {}
+    kf = float(k)
     for m, j in layout.items():
         if m == "wer":
             out[m] = 100.0 * (sums[:, j] - sums[:, j + 1]) / sums[:, j + 2]
         else:
-            out[m] = sums[:, j] / k - sums[:, j + 1] / k
+            out[m] = sums[:, j] / kf - sums[:, j + 1] / kf
     return out
+
+
+def replicates_many(cells: list[CellArrays], metrics: list[tuple[str, ...]], *, draws: int, seed: int) -> list[dict[str, np.ndarray]]:
+    """Replicates for several cells: cells with equal K share one count matrix (the protocol draws
+    the same matrix for them) and one matrix product over all their columns."""
+    out: list[dict[str, np.ndarray]] = [{} for _ in cells]
+    by_k: dict[int, list[int]] = {}
+    for i, cell in enumerate(cells):
+        by_k.setdefault(cell.k, []).append(i)
+    for k, members in by_k.items():
+        cols, spans = [], []
+        for i in members:
+            c, layout = _columns(cells[i], metrics[i])
+            spans.append((i, len(cols), len(c), layout))
+            cols += c
+        if not cols:
+            continue
+        sums = counts_matrix(seed, k, draws) @ np.column_stack(cols).astype(np.float64)
+        for i, start, width, layout in spans:
+            out[i] = _from_sums(sums[:, start:start + width], layout, k)
+    return out
+
+
+def replicates_from_counts(counts: np.ndarray, cell: CellArrays, metrics=("wer", "sim", "utmos")) -> dict[str, np.ndarray]:
+    """Bootstrap replicates of each metric from one count matrix and one matrix product."""
+    cols, layout = _columns(cell, metrics)
+    return _from_sums(counts @ np.column_stack(cols).astype(np.float64), layout, cell.k)
 
 
 def jackknife(cell: CellArrays, metric: str) -> np.ndarray:
@@ -156,19 +188,27 @@ def bca_upper(replicates: np.ndarray, theta_hat: float, jack: np.ndarray, confid
     return float(np.quantile(replicates, level))
 
 
+def bounds_many(cells: list[CellArrays], metrics: list[tuple[str, ...]], *, draws: int, seed: int,
+                confidence: float = 0.95, method: str = "percentile") -> list[dict[str, BoundResult]]:
+    """Point estimate, one-sided upper bound and replicates of the given metrics of each cell."""
+    if method not in METHODS:
+        raise ValueError(f"bootstrap method {method!r}: expected one of {', '.join(METHODS)}")
+    reps = replicates_many(cells, metrics, draws=draws, seed=seed)
+    out = []
+    for cell, ms, rep in zip(cells, metrics, reps):
+        points = point_estimates(cell)
+        res = {}
+        for m in ms:
+            if method == "percentile":
+                bound = percentile_upper(rep[m], confidence)
+            else:
+                bound = bca_upper(rep[m], points[m], jackknife(cell, m), confidence)
+            res[m] = BoundResult(points[m], bound, rep[m])
+        out.append(res)
+    return out
+
+
 def cell_bounds(cell: CellArrays, *, draws: int, seed: int, confidence: float = 0.95,
                 method: str = "percentile", metrics=("wer", "sim", "utmos")) -> dict[str, BoundResult]:
     """Point estimate, one-sided upper bound and replicates of each metric for one cell."""
-    if method not in METHODS:
-        raise ValueError(f"bootstrap method {method!r}: expected one of {', '.join(METHODS)}")
-    counts = counts_matrix(seed, cell.k, draws)
-    reps = replicates_from_counts(counts, cell, metrics)
-    points = point_estimates(cell)
-    out = {}
-    for m in metrics:
-        if method == "percentile":
-            bound = percentile_upper(reps[m], confidence)
-        else:
-            bound = bca_upper(reps[m], points[m], jackknife(cell, m), confidence)
-        out[m] = BoundResult(points[m], bound, reps[m])
-    return out
+    return bounds_many([cell], [tuple(metrics)], draws=draws, seed=seed, confidence=confidence, method=method)[0]

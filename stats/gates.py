@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from data.errors import CampaignError
-from stats.bootstrap import METHODS, CellArrays, cell_bounds
+from stats.bootstrap import METHODS, CellArrays, bounds_many, cell_bounds
 
 ARMS = ("baseline", "candidate")
 METRICS = ("wer", "sim", "utmos")
@@ -185,21 +185,35 @@ def _int_column(df: pd.DataFrame, col: str, source: str, *, allow_nan: bool, min
     return vals if allow_nan else vals.astype(np.int64)
 
 
+def canonical_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The eight input columns with fixed types, rows sorted by (arm, concurrency, repeat, utt_id)."""
+    t = pd.DataFrame({
+        "arm": df["arm"].astype(str), "concurrency": df["concurrency"].astype(np.int64),
+        "repeat": df["repeat"].astype(np.int64), "utt_id": df["utt_id"].astype(str),
+        **{c: df[c].astype(np.float64) for c in ("wer_errors", "wer_words", "sim", "utmos")},
+    })
+    return t.sort_values(["arm", "concurrency", "repeat", "utt_id"], kind="mergesort").reset_index(drop=True)
+
+
+HASH_RECIPE = (
+    "sha256 over: b'omni-campaign-scores/1\\n'; then for arm and utt_id the values joined by "
+    "'\\x1f' plus '\\n' (UTF-8); then concurrency and repeat as little-endian int64 bytes; then "
+    "wer_errors, wer_words, sim, utmos as little-endian float64 bytes (NaN as numpy.nan) — rows "
+    "sorted by (arm, concurrency, repeat, utt_id)"
+)
+
+
 def frame_sha256(df: pd.DataFrame) -> str:
-    """SHA-256 of the canonical input table: COLUMNS in order, rows sorted by
-    (arm, concurrency, repeat, utt_id), one compact JSON array per line, NaN as null."""
-    t = df.loc[:, list(COLUMNS)].sort_values(["arm", "concurrency", "repeat", "utt_id"], kind="mergesort")
-    h = hashlib.sha256()
-    for row in t.itertuples(index=False):
-        vals = []
-        for v in row:
-            if isinstance(v, (float, np.floating)):
-                v = None if math.isnan(v) else float(v)
-            elif isinstance(v, np.integer):
-                v = int(v)
-            vals.append(v)
-        h.update(json.dumps(vals, separators=(",", ":")).encode())
-        h.update(b"\n")
+    """SHA-256 of the canonical input table (see HASH_RECIPE; binary so hashing stays cheap)."""
+    t = canonical_table(df)
+    h = hashlib.sha256(b"omni-campaign-scores/1\n")
+    for c in ("arm", "utt_id"):
+        h.update(("\x1f".join(t[c].tolist()) + "\n").encode())
+    for c in ("concurrency", "repeat"):
+        h.update(t[c].to_numpy(dtype="<i8").tobytes())
+    for c in ("wer_errors", "wer_words", "sim", "utmos"):
+        v = t[c].to_numpy(dtype="<f8")
+        h.update(np.where(np.isnan(v), np.nan, v).astype("<f8").tobytes())
     return h.hexdigest()
 
 
@@ -223,22 +237,31 @@ class CellCoverage:
 
 
 def aggregate_cell(df_c: pd.DataFrame, concurrency: int) -> CellCoverage:
-    ids = tuple(sorted(set(df_c["utt_id"])))  # ascending string order: column k = k-th id
-    index = pd.Index(ids)
+    """Aggregate one concurrency's rows within each utterance id (numpy bincounts: this runs on
+    every gate, so it is kept as cheap as the bootstrap itself)."""
+    utt = df_c["utt_id"].to_numpy(dtype=object)
+    uniq, codes = np.unique(utt, return_inverse=True)  # ascending string order: column k = k-th id
+    ids = tuple(str(u) for u in uniq)
+    k = len(ids)
+    arm = df_c["arm"].to_numpy(dtype=object)
+    rep = df_c["repeat"].to_numpy()
     arrays: dict[str, np.ndarray] = {}
     complete: dict[tuple[str, str], np.ndarray] = {}
-    for arm, short in (("baseline", "base"), ("candidate", "cand")):
-        sub = df_c[df_c["arm"] == arm]
-        n_rep = sub["repeat"].nunique()
-        g = sub.groupby("utt_id", sort=False)
-        present = g.size().reindex(index, fill_value=0).to_numpy() == n_rep if n_rep else np.zeros(len(ids), bool)
-        for col in ("wer_errors", "wer_words", "sim", "utmos"):
-            nonnull = g[col].count().reindex(index, fill_value=0).to_numpy()
-            complete[(arm, col)] = present & (nonnull == n_rep)
-        arrays[f"e_{short}"] = g["wer_errors"].sum().reindex(index).to_numpy(dtype=float)
-        arrays[f"n_{short}"] = g["wer_words"].sum().reindex(index).to_numpy(dtype=float)
-        arrays[f"sim_{short}"] = g["sim"].mean().reindex(index).to_numpy(dtype=float)
-        arrays[f"utmos_{short}"] = g["utmos"].mean().reindex(index).to_numpy(dtype=float)
+    for arm_name, short in (("baseline", "base"), ("candidate", "cand")):
+        sel = arm == arm_name
+        n_rep = len(np.unique(rep[sel]))
+        cs = codes[sel]
+        present = (np.bincount(cs, minlength=k) == n_rep) if n_rep else np.zeros(k, bool)
+        for col, key in (("wer_errors", "e"), ("wer_words", "n"), ("sim", "sim"), ("utmos", "utmos")):
+            v = df_c[col].to_numpy(dtype=np.float64)[sel]
+            ok = ~np.isnan(v)
+            nonnull = np.bincount(cs[ok], minlength=k)
+            total = np.bincount(cs[ok], weights=v[ok], minlength=k)
+            complete[(arm_name, col)] = present & (nonnull == n_rep)
+            if key in ("e", "n"):
+                arrays[f"{key}_{short}"] = np.where(nonnull > 0, total, np.nan)
+            else:
+                arrays[f"{key}_{short}"] = np.divide(total, nonnull, out=np.full(k, np.nan), where=nonnull > 0)
     arrays.pop("n_cand")
     covered = {
         "wer": complete[("baseline", "wer_errors")] & complete[("baseline", "wer_words")]
@@ -249,7 +272,7 @@ def aggregate_cell(df_c: pd.DataFrame, concurrency: int) -> CellCoverage:
     gaps: dict[str, str] = {}
     if "gap" in df_c.columns:
         for uid, gap in df_c.loc[df_c["gap"].notna(), ["utt_id", "gap"]].itertuples(index=False):
-            gaps.setdefault(uid, str(gap))
+            gaps.setdefault(str(uid), str(gap))
     return CellCoverage(concurrency, ids, arrays, covered, gaps)
 
 
@@ -310,15 +333,17 @@ def evaluate_gates(frame: pd.DataFrame, config: GateConfig, *, scorer_status: Ma
     checks: list[Check] = []
     attributions: list[dict[str, Any]] = []
     ids_by_c: dict[int, list[str]] = {}
-    for c in concs:
-        df_c = df[df["concurrency"] == c]
-        cov = aggregate_cell(df_c, c)
+    by_c = {int(c): g for c, g in df.groupby("concurrency", sort=False)}
+    covs = [aggregate_cell(by_c.get(int(c), df.iloc[:0]), c) for c in concs]
+    full = [tuple(m for m in METRICS if m not in unavailable and cov.covered[m].all() and len(cov.ids) >= 2)
+            for cov in covs]
+    batch = [i for i, f in enumerate(full) if f]
+    computed = dict(zip(batch, bounds_many([covs[i].cell() for i in batch], [full[i] for i in batch],
+                                           draws=config.draws, seed=config.seed,
+                                           confidence=config.confidence, method=config.method)))
+    for i, (c, cov) in enumerate(zip(concs, covs)):
         ids_by_c[c] = list(cov.ids)
-        full = [m for m in METRICS if m not in unavailable and cov.covered[m].all() and len(cov.ids) >= 2]
-        results = {}
-        if full:
-            results.update(cell_bounds(cov.cell(), draws=config.draws, seed=config.seed,
-                                       confidence=config.confidence, method=config.method, metrics=tuple(full)))
+        results = computed.get(i, {})
         for m in METRICS:
             margin = float(config.margins[m])
             if m in unavailable:
