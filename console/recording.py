@@ -18,6 +18,8 @@ from data.records import RequestRecord
 from data.store import Store, utcnow
 from data.writer import BatchWriter
 from engine_adapters.driver import DriverProcess, DriveSpec
+from engine_adapters.lifecycle import EngineProcess, EngineStartError
+from engine_adapters.specs import EngineSpec
 from stats.metrics import METRICS_VERSION
 
 
@@ -139,3 +141,36 @@ def record_run(
     if interrupted:
         raise KeyboardInterrupt
     return run_id
+
+
+_LAUNCH_STORED = ("status", "ready_ns", "stopped_ns", "failure_reason", "log_tail", "exit_code", "pid")
+
+
+def launch_engine(store: Store, spec: EngineSpec, *, log_dir: Path, plan_hash: str | None = None,
+                  checkpoint_cache: Path | None = None) -> EngineProcess:
+    """Launch and wait for health; the attempt is stored in engine_launches either way (a startup
+    failure with its reason and log tail) before EngineStartError propagates."""
+    eng = EngineProcess(spec, Path(log_dir), plan_hash=plan_hash)
+    try:
+        eng.start(checkpoint_cache)
+        eng.wait_healthy()
+    except EngineStartError:
+        store.insert("engine_launches", eng.row)
+        raise
+    except BaseException:
+        eng.stop()
+        eng.row.update(status="startup_failed", failure_reason=eng.row.get("failure_reason") or "launch interrupted")
+        store.insert("engine_launches", eng.row)
+        raise
+    store.insert("engine_launches", eng.row)
+    return eng
+
+
+def stop_engine(store: Store, eng: EngineProcess, grace_s: float = 10.0) -> None:
+    """Stop the engine and update its launch row (stopped, or crashed if it died while serving)."""
+    eng.stop(grace_s)
+    cols = [c for c in _LAUNCH_STORED if c in eng.row]
+    store.con.execute(
+        f"UPDATE engine_launches SET {', '.join(f'{c} = ?' for c in cols)} WHERE launch_id = ?",
+        [eng.row[c] for c in cols] + [eng.launch_id],
+    )

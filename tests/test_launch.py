@@ -1,0 +1,153 @@
+"""Engine lifecycle with real subprocesses: healthy launch and clean stop, a command that fails
+to start, a process that exits early, and a health check that never turns healthy."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from console.recording import launch_engine, stop_engine
+from engine_adapters.lifecycle import EngineStartError, hash_checkpoints
+from engine_adapters.specs import EngineSpec, spec_from_plan
+from data.errors import CampaignError
+
+HEALTHY_SERVER = r"""
+import http.server, os, sys, time
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b'{"status":"healthy"}'
+        self.send_response(200 if self.path == "/health" else 404)
+        self.end_headers(); self.wfile.write(body)
+    def log_message(self, *a): pass
+print("serving", flush=True)
+# a grandchild in the same process group: stop() must reap it too
+if os.fork() == 0:
+    time.sleep(600); os._exit(0)
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def _port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _running_in_group(pgid):
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                out.append(int(d.name))
+    return out
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_healthy_launch_and_stop_leaves_no_children(store, tmp_path):
+    port = _port()
+    ck = tmp_path / "ckpt"
+    ck.mkdir()
+    (ck / "model.safetensors").write_bytes(b"weights")
+    cfg = tmp_path / "engine.yaml"
+    cfg.write_text("a: 1\n")
+    spec = EngineSpec("toy", "peer", "pcm", argv=(sys.executable, "-c", HEALTHY_SERVER, str(port)), port=port,
+                      health_timeout_s=20, revision="abc123", config_path=str(cfg), checkpoint_paths=(str(ck),),
+                      env={"TOY_ENV": "1"})
+    eng = launch_engine(store, spec, log_dir=tmp_path / "logs", checkpoint_cache=tmp_path / "cache.json")
+    pgid = eng.proc.pid
+    row = store.query("SELECT * FROM engine_launches")[0]
+    assert row["status"] == "ready" and row["ready_ns"] > row["started_ns"] and row["revision"] == "abc123"
+    assert json.loads(row["argv_json"])[0] == sys.executable and json.loads(row["env_json"]) == {"TOY_ENV": "1"}
+    assert json.loads(row["checkpoint_sha256_json"]) == {
+        str((ck / "model.safetensors").resolve()): hashlib.sha256(b"weights").hexdigest()}
+    assert row["config_sha256"] and len(row["config_sha256"]) == 64
+    time.sleep(0.3)
+    assert len(_running_in_group(pgid)) == 2  # server + forked grandchild
+    stop_engine(store, eng, grace_s=5)
+    row = store.query("SELECT * FROM engine_launches")[0]
+    assert row["status"] == "stopped" and row["stopped_ns"] and "serving" in row["log_tail"]
+    time.sleep(0.3)
+    assert _running_in_group(pgid) == []  # the whole group (grandchild included) is gone or a reaped-later zombie
+
+
+def test_command_that_fails_to_start_is_recorded(store, tmp_path):
+    spec = EngineSpec("ghost", "peer", "pcm", argv=("/nonexistent/engine-binary", "--serve"), port=_port())
+    with pytest.raises(EngineStartError, match="cannot start '/nonexistent/engine-binary'"):
+        launch_engine(store, spec, log_dir=tmp_path)
+    row = store.query("SELECT * FROM engine_launches")[0]
+    assert row["status"] == "startup_failed" and "No such file" in row["failure_reason"]
+
+
+def test_process_that_exits_early_has_its_log_tail(store, tmp_path):
+    code = "import sys; print('loading weights'); print('CUDA out of memory', file=sys.stderr); sys.exit(3)"
+    spec = EngineSpec("oom", "peer", "pcm", argv=(sys.executable, "-c", code), port=_port(), health_timeout_s=20)
+    with pytest.raises(EngineStartError, match="exited with code 3"):
+        launch_engine(store, spec, log_dir=tmp_path)
+    row = store.query("SELECT * FROM engine_launches")[0]
+    assert row["status"] == "startup_failed" and row["exit_code"] == 3
+    assert "CUDA out of memory" in row["log_tail"] and "loading weights" in row["log_tail"]
+
+
+def test_health_that_never_turns_healthy_times_out(store, tmp_path):
+    port = _port()  # http.server answers 404 on /health
+    spec = EngineSpec("deaf", "peer", "pcm", argv=(sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)),
+                      port=port, health_timeout_s=2)
+    t0 = time.monotonic()
+    with pytest.raises(EngineStartError, match=r"not healthy within 2 s \(last: HTTP 404\)"):
+        launch_engine(store, spec, log_dir=tmp_path)
+    assert time.monotonic() - t0 < 15
+    row = store.query("SELECT * FROM engine_launches")[0]
+    assert row["status"] == "startup_failed" and row["exit_code"] is not None and not _alive(row["pid"])
+
+
+def test_checkpoint_hash_cache(tmp_path):
+    f = tmp_path / "w.bin"
+    f.write_bytes(b"abc")
+    cache = tmp_path / "c.json"
+    h = hash_checkpoints([str(f)], cache)
+    assert h == {str(f.resolve()): "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"}
+    # a cached entry is reused while path+size+mtime match ...
+    data = json.loads(cache.read_text())
+    key = next(iter(data))
+    data[key] = "cached"
+    cache.write_text(json.dumps(data))
+    assert hash_checkpoints([str(f)], cache)[str(f.resolve())] == "cached"
+    # ... and recomputed when the file changes
+    f.write_bytes(b"abcd")
+    assert hash_checkpoints([str(f)], cache)[str(f.resolve())] != "cached"
+    with pytest.raises(CampaignError, match="no such file"):
+        hash_checkpoints([str(tmp_path / "missing")], cache)
+
+
+def test_spec_from_plan_and_adapters():
+    s = spec_from_plan({"name": "ref", "adapter": "reference", "dialect": "sglang-omni", "profile": "fast", "port": 9000})
+    argv = s.launch_argv()
+    assert argv[:4] == [sys.executable, "-m", "console.cli", "engine"] and argv[argv.index("--profile") + 1] == "fast"
+    v = spec_from_plan({"name": "v", "adapter": "vllm_omni", "dialect": "vllm-omni", "port": 8000}, model="m/x")
+    assert v.launch_argv()[:5] == ["vllm", "serve", "m/x", "--omni", "--trust-remote-code"]
+    g = spec_from_plan({"name": "g", "adapter": "sglang_omni", "dialect": "sglang-omni"})
+    assert g.launch_argv()[:2] == ["sgl-omni", "serve"]
+    with pytest.raises(CampaignError, match="peer adapter needs an explicit 'argv'"):
+        spec_from_plan({"name": "p", "adapter": "peer", "dialect": "pcm"}).launch_argv()
+    with pytest.raises(CampaignError, match=r"engines\[\]\.argv: expected a list of strings"):
+        spec_from_plan({"name": "p", "adapter": "peer", "dialect": "pcm", "argv": "vllm serve x"})
+    with pytest.raises(CampaignError, match="dialect"):
+        spec_from_plan({"name": "p", "adapter": "peer", "dialect": "grpc"})
