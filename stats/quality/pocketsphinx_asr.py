@@ -17,6 +17,7 @@ import numpy as np
 from stats.quality.asr import AsrScorer
 
 _DECODER = None
+POOL_MIN_BATCH = 6  # below this, worker start-up costs more than it saves
 
 
 def _model_root() -> Path:
@@ -78,12 +79,14 @@ class PocketsphinxScorer(AsrScorer):
         return (False, f"bundled model files missing: {missing[:3]}") if missing else (True, "ok")
 
     def load(self) -> None:
-        if self.workers > 1:
-            ctx = multiprocessing.get_context("spawn")  # no fork of a process holding torch threads
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
+        """The worker pool starts with the first batch big enough to repay its start-up."""
+        self._pool = None
 
     def transcribe(self, wavs: Sequence[np.ndarray]) -> list[str]:
         pcms = [_to_pcm16(w) for w in wavs]
+        if self.workers > 1 and len(pcms) >= POOL_MIN_BATCH and self._pool is None:
+            ctx = multiprocessing.get_context("spawn")  # no fork of a process holding torch threads
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
         if self._pool is None or len(pcms) == 1:
             return [decode_pcm16(p) for p in pcms]
         return list(self._pool.map(decode_pcm16, pcms))

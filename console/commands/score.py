@@ -1,0 +1,139 @@
+"""`campaign score PLAN [--scorer NAME ...]`: score every measured output of a plan's quality
+cells into `quality_scores` and print coverage; `campaign score --recheck UTT ... [--run RUN]`:
+re-transcribe stored outputs and say whether the stored transcript reproduces."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from console.output import print_rows
+from data.errors import CampaignError
+from data.store import open_store
+
+
+def register(sub) -> None:
+    p = sub.add_parser("score", help="score speech quality (WER, SIM, MOS) of a plan's quality cells")
+    p.add_argument("plan", nargs="?", help="frozen plan JSON (its quality section names cells and scorers)")
+    p.add_argument("--scorer", action="append", metavar="NAME",
+                   help="scorer to run instead of the plan's (repeatable): pocketsphinx, whisper, resemblyzer, "
+                        "wavlm-ecapa, dnsmos, utmos22")
+    p.add_argument("--db", help="run store (default: $CAMPAIGN_DB or ./campaign.duckdb)")
+    p.add_argument("--artifacts", help="folder holding the output audio (default: 'artifacts' next to the database)")
+    p.add_argument("--device", help="torch device for model scorers (default: cuda if available, else cpu)")
+    p.add_argument("--batch-size", type=int, help="outputs per scorer batch (default: per scorer)")
+    p.add_argument("--gaps", type=int, default=20, help="list at most this many gaps (default 20; 0: none)")
+    p.add_argument("--strict", action="store_true", help="exit 1 when any expected output lacks a score")
+    p.add_argument("--recheck", nargs="+", metavar="UTT", help="re-transcribe these utterances' stored outputs")
+    p.add_argument("--run", help="with --recheck: only this run")
+    p.set_defaults(func=cmd_score)
+
+
+def _artifacts(args, store) -> Path:
+    from stats.quality.scoring import default_artifacts_dir
+    return Path(args.artifacts) if args.artifacts else default_artifacts_dir(store)
+
+
+def _plan(args, store):
+    from data.plans import frozen_plan_for_file
+    return frozen_plan_for_file(store, args.plan)
+
+
+def cmd_score(args) -> int:
+    if args.batch_size is not None and args.batch_size < 1:
+        raise CampaignError(f"--batch-size: must be >= 1, got {args.batch_size}")
+    if args.recheck:
+        return _recheck(args)
+    if not args.plan:
+        raise CampaignError("score: give a plan file (or --recheck UTT ...)")
+    if not Path(args.plan).is_file():
+        raise CampaignError(f"{args.plan}: no such plan file")
+    from stats.quality.scoring import score_plan
+
+    console = Console()
+    with open_store(args.db) as store:
+        plan = _plan(args, store)
+        artifacts = _artifacts(args, store)
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      TimeRemainingColumn(), console=console, transient=False) as progress:
+            tasks: dict[str, int] = {}
+
+            def on_start(scorer, _n):
+                d = scorer.describe()
+                tasks[scorer.scorer_id] = progress.add_task(
+                    f"{scorer.scorer_id} ({d['metric']}, {d['device']}, batch {d['batch_size']})", total=None)
+
+            def on_progress(scorer, done, total):
+                progress.update(tasks[scorer.scorer_id], completed=done, total=total)
+
+            summaries = score_plan(store, plan, scorers=args.scorer, artifacts_dir=artifacts, device=args.device,
+                                   batch_size=args.batch_size, on_start=on_start, on_progress=on_progress)
+        print_rows(["scorer", "metric", "expected", "already stored", "scored ok", "scorer errors", "not scorable", "s"],
+                   [(s.scorer_id, s.metric, s.expected, s.existing, s.scored_ok, s.scored_error,
+                     ", ".join(f"{k} {v}" for k, v in sorted(s.not_scorable.items())) or "-", f"{s.seconds:.1f}")
+                    for s in summaries], title="scoring pass", console=console)
+        return _print_coverage(console, store, plan, artifacts, args.gaps, args.strict)
+
+
+def _fmt(x: float, pct: bool = False) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{100 * x:.2f}%" if pct else f"{x:.3f}"
+
+
+def _print_coverage(console: Console, store, plan, artifacts: Path, max_gaps: int, strict: bool) -> int:
+    from stats.quality.scoring import coverage, scores_frame
+    from stats.quality.summary import summarise
+
+    lines, gaps = coverage(store, plan, artifacts)
+    frame = scores_frame(store, plan, artifacts)
+    ids, labels = frame.attrs["scorers"], frame.attrs["labels"]
+    for metric, st in frame.attrs["scorer_status"].items():
+        if st != "ok":
+            console.print(f"[yellow]{metric}[/yellow] scorer {ids[metric]}: {st}", highlight=False)
+    print_rows(["arm", "engine", "C", "metric", "scorer", "expected", "scored", "gaps"],
+               [(ln.arm, ln.engine, ln.concurrency, ln.metric, ids["mos" if ln.metric == "mos" else ln.metric],
+                 ln.expected, ln.scored, ", ".join(f"{k} {v}" for k, v in sorted(ln.gaps.items())) or "-")
+                for ln in lines], title="coverage", console=console)
+    print_rows(["arm", "engine", "C", "outputs", "gaps", "Seed-TTS WER (mean per-utt)", "corpus WER (ΣE/ΣN)",
+                f"SIM ({ids['sim']})", f"MOS: {labels['utmos']}"],
+               [(c.arm, c.engine, c.concurrency, c.outputs, c.gaps, _fmt(c.seed_tts_wer, True), _fmt(c.corpus_wer, True),
+                 _fmt(c.sim), _fmt(c.mos)) for c in summarise(frame)], title="quality by cell", console=console)
+    if gaps and max_gaps:
+        print_rows(["run", "req", "utt", "metric", "cause"],
+                   [(g["run_id"] or "-", "-" if g["request_index"] is None else g["request_index"], g["utt_id"] or "-",
+                     g["metric"], g["cause"]) for g in gaps[:max_gaps]],
+                   title=f"gaps ({len(gaps)} total{', first ' + str(max_gaps) if len(gaps) > max_gaps else ''})",
+                   console=console)
+    if not lines:
+        console.print("no quality cells: the plan's quality.baseline/candidate have no measured runs at quality.concurrencies")
+    return 1 if strict and (gaps or not lines) else 0
+
+
+def _recheck(args) -> int:
+    from stats.quality.recheck import recheck
+    from stats.quality.registry import scorer_class, UnknownScorer
+
+    console = Console()
+    with open_store(args.db) as store:
+        paths = {}
+        if args.plan:
+            paths = dict(_plan(args, store).raw.get("quality", {}).get("model_paths") or {})
+        try:
+            sids = [scorer_class(n).scorer_id for n in args.scorer or []]
+        except UnknownScorer as exc:
+            raise CampaignError(f"--scorer: {exc}") from None
+        results = recheck(store, args.recheck, run_id=args.run, scorer_ids=sids, model_paths=paths,
+                          artifacts_dir=_artifacts(args, store), device=args.device)
+    print_rows(["run", "req", "utt", "scorer", "stored errors", "new errors", "same model", "reproduces",
+                "stored transcript", "new transcript"],
+               [(r.run_id, r.request_index, r.utt_id, r.scorer_id, r.stored_errors, r.new_errors,
+                 "yes" if r.same_model else "NO", "yes" if r.reproduces else "NO", r.stored_hypothesis,
+                 r.new_hypothesis if r.new_hypothesis is not None else r.note) for r in results],
+               title="ASR recheck", console=console)
+    n_ok = sum(r.reproduces for r in results)
+    console.print(f"{n_ok}/{len(results)} stored transcripts reproduce")
+    return 0 if n_ok == len(results) else 1

@@ -1,0 +1,394 @@
+"""Scoring a plan's quality cells into `quality_scores`, and accounting for every expected output.
+
+Which outputs are expected: for each quality arm (quality.baseline, quality.candidate) and each
+quality concurrency, the plan's aggregate runs (`data.queries.aggregate_runs`: measured,
+complete, not excluded) drawn from the quality pool, and every non-warmup request in them.
+A cell with fewer runs than `sweep.measured_repeats` contributes "run missing" gaps.
+
+Scoring is idempotent and resumable: rows are keyed (run_id, request_index, scorer_id), existing
+ones (ok or error) are skipped, and each batch commits on its own, so an interrupted pass loses
+at most one batch. Failed requests and missing audio get no rows; they are coverage gaps
+computed from `requests`, never dropped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from data.errors import CampaignError
+from data.store import Store, utcnow
+from stats.quality.base import METRICS, ScoreItem, ScoreResult, Scorer
+from stats.quality.registry import (UnknownScorer, make_scorer, plan_quality, plan_scorers, scorer_class,
+                                    scorer_status)
+
+ARMS = ("baseline", "candidate")
+FRAME_COLUMNS = ["arm", "engine", "concurrency", "repeat", "run_id", "utt_id", "wer_errors", "wer_words",
+                 "sim", "utmos", "gap"]
+
+
+@dataclass(frozen=True)
+class Expected:
+    """One output the plan's quality cells expect (run_id None: the whole run is missing)."""
+    arm: str
+    engine: str
+    concurrency: int
+    repeat: int
+    run_id: str | None
+    request_index: int | None
+    utt_id: str | None
+    outcome: str | None = None
+    error_detail: str | None = None
+    audio_path: str | None = None
+    audio_sha256: str | None = None
+
+
+@dataclass
+class ScoreSummary:
+    scorer_id: str
+    metric: str
+    expected: int = 0
+    existing: int = 0
+    scored_ok: int = 0
+    scored_error: int = 0
+    not_scorable: dict[str, int] = field(default_factory=dict)  # cause -> count (no row written)
+    seconds: float = 0.0
+
+
+# -- plan access ------------------------------------------------------------------------------
+def _q(plan: Any) -> dict:
+    return plan_quality(plan)
+
+
+def _sweep(plan: Any) -> dict:
+    return dict((getattr(plan, "raw", plan) or {}).get("sweep") or {})
+
+
+def default_artifacts_dir(store: Store) -> Path:
+    """Same default as `campaign run`: an `artifacts` folder next to the database."""
+    return store.path.resolve().parent / "artifacts"
+
+
+def resolve_audio(artifacts_dir: Path, audio_path: str) -> Path:
+    p = Path(audio_path)
+    return p if p.is_absolute() else artifacts_dir / p
+
+
+def _aggregate_runs(store: Store, plan_hash: str, engine: str, concurrency: int, pool: str | None) -> list[dict]:
+    from data.queries import aggregate_runs
+    return aggregate_runs(store, plan_hash, engine, concurrency, pool=pool)
+
+
+def _pool_ids(plan: Any, pool: str | None) -> list[str | None]:
+    """Utterance ids a missing run would have had (the quality pool), or [None] if unknowable."""
+    try:
+        from data.manifest import load_plan_workload
+        return [u.utt_id for u in load_plan_workload(plan).pool(pool)] or [None]
+    except (CampaignError, ImportError, AttributeError, KeyError, TypeError):
+        return [None]
+
+
+def expected_outputs(store: Store, plan: Any) -> list[Expected]:
+    """Every (run, request) the plan's quality cells expect, plus placeholders for missing runs."""
+    q = _q(plan)
+    pool = q.get("pool")
+    repeats = int(_sweep(plan).get("measured_repeats") or 1)
+    out: list[Expected] = []
+    for arm in ARMS:
+        engine = q.get(arm)
+        if not engine:
+            continue
+        for conc in q.get("concurrencies") or []:
+            runs = _aggregate_runs(store, plan.hash, engine, int(conc), pool)
+            for run in runs:
+                reqs = store.query(
+                    "SELECT request_index, utt_id, outcome, error_detail, audio_path, audio_sha256 FROM requests "
+                    "WHERE run_id = ? AND NOT is_warmup ORDER BY request_index", [run["run_id"]])
+                out += [Expected(arm, engine, int(conc), int(run["repeat_index"]), run["run_id"], r["request_index"],
+                                 r["utt_id"], r["outcome"], r["error_detail"], r["audio_path"], r["audio_sha256"])
+                        for r in reqs]
+            have = {int(r["repeat_index"]) for r in runs}
+            for rep in range(repeats):
+                if len(have) >= repeats:
+                    break
+                if rep not in have:
+                    have.add(rep)
+                    out += [Expected(arm, engine, int(conc), rep, None, None, u) for u in _pool_ids(plan, pool)]
+    return out
+
+
+# -- scoring ----------------------------------------------------------------------------------
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def not_scorable(e: Expected, artifacts_dir: Path) -> str | None:
+    """Why an expected output has nothing to score (a coverage gap cause), or None."""
+    if e.run_id is None:
+        return f"run missing: no measured run for {e.engine} c{e.concurrency} repeat {e.repeat}"
+    if e.outcome != "ok":
+        return f"request failed: {e.outcome}"
+    if not e.audio_path:
+        return "audio missing: no audio path recorded"
+    if not resolve_audio(artifacts_dir, e.audio_path).is_file():
+        return f"audio missing: {resolve_audio(artifacts_dir, e.audio_path)}"
+    return None
+
+
+def _row(e: Expected, scorer: Scorer, res: ScoreResult, audio_sha: str | None) -> dict:
+    row = {"run_id": e.run_id, "request_index": e.request_index, "utt_id": e.utt_id, "metric": scorer.metric,
+           "scorer_id": scorer.scorer_id, "scorer_version": scorer.version, "model_hash": scorer.model_hash,
+           "status": res.status, "error": res.error, "audio_sha256": audio_sha, "scored_at": utcnow(),
+           "value": None if res.value is None or (isinstance(res.value, float) and math.isnan(res.value)) else res.value}
+    if res.wer is not None:
+        row.update(wer_substitutions=res.wer.substitutions, wer_deletions=res.wer.deletions,
+                   wer_insertions=res.wer.insertions, wer_ref_words=res.wer.ref_words,
+                   hypothesis=res.hypothesis, ref_norm=res.wer.ref_norm, hyp_norm=res.wer.hyp_norm)
+    return row
+
+
+def existing_rows(store: Store, scorer_id: str) -> dict[tuple[str, int], str | None]:
+    """(run_id, request_index) -> model_hash of this scorer's stored rows."""
+    rows = store.con.execute("SELECT run_id, request_index, model_hash FROM quality_scores WHERE scorer_id = ?",
+                             [scorer_id]).fetchall()
+    return {(r, i): h for r, i, h in rows}
+
+
+def score_expected(store: Store, expected: Sequence[Expected], scorer: Scorer, *, workload: Any,
+                   artifacts_dir: Path, plan_hash: str | None = None,
+                   on_progress: Callable[[int, int], None] | None = None) -> ScoreSummary:
+    """Score what is scorable and not yet stored for this scorer; one transaction per batch."""
+    import time
+
+    t0 = time.perf_counter()
+    summary = ScoreSummary(scorer.scorer_id, scorer.metric, expected=len(expected))
+    ok, why = scorer.available()
+    if not ok:
+        raise CampaignError(f"scorer {scorer.name}: unavailable: {why}")
+    have = existing_rows(store, scorer.scorer_id)
+    todo: list[tuple[Expected, ScoreItem]] = []
+    by_id = workload.by_id if workload is not None else {}
+    for e in expected:
+        cause = not_scorable(e, artifacts_dir)
+        if cause:
+            key = cause.split(":")[0]
+            summary.not_scorable[key] = summary.not_scorable.get(key, 0) + 1
+            continue
+        if (e.run_id, e.request_index) in have:
+            summary.existing += 1
+            continue
+        utt = by_id.get(e.utt_id)
+        todo.append((e, ScoreItem(e.run_id, e.request_index, e.utt_id, resolve_audio(artifacts_dir, e.audio_path),
+                                  utt.target_text if utt else "", utt.prompt_wav if utt else None, e.audio_sha256)))
+    stale = {h for h in have.values() if h and h != scorer.model_hash} if have else set()
+    if todo and stale:
+        raise CampaignError(
+            f"scorer {scorer.scorer_id}: stored rows were made with model hash {sorted(stale)[0][:12]}, this model is "
+            f"{scorer.model_hash[:12]}; refusing to mix models under one scorer id (use the original model folder)")
+    total = len(todo)
+    if on_progress:
+        on_progress(0, total)
+    done = 0
+    if todo:
+        scorer.ensure_loaded()
+    for start in range(0, total, scorer.batch_size):
+        batch = todo[start:start + scorer.batch_size]
+        rows = []
+        ready: list[tuple[Expected, ScoreItem, str]] = []
+        for e, item in batch:
+            if by_id and e.utt_id not in by_id:
+                rows.append(_row(e, scorer, ScoreResult.failed(f"utterance {e.utt_id} not in the workload"), None))
+                continue
+            sha = _sha256(item.audio_path)
+            if e.audio_sha256 and sha != e.audio_sha256:
+                rows.append(_row(e, scorer, ScoreResult.failed(
+                    f"audio hash mismatch: file {sha[:12]} != recorded {e.audio_sha256[:12]}"), sha))
+                continue
+            ready.append((e, item, sha))
+        results = scorer.score_batch([it for _, it, _ in ready]) if ready else []
+        rows += [_row(e, scorer, res, sha) for (e, _, sha), res in zip(ready, results)]
+        with store.transaction():
+            for row in rows:
+                store.insert("quality_scores", row)
+        summary.scored_ok += sum(r["status"] == "ok" for r in rows)
+        summary.scored_error += sum(r["status"] == "error" for r in rows)
+        done += len(batch)
+        if on_progress:
+            on_progress(done, total)
+    summary.seconds = time.perf_counter() - t0
+    if rows_written := summary.scored_ok + summary.scored_error:
+        _audit(store, plan_hash, scorer, summary, rows_written)
+    return summary
+
+
+def _audit(store: Store, plan_hash: str | None, scorer: Scorer, s: ScoreSummary, written: int) -> None:
+    from data.audit import append_event
+    append_event(store, "scores_recorded", plan_hash=plan_hash, subject=scorer.scorer_id,
+                 payload={"scorer_id": scorer.scorer_id, "metric": scorer.metric, "version": scorer.version,
+                          "model_hash": scorer.model_hash, "rows_ok": s.scored_ok, "rows_error": s.scored_error,
+                          "rows_written": written, "skipped_existing": s.existing, "not_scorable": s.not_scorable})
+
+
+def score_plan(store: Store, plan: Any, *, scorers: Iterable[str] | None = None, artifacts_dir: Path | None = None,
+               device: str | None = None, batch_size: int | None = None,
+               on_start: Callable[[Scorer, int], None] | None = None,
+               on_progress: Callable[[Scorer, int, int], None] | None = None) -> list[ScoreSummary]:
+    """Score every expected output of the plan's quality cells with the named scorers (default:
+    the plan's quality.scorers). Unavailable scorers raise one CampaignError naming why."""
+    from data.manifest import load_plan_workload
+
+    names = list(scorers) if scorers else list(plan_scorers(plan).values())
+    paths = _q(plan).get("model_paths") or {}
+    artifacts_dir = artifacts_dir or default_artifacts_dir(store)
+    try:
+        built = [make_scorer(n, paths, device=device, batch_size=batch_size) for n in names]
+    except UnknownScorer as exc:
+        raise CampaignError(f"--scorer: {exc}") from None
+    for s in built:
+        ok, why = s.available()
+        if not ok:
+            raise CampaignError(f"scorer {s.name}: unavailable: {why}")
+    expected = expected_outputs(store, plan)
+    workload = load_plan_workload(plan)
+    out = []
+    for s in built:
+        try:
+            if on_start:
+                on_start(s, len(expected))
+            cb = (lambda d, t, _s=s: on_progress(_s, d, t)) if on_progress else None
+            out.append(score_expected(store, expected, s, workload=workload, artifacts_dir=artifacts_dir,
+                                      plan_hash=plan.hash, on_progress=cb))
+        finally:
+            s.close()
+    return out
+
+
+# -- coverage and the long table ---------------------------------------------------------------
+def _scores_by_key(store: Store, scorer_ids: Sequence[str]) -> dict[tuple[str, int, str], dict]:
+    if not scorer_ids:
+        return {}
+    marks = ", ".join("?" for _ in scorer_ids)
+    rows = store.query(
+        "SELECT run_id, request_index, scorer_id, status, error, value, wer_substitutions, wer_deletions, "
+        f"wer_insertions, wer_ref_words FROM quality_scores WHERE scorer_id IN ({marks})", list(scorer_ids))
+    return {(r["run_id"], r["request_index"], r["scorer_id"]): r for r in rows}
+
+
+def metric_scorer_ids(plan: Any) -> dict[str, str | None]:
+    """metric -> scorer_id the plan uses for it (None for an unknown scorer name)."""
+    out: dict[str, str | None] = {}
+    for metric, name in plan_scorers(plan).items():
+        try:
+            out[metric] = scorer_class(name).scorer_id
+        except UnknownScorer:
+            out[metric] = None
+    return out
+
+
+def _metric_cause(e: Expected, row: dict | None, status: str, base_cause: str | None) -> str | None:
+    if base_cause:
+        return base_cause
+    if row is not None:
+        return None if row["status"] == "ok" else f"scorer error: {row['error']}"
+    if status != "ok":
+        return f"scorer {status}"
+    return "not scored yet"
+
+
+def scores_frame(store: Store, plan: Any, artifacts_dir: Path | None = None):
+    """Contract 7: one row per expected (run, utterance) of the plan's quality cells with WER error
+    counts and words, SIM and MOS (the `utmos` column holds the plan's 'mos' scorer, see
+    `frame.attrs['scorers']` / `['labels']`: it may be DNSMOS), and `gap` = None or the cause(s)
+    of whatever is missing. Missing values are NaN; rows are never dropped."""
+    import pandas as pd
+
+    artifacts_dir = artifacts_dir or default_artifacts_dir(store)
+    ids = metric_scorer_ids(plan)
+    status = scorer_status(plan)
+    scores = _scores_by_key(store, [i for i in ids.values() if i])
+    records = []
+    for e in expected_outputs(store, plan):
+        base = not_scorable(e, artifacts_dir)
+        vals: dict[str, float] = {"wer_errors": math.nan, "wer_words": math.nan, "sim": math.nan, "utmos": math.nan}
+        causes: dict[str, str] = {}
+        for metric in METRICS:
+            sid = ids[metric]
+            row = scores.get((e.run_id, e.request_index, sid)) if sid and e.run_id else None
+            cause = _metric_cause(e, row, status[metric], base)
+            if cause:
+                causes[metric] = cause
+                continue
+            if metric == "wer":
+                vals["wer_errors"] = row["wer_substitutions"] + row["wer_deletions"] + row["wer_insertions"]
+                vals["wer_words"] = row["wer_ref_words"]
+            else:
+                vals["sim" if metric == "sim" else "utmos"] = row["value"] if row["value"] is not None else math.nan
+        gap = None
+        if causes:
+            distinct = set(causes.values())
+            gap = distinct.pop() if len(distinct) == 1 and len(causes) == len(METRICS) else \
+                "; ".join(f"{m}: {c}" for m, c in causes.items())
+        records.append({"arm": e.arm, "engine": e.engine, "concurrency": e.concurrency, "repeat": e.repeat,
+                        "run_id": e.run_id, "utt_id": e.utt_id, **vals, "gap": gap})
+    df = pd.DataFrame.from_records(records, columns=FRAME_COLUMNS)
+    for col in ("wer_errors", "wer_words", "sim", "utmos"):
+        df[col] = df[col].astype("float64")
+    df["gap"] = df["gap"].astype(object).where(df["gap"].notna(), None)
+    names = plan_scorers(plan)
+    df.attrs["scorers"] = {m: ids[m] or names[m] for m in METRICS}
+    df.attrs["labels"] = {"wer": _label(names["wer"]), "sim": _label(names["sim"]), "utmos": _label(names["mos"])}
+    df.attrs["scorer_status"] = status
+    return df
+
+
+def _label(name: str) -> str:
+    try:
+        return scorer_class(name).label
+    except UnknownScorer:
+        return name
+
+
+@dataclass(frozen=True)
+class CoverageLine:
+    arm: str
+    engine: str
+    concurrency: int
+    metric: str
+    expected: int
+    scored: int
+    gaps: dict[str, int]  # cause class -> count
+
+
+def coverage(store: Store, plan: Any, artifacts_dir: Path | None = None) -> tuple[list[CoverageLine], list[dict]]:
+    """Per (arm, concurrency, metric) counts, and every gap (run, request, utt, metric, cause)."""
+    artifacts_dir = artifacts_dir or default_artifacts_dir(store)
+    ids = metric_scorer_ids(plan)
+    status = scorer_status(plan)
+    scores = _scores_by_key(store, [i for i in ids.values() if i])
+    lines: dict[tuple, CoverageLine] = {}
+    gaps: list[dict] = []
+    for e in expected_outputs(store, plan):
+        base = not_scorable(e, artifacts_dir)
+        for metric in METRICS:
+            key = (e.arm, e.engine, e.concurrency, metric)
+            line = lines.setdefault(key, CoverageLine(e.arm, e.engine, e.concurrency, metric, 0, 0, {}))
+            row = scores.get((e.run_id, e.request_index, ids[metric])) if ids[metric] and e.run_id else None
+            cause = _metric_cause(e, row, status[metric], base)
+            scored = cause is None
+            gaps_ = dict(line.gaps)
+            if cause:
+                cls = cause.split(":")[0]
+                gaps_[cls] = gaps_.get(cls, 0) + 1
+                gaps.append({"arm": e.arm, "engine": e.engine, "concurrency": e.concurrency, "repeat": e.repeat,
+                             "run_id": e.run_id, "request_index": e.request_index, "utt_id": e.utt_id,
+                             "metric": metric, "cause": cause})
+            lines[key] = CoverageLine(line.arm, line.engine, line.concurrency, metric, line.expected + 1,
+                                      line.scored + scored, gaps_)
+    return list(lines.values()), gaps
