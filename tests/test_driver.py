@@ -197,3 +197,28 @@ def test_connection_refused_is_transport(prompt, tmp_path):
                                [RequestSpec("a-b", "x", prompt)], artifacts_dir=tmp_path), out.extend)
     (rec,) = [r for r in out if type(r).__name__ == "RequestRecord"]
     assert rec.outcome == "transport" and "Connect" in rec.error_detail
+
+
+def test_probe_command_stores_an_exploratory_run(server, prompt, tmp_path, capsys):
+    from console.cli import main
+
+    root = tmp_path / "wl"
+    (root / "en").mkdir(parents=True)
+    (root / "en" / "p.wav").write_bytes(prompt.read_bytes())
+    (root / "en" / "meta.lst").write_text("s1-a|prompt one|p.wav|case:ok\ns1-b|prompt two|p.wav|case:error\n")
+    db, out_json = tmp_path / "c.duckdb", tmp_path / "m.json"
+    rc = main(["probe", "--url", f"http://127.0.0.1:{server.port}", "--dialect", "vllm-omni", "-c", "2", "-n", "4",
+               "--workload", str(root), "--db", str(db), "--json", str(out_json), "--artifacts", str(tmp_path / "a"),
+               "--no-telemetry"])
+    text = capsys.readouterr().out
+    assert rc == 1  # two in-stream errors among four requests
+    assert "TTFA p50" in text and "failed: in_stream_error" in text and "uvloop" in text
+    doc = json.loads(out_json.read_text())
+    assert doc["metrics"]["completed"] == 2 and doc["metrics"]["failures_by_class"] == {"in_stream_error": 2}
+    from data.store import Store
+
+    with Store(db) as s:
+        assert s.scalar("SELECT kind FROM runs") == "exploratory"
+        assert s.scalar("SELECT count(*) FROM requests") == 4
+    assert main(["probe", "--url", "localhost:1", "--dialect", "pcm", "--db", str(db)]) == 2
+    assert "expected http://HOST:PORT" in capsys.readouterr().err

@@ -115,3 +115,4 @@ def test_registry_is_data():
     assert set(names) <= fields
     assert METRICS_BY_NAME["ttfa_p50_s"].format(0.3) == "300.0"
     assert METRICS_BY_NAME["continuity_ok_rate"].format(None) == "-"
+    assert METRICS_BY_NAME["stall_count"].format(3) == "3"

@@ -25,7 +25,10 @@ class MetricDef:
     def format(self, value: float | int | None) -> str:
         if value is None or (isinstance(value, float) and math.isnan(value)):
             return "-"
-        return format(value * self.scale, self.fmt)
+        scaled = value * self.scale
+        if self.fmt.endswith("d"):
+            scaled = int(round(scaled))
+        return format(scaled, self.fmt)
 
 
 M = MetricDef

@@ -1,0 +1,115 @@
+"""`campaign probe --url URL --dialect D`: one ad-hoc, exploratory run against a running engine
+(the console's answer to `vllm bench serve`), stored in the database and summarised."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from data.errors import CampaignError
+from data.store import open_store
+from data.workload import load_workload
+from engine_adapters.dialects import DIALECTS
+from engine_adapters.driver import DriveSpec, RequestSpec
+from engine_adapters.transport import TRANSPORTS
+from stats.metrics import METRICS, RunMetrics, run_metrics
+
+
+def register(sub) -> None:
+    p = sub.add_parser("probe", help="one exploratory run against a running engine; prints its metrics")
+    p.add_argument("--url", required=True, help="engine base URL, e.g. http://127.0.0.1:8091")
+    p.add_argument("--dialect", required=True, choices=DIALECTS)
+    p.add_argument("-c", "--concurrency", type=int, default=8, help="closed-loop concurrency (default 8)")
+    p.add_argument("-n", "--requests", type=int, default=32, help="measured requests (default 32)")
+    p.add_argument("--warmup", type=int, default=0, help="warmup requests before the measured ones")
+    p.add_argument("--workload", help="Seed-TTS-format directory (default: bundled sample)")
+    p.add_argument("--locale", help="workload locale (default: the only one, or 'en')")
+    p.add_argument("--pool", help="workload pool to draw from (default: all utterances)")
+    p.add_argument("--db", help="run store (default: $CAMPAIGN_DB or ./campaign.duckdb)")
+    p.add_argument("--artifacts", default="artifacts", help="folder for saved audio (default ./artifacts)")
+    p.add_argument("--json", dest="json_out", help="also write the metrics as JSON to this file")
+    p.add_argument("--engine", default="probe", help="engine name to store the run under (default 'probe')")
+    p.add_argument("--timeout", type=float, default=120.0, help="per-request timeout in seconds")
+    p.add_argument("--client", choices=tuple(TRANSPORTS), default="httpx", help="HTTP client (default httpx)")
+    p.add_argument("--audio-format", choices=("wav", "pcm"), help="ask for WAV-per-delta or raw s16le deltas")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--no-telemetry", action="store_true", help="skip GPU identity and sampling")
+    p.set_defaults(func=cmd_probe)
+
+
+def _check(args) -> None:
+    if args.concurrency < 1:
+        raise CampaignError(f"-c/--concurrency must be >= 1, got {args.concurrency}")
+    if args.requests < 1:
+        raise CampaignError(f"-n/--requests must be >= 1, got {args.requests}")
+    if args.warmup < 0:
+        raise CampaignError(f"--warmup must be >= 0, got {args.warmup}")
+    if args.timeout <= 0:
+        raise CampaignError(f"--timeout must be > 0, got {args.timeout}")
+    if not args.url.startswith(("http://", "https://")):
+        raise CampaignError(f"--url {args.url!r}: expected http://HOST:PORT")
+
+
+def build_requests(workload: str | None, locale: str | None, pool: str | None, n: int) -> list[RequestSpec]:
+    """The first n utterances of the workload (or pool), cycling when n exceeds it."""
+    wl = load_workload(workload, locale)
+    utts = wl.pool(pool)
+    if not utts:
+        raise CampaignError(f"{wl.meta_path}: no utterances to send")
+    missing = [u for u in utts if not u.prompt_wav.is_file()]
+    if missing:
+        raise CampaignError(f"{wl.meta_path}: prompt wav missing for {missing[0].utt_id}: {missing[0].prompt_wav}")
+    return [RequestSpec(u.utt_id, u.target_text, u.prompt_wav, u.prompt_text) for u in (utts[i % len(utts)] for i in range(n))]
+
+
+def metrics_table(m: RunMetrics, title: str) -> Table:
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_column("unit")
+    for d in METRICS:
+        table.add_row(d.label, d.format(getattr(m, d.name)), d.unit)
+    for cls, count in m.failures_by_class.items():
+        table.add_row(f"failed: {cls}", str(count), "")
+    return table
+
+
+def cmd_probe(args) -> int:
+    from console.recording import new_run_id, record_run
+
+    _check(args)
+    reqs = build_requests(args.workload, args.locale, args.pool, args.requests)
+    options = {"client": args.client}
+    if args.audio_format:
+        options["audio_format"] = args.audio_format
+    run_id = new_run_id(args.engine, args.concurrency)
+    spec = DriveSpec(run_id=run_id, url=args.url, dialect=args.dialect, concurrency=args.concurrency,
+                     requests=reqs, warmup_requests=args.warmup, timeout_s=args.timeout,
+                     artifacts_dir=Path(args.artifacts).resolve(),
+                     sampling={"seed": args.seed, "temperature": args.temperature}, request_options=options)
+    console = Console(stderr=False)
+    with open_store(args.db) as store:
+        console.print(f"probe {args.url} ({args.dialect}) c={args.concurrency} n={args.requests} -> run {run_id}")
+        record_run(store, spec, engine=args.engine, kind="exploratory", pool=args.pool,
+                   note="exploratory probe: ad-hoc, never used for claims", telemetry=not args.no_telemetry)
+        m = run_metrics(store, run_id)
+        run = store.query("SELECT status, loop_impl, client_impl, driver_overhead_json FROM runs WHERE run_id = ?", [run_id])[0]
+    console.print(metrics_table(m, f"run {run_id} (exploratory)"))
+    overhead = json.loads(run["driver_overhead_json"] or "{}")
+    lag = overhead.get("send_lag", {})
+    loop_lag = overhead.get("loop_lag", {})
+    console.print(f"status {run['status']} · {run['loop_impl']} · {run['client_impl']} · "
+                  f"send lag p99 {_ms(lag.get('p99_ms'))} · loop lag p99 {_ms(loop_lag.get('p99_ms'))}", highlight=False)
+    if args.json_out:
+        doc = {"run_id": run_id, "url": args.url, "dialect": args.dialect, "status": run["status"],
+               "metrics": m.to_dict(), "driver": {"loop": run["loop_impl"], "client": run["client_impl"], **overhead}}
+        Path(args.json_out).write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    return 0 if m.failed == 0 and run["status"] == "complete" else 1
+
+
+def _ms(v) -> str:
+    return "-" if v is None else f"{v:.2f} ms"
