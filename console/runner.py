@@ -18,13 +18,9 @@
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +31,7 @@ from data.errors import CampaignError
 from data.manifest import build_manifest, holdout_opened, load_plan_workload
 from data.plans import EngineSpec, Plan
 from data.store import Store, utcnow
-from data.workload import Utterance, sha256_file
+from data.workload import Utterance
 
 HOLDOUT_SUFFIX = "@holdout"
 EXPLORATORY_NOTE = "exploratory: no restart between cells"
@@ -91,150 +87,62 @@ def select_requests(utterances: list[Utterance], n: int | None) -> list[Utteranc
 
 
 # -- engine lifecycle --------------------------------------------------------------------------
-def _die_with_parent() -> None:
-    """Child pre-exec (Linux): SIGTERM the engine if the runner dies, even by SIGKILL, so a killed
-    campaign never leaves an engine holding the GPU and the port."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        return
-
-
-def engine_argv(engine: EngineSpec) -> list[str]:
-    """The launch argv; the reference adapter builds its own when the plan gives none."""
-    if engine.argv:
-        return list(engine.argv)
-    if engine.adapter == "reference":
-        return [sys.executable, "-m", "console.cli", "engine", "reference", "--dialect", engine.dialect,
-                "--profile", engine.profile or "baseline", "--port", str(engine.port)]
-    raise CampaignError(f"engine {engine.name!r}: argv is empty (only the reference adapter can build its own)")
-
-
-def _sha256_or_error(path: str) -> str:
-    try:
-        return sha256_file(Path(path))
-    except OSError as exc:
-        return f"unreadable: {exc.strerror or exc}"
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
-
-
 @dataclass
 class Launch:
-    launch_id: str
     engine: EngineSpec
-    proc: subprocess.Popen | None
-    log_path: Path
-    concurrency: int | None = None
+    process: Any  # engine_adapters.lifecycle.EngineProcess
     run_ids: list[str] = field(default_factory=list)
+
+    @property
+    def launch_id(self) -> str:
+        return self.process.launch_id
 
 
 class EngineManager:
-    """Starts, health-checks and stops engines, recording each launch as data."""
+    """Starts and stops engines through the shared lifecycle adapters (console.recording.launch_engine
+    stores every launch in engine_launches) and records each launch's outcome as an attempt."""
 
     def __init__(self, store: Store, plan: Plan, logs_dir: Path, log: Callable[[str], None]):
         self.store, self.plan, self.logs_dir, self.log = store, plan, logs_dir, log
         self.up: dict[str, Launch] = {}
 
-    def launch(self, engine: EngineSpec) -> Launch:
-        """Spawn and wait for /health; raises CampaignError (after recording it) on startup failure."""
-        import httpx
+    def adapter_spec(self, engine: EngineSpec) -> Any:
+        from engine_adapters.specs import spec_from_plan
 
-        launch_id = f"L-{uuid.uuid4().hex[:12]}"
-        argv = engine_argv(engine)
-        self.logs_dir.mkdir(parents=True, exist_ok=True)
-        log_path = self.logs_dir / f"{engine.name}-{launch_id}.log"
-        env = {**os.environ, **engine.env}
-        checkpoints = {p: _sha256_or_error(p) for p in engine.checkpoint_paths}
-        row = {
-            "launch_id": launch_id, "plan_hash": self.plan.hash, "engine": engine.name, "adapter": engine.adapter,
-            "revision": engine.revision, "profile": engine.profile, "argv_json": json.dumps(argv),
-            "env_json": canonical_json(engine.env), "log_path": str(log_path), "config_path": engine.config_path,
-            "config_sha256": _sha256_or_error(engine.config_path) if engine.config_path else None,
-            "checkpoint_sha256_json": canonical_json(checkpoints), "url": engine.url,
-            "started_at": utcnow(), "started_ns": time.perf_counter_ns(), "status": "starting",
-        }
-        with open(log_path, "ab") as logf:
-            try:
-                proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        env=env, start_new_session=True, preexec_fn=_die_with_parent)
-            except OSError as exc:
-                row.update(status="startup_failed", failure_reason=f"could not spawn {argv[0]!r}: {exc.strerror or exc}")
-                self._fail(row, engine)
-        row["pid"] = proc.pid
-        self.store.insert("engine_launches", row)
-        launch = Launch(launch_id, engine, proc, log_path)
-        deadline = time.monotonic() + engine.health_timeout_s
-        reason = None
-        with httpx.Client(timeout=2.0) as client:
-            while True:
-                if proc.poll() is not None:
-                    reason = f"engine exited with code {proc.returncode} before becoming healthy"
-                    break
-                try:
-                    if client.get(f"{engine.url}/health").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    reason = f"/health not 200 within {engine.health_timeout_s:g} s"
-                    break
-                time.sleep(0.1)
-        if reason:
-            self._terminate(proc)
-            self.store.con.execute(
-                "UPDATE engine_launches SET status = 'startup_failed', failure_reason = ?, log_tail = ?, "
-                "exit_code = ?, stopped_ns = ? WHERE launch_id = ?",
-                [reason, _tail(log_path), proc.returncode, time.perf_counter_ns(), launch_id])
-            self._fail(None, engine, launch_id=launch_id, reason=reason)
-        self.store.con.execute("UPDATE engine_launches SET status = 'ready', ready_ns = ? WHERE launch_id = ?",
-                               [time.perf_counter_ns(), launch_id])
+        index = [e.name for e in self.plan.engines].index(engine.name)
+        entry = {k: v for k, v in self.plan.raw["engines"][index].items() if not k.startswith("_")}
+        return spec_from_plan(entry, model=self.plan.model.id, where=f"engines[{index}]")
+
+    def launch(self, engine: EngineSpec) -> Launch:
+        """Spawn and wait for health; a startup failure is recorded and raised as EngineStartupFailed."""
+        from console.recording import launch_engine
+        from engine_adapters.lifecycle import EngineStartError
+
+        spec = self.adapter_spec(engine)
+        try:
+            process = launch_engine(self.store, spec, log_dir=self.logs_dir, plan_hash=self.plan.hash,
+                                    checkpoint_cache=self.logs_dir / "checkpoint-sha256.json")
+        except EngineStartError as exc:
+            launch_id = self.store.scalar(
+                "SELECT launch_id FROM engine_launches WHERE plan_hash = ? AND engine = ? ORDER BY started_at DESC LIMIT 1",
+                [self.plan.hash, engine.name])
+            record_attempt(self.store, self.plan, engine, "startup_failed", reason=str(exc), launch_id=launch_id)
+            raise EngineStartupFailed(f"startup failed: {exc}") from None
+        launch = Launch(engine, process)
         self.up[engine.name] = launch
-        self.log(f"engine {engine.name} ready ({engine.url}, launch {launch_id})")
+        self.log(f"engine {engine.name} ready ({spec.url}, launch {process.launch_id})")
         return launch
 
-    def _fail(self, row: dict | None, engine: EngineSpec, launch_id: str | None = None, reason: str | None = None) -> None:
-        if row is not None:
-            self.store.insert("engine_launches", row)
-            launch_id, reason = row["launch_id"], row["failure_reason"]
-        record_attempt(self.store, self.plan, engine, "startup_failed", reason=reason, launch_id=launch_id)
-        raise EngineStartupFailed(f"engine {engine.name}: startup failed: {reason}")
-
-    @staticmethod
-    def _terminate(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
-        """SIGTERM, then SIGKILL after a grace period (the engine may own a process group)."""
-        if proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                return
-            proc.wait()
-
     def stop(self, name: str, outcome: str = "measured") -> None:
+        from console.recording import stop_engine
+
         launch = self.up.pop(name, None)
-        if launch is None or launch.proc is None:
+        if launch is None:
             return
-        crashed = launch.proc.poll() is not None
-        self._terminate(launch.proc)
-        self.store.con.execute(
-            "UPDATE engine_launches SET status = ?, stopped_ns = ?, exit_code = ?, log_tail = ? WHERE launch_id = ?",
-            ["crashed" if crashed else "stopped", time.perf_counter_ns(), launch.proc.returncode,
-             _tail(launch.log_path), launch.launch_id])
+        stop_engine(self.store, launch.process)
+        crashed = launch.process.row.get("status") == "crashed"
         record_attempt(self.store, self.plan, launch.engine, outcome, launch_id=launch.launch_id, run_ids=launch.run_ids,
-                       reason="engine exited during the runs" if crashed else None)
+                       reason=launch.process.row.get("failure_reason") if crashed else None)
 
     def stop_all(self, outcome: str = "measured") -> None:
         for name in list(self.up):
@@ -245,11 +153,21 @@ class EngineStartupFailed(CampaignError):
     """An engine did not become healthy; recorded as data, the runner skips its cells."""
 
 
+def _argv_or_reason(engine: EngineSpec, plan: Plan) -> list[str]:
+    from engine_adapters.specs import spec_from_plan
+
+    try:
+        entry = next(e for e in plan.raw["engines"] if e["name"] == engine.name)
+        return spec_from_plan({k: v for k, v in entry.items() if not k.startswith("_")}, model=plan.model.id).launch_argv()
+    except CampaignError as exc:
+        return [f"<no argv: {exc}>"]
+
+
 def record_attempt(store: Store, plan: Plan, engine: EngineSpec, outcome: str, *, reason: str | None = None,
                    launch_id: str | None = None, run_ids: list[str] | None = None) -> str:
     attempt_id = f"A-{uuid.uuid4().hex[:12]}"
     config = {"adapter": engine.adapter, "revision": engine.revision, "profile": engine.profile,
-              "argv": engine_argv(engine) if engine.argv or engine.adapter == "reference" else [], "env": engine.env}
+              "argv": _argv_or_reason(engine, plan), "env": engine.env}
     with atomic(store):
         store.insert("attempts", {
             "attempt_id": attempt_id, "plan_hash": plan.hash, "created_at": utcnow(), "engine": engine.name,
@@ -415,7 +333,7 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
                     engines.launch(engine)
                 except EngineStartupFailed as exc:
                     failed[cell.engine] = str(exc)
-                    log(str(exc))
+                    log(f"engine {cell.engine}: {exc}")
                     continue
             launch = engines.up[cell.engine]
             current[cell.engine] = cell.concurrency

@@ -58,8 +58,12 @@ def _fmt(field: str, s: Spread) -> str:
     if s.n == 0:
         return "-"
     d = METRICS_BY_NAME[field]
-    # counts are ints in the registry format; medians of counts can be fractional
-    f = (lambda v: format(v * d.scale, ".1f" if d.fmt == "d" else d.fmt)) if s.n else str
+
+    def f(v: float) -> str:
+        # counts are ints in the registry format; a median of counts can be fractional
+        if d.fmt == "d":
+            return str(int(v)) if float(v).is_integer() else f"{v:.1f}"
+        return format(v * d.scale, d.fmt)
     text = f(s.median)
     if s.n > 1:
         text += f" [{f(s.min)}-{f(s.max)}]"
@@ -102,7 +106,7 @@ def cmd_report(args) -> int:
     console = Console(width=max(Console().width, 160))
     console.print(f"[bold]{plan.name}[/bold] plan {plan.hash[:12]}  metrics v{METRICS_VERSION}  "
                   f"throughput = {plan.metrics.throughput_scale:g} x audio s / wall s  "
-                  f"(median [min-max] cv across measured repeats)", highlight=False)
+                  f"(median \\[min-max] cv across measured repeats)", highlight=False)
     for engine in plan.engines:
         rows = [[c.concurrency, c.spreads["throughput"].n] + [_fmt(f, c.spreads[f]) for f, _ in COLUMNS]
                 for c in cells if c.engine == engine.name]

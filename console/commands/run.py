@@ -43,7 +43,10 @@ def cmd_run(args) -> int:
         req_task = progress.add_task("requests", total=None)
 
         def log(msg: str) -> None:
-            (progress.console if interactive else console).print(msg, highlight=False, markup=False)
+            if interactive:
+                progress.console.print(msg, highlight=False, markup=False)
+            else:
+                print(msg, flush=True)
 
         def on_cell(i: int, total: int, cell, state: str) -> None:
             if state == "running":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rich.console import Console
+
 from console.commands.db import add_db_arg
 from console.output import FORMATS, print_rows
 from data.plans import resolve_hash
@@ -40,7 +42,7 @@ def cmd_list(args) -> int:
             "FROM runs r LEFT JOIN exclusions x USING (run_id)"
             + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY r.started_at, r.run_id", params)
     cols = ["run_id", "engine", "concurrency", "kind", "repeat_index", "status", "pool", "requests", "started_at", "excluded"]
-    print_rows(cols, [[r[c] for c in cols] for r in rows], args.format)
+    print_rows(cols, [[r[c] for c in cols] for r in rows], args.format, console=Console(width=max(Console().width, 200)))
     return 0
 
 
