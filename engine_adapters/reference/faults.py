@@ -1,0 +1,44 @@
+"""Which injected fault, if any, a request meets.
+
+The draw is a hash of (request seed, text, prompt digest), not a shared random
+stream, so a request's fate does not depend on arrival order or concurrency and a
+test can reproduce it exactly. A request header can force or suppress a fault.
+"""
+
+from __future__ import annotations
+
+from engine_adapters.reference.profiles import FAULT_KINDS
+
+FAULT_HEADER = "X-Reference-Fault"
+NO_FAULT = "none"
+
+
+class FaultHeaderError(ValueError):
+    """The fault header names no known fault."""
+
+
+def forced_fault(header_value: str | None) -> tuple[bool, str | None]:
+    """(header present, fault kind or None for ``none``) from the ``X-Reference-Fault`` header."""
+    if header_value is None:
+        return False, None
+    kind = header_value.strip().lower()
+    if kind == NO_FAULT:
+        return True, None
+    if kind not in FAULT_KINDS:
+        raise FaultHeaderError(
+            f"{FAULT_HEADER}: unknown fault {header_value!r}; use one of {', '.join(FAULT_KINDS)} or {NO_FAULT}"
+        )
+    return True, kind
+
+
+def draw_fault(rates: dict[str, float], draw_seed: int) -> str | None:
+    """The fault for a request whose stable seed is ``draw_seed`` (64-bit), given per-kind rates."""
+    if not rates:
+        return None
+    u = (draw_seed % (1 << 53)) / float(1 << 53)
+    threshold = 0.0
+    for kind in FAULT_KINDS:
+        threshold += rates.get(kind, 0.0)
+        if u < threshold:
+            return kind
+    return None

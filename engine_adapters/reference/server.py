@@ -1,0 +1,396 @@
+"""The reference engine's HTTP server (aiohttp): health, models, stats and streaming chat completions.
+
+Life cycle: the port is bound first and ``/health`` answers 503 while the engine
+warms up (espeak voice calibration, CUDA set-up), then 200. A ``fatal`` fault
+turns it to 503 for good, like a crashed engine whose API process still runs.
+
+Each chat request is validated completely before any byte of the response is
+written, so malformed requests get a 4xx in the dialect's error shape. Its audio
+is rendered on a worker thread while it waits for a batch slot; the scheduler
+then releases the audio chunk by chunk and this module writes each chunk with
+one ``write`` call, stamping ``emit_ns`` immediately before the write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import signal
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+from aiohttp import web
+from aiohttp.log import access_logger
+
+from engine_adapters.reference.chat_request import RequestError, SpeechRequest, parse_request
+from engine_adapters.reference.config import EngineConfig
+from engine_adapters.reference.encoders import ENCODERS, Frame, StreamContext, Usage, stamp
+from engine_adapters.reference.espeak import EspeakSynth
+from engine_adapters.reference.faults import FAULT_HEADER, FaultHeaderError, draw_fault, forced_fault
+from engine_adapters.reference.gpu import CudaStepWorker, CudaUnavailable, check_cuda
+from engine_adapters.reference.profiles import (
+    CODEC_FRAME_RATE, OUTPUT_SAMPLE_RATE, SAMPLES_PER_FRAME, Profile, ProfileError, get_profile,
+)
+from engine_adapters.reference.scheduler import Admitted, BatchScheduler, Chunk, Failed, Sequence
+from engine_adapters.reference.synthesis import DEFAULT_VOICE, PromptAudio, PromptError, Synthesizer, decode_prompt, stable_seed
+from engine_adapters.reference.voice import CALIBRATION_TEXT, calibrate_cached
+
+MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+class ReferenceEngineError(RuntimeError):
+    """The engine cannot start as configured; the message is one line for the user."""
+
+
+@dataclass(slots=True)
+class _Outcome:
+    """How one stream ended, for /stats."""
+
+    completed: int = 0
+    faults: int = 0
+    client_gone: int = 0
+    rejected: int = 0
+
+
+class EmitLog:
+    """JSON lines, one per audio write, for dialects whose frames cannot carry ``emit_ns``."""
+
+    def __init__(self, path: Path) -> None:
+        self._file: IO[str] = open(path, "a", encoding="utf-8")
+
+    def record(self, request_id: str, chunk: int, emit_ns: int, samples: int, nbytes: int) -> None:
+        self._file.write(json.dumps({"request_id": request_id, "chunk": chunk, "emit_ns": emit_ns,
+                                     "samples": samples, "bytes": nbytes}) + "\n")
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _log(message: str) -> None:
+    print(f"[reference-engine] {message}", file=sys.stderr, flush=True)
+
+
+class ReferenceEngine:
+    """Engine state plus the aiohttp handlers."""
+
+    def __init__(self, config: EngineConfig, profile: Profile) -> None:
+        self.config = config
+        self.profile = profile
+        self.encoder = ENCODERS[config.dialect]()
+        self.state = "starting"
+        self.dead_reason = ""
+        self.started_at = int(time.time())
+        self.synth: Synthesizer | None = None
+        self.gpu: CudaStepWorker | None = None
+        self.scheduler = BatchScheduler(profile, step_work=self._gpu_step)
+        # Two workers: espeak itself is serialised by its own lock, but prompt analysis,
+        # resampling and degradation of another request can run beside it.
+        self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="reference-render")
+        self.emit_log = EmitLog(config.emit_log) if config.emit_log else None
+        self.outcomes = _Outcome()
+
+    # ---- life cycle -------------------------------------------------------------------------
+
+    def _warm_up_blocking(self) -> None:
+        espeak = EspeakSynth.shared()
+        first = espeak.synthesize(CALIBRATION_TEXT, DEFAULT_VOICE)
+        again = espeak.synthesize(CALIBRATION_TEXT, DEFAULT_VOICE)
+        if not np.array_equal(first, again):
+            raise ReferenceEngineError("espeak-ng output is not reproducible in this process; refusing to serve")
+        self.synth = Synthesizer(espeak, calibrate_cached(espeak))
+        if self.config.device == "cuda":
+            self.gpu = CudaStepWorker(self.profile.cuda_busy_fraction, self.profile.max_num_seqs)
+
+    async def warm_up(self) -> None:
+        """Calibrate voices (and the GPU) off the event loop, then report healthy."""
+        started = time.perf_counter()
+        await asyncio.get_running_loop().run_in_executor(self.executor, self._warm_up_blocking)
+        self.scheduler.start()
+        self.state = "ready"
+        gpu = f", gpu={self.gpu.stats.device_name} ({self.gpu.stats.matmul_ms:.3f} ms/matmul)" if self.gpu else ""
+        _log(f"ready in {time.perf_counter() - started:.1f}s: dialect={self.config.dialect} "
+             f"profile={self.profile.name} device={self.config.device}{gpu}")
+
+    def die(self, reason: str) -> None:
+        """Enter the dead state: /health 503, every stream and later request fails."""
+        if self.state == "dead":
+            return
+        self.state = "dead"
+        self.dead_reason = reason
+        self.scheduler.fail_all(f"engine died: {reason}")
+        _log(f"dead: {reason}")
+
+    async def close(self) -> None:
+        await self.scheduler.stop()
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        if self.gpu is not None:
+            self.gpu.close()
+        if self.emit_log is not None:
+            self.emit_log.close()
+
+    async def _gpu_step(self, active: int, step_s: float) -> None:
+        if self.gpu is not None:
+            await self.gpu.step(active, step_s)
+
+    # ---- small endpoints --------------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/stats", self.stats)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        return app
+
+    async def health(self, request: web.Request) -> web.Response:
+        if self.state == "ready":
+            return web.json_response({"status": "healthy"})
+        body: dict[str, Any] = {"status": self.state}
+        if self.dead_reason:
+            body["reason"] = self.dead_reason
+        return web.json_response(body, status=503)
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{
+            "id": self.config.model_name, "object": "model", "created": self.started_at,
+            "owned_by": "omni-campaign-console", "root": self.config.model_name,
+            "reference_engine": {"dialect": self.config.dialect, "device": self.config.device,
+                                 "profile": self.profile.summary()},
+        }]})
+
+    async def stats(self, request: web.Request) -> web.Response:
+        s = self.scheduler.stats
+        body: dict[str, Any] = {
+            "state": self.state, "profile": self.profile.name, "active": self.scheduler.active,
+            "waiting": self.scheduler.waiting, "steps": s.steps, "busy_s": round(s.busy_s, 6),
+            "admitted": s.admitted, "finished": s.finished, "cancelled": s.cancelled, "failed": s.failed,
+            "max_active_seen": s.max_active_seen, "audio_s": s.audio_samples / OUTPUT_SAMPLE_RATE,
+            "streams": {"completed": self.outcomes.completed, "faults": self.outcomes.faults,
+                        "client_gone": self.outcomes.client_gone, "rejected": self.outcomes.rejected},
+        }
+        if self.gpu is not None:
+            g = self.gpu.stats
+            body["gpu"] = {"device": g.device_name, "matmul_ms": g.matmul_ms, "steps": g.steps,
+                           "matmuls": g.matmuls, "gpu_busy_s": round(g.gpu_busy_s, 6),
+                           "matmuls_by_batch": {str(k): v for k, v in sorted(g.per_batch_matmuls.items())}}
+        return web.json_response(body)
+
+    def _error(self, status: int, message: str, err_type: str) -> web.Response:
+        self.outcomes.rejected += 1
+        return web.Response(status=status, body=self.encoder.error_body(status, message, err_type),
+                            content_type="application/json")
+
+    # ---- chat completions -------------------------------------------------------------------
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        if self.state != "ready":
+            reason = "engine is starting" if self.state == "starting" else f"engine is dead: {self.dead_reason}"
+            return self._error(503, reason, "ServiceUnavailableError")
+        try:
+            raw = await request.read()
+            req = parse_request(raw, self.config.dialect)
+            forced, forced_kind = forced_fault(request.headers.get(FAULT_HEADER))
+            prompt = decode_prompt(req.prompt_wav) if req.prompt_wav is not None else None
+        except RequestError as exc:
+            return self._error(exc.status, exc.message, "BadRequestError")
+        except (PromptError, FaultHeaderError) as exc:
+            return self._error(400, str(exc), "BadRequestError")
+        except web.HTTPRequestEntityTooLarge:
+            return self._error(413, f"request body larger than {MAX_BODY_BYTES} bytes", "BadRequestError")
+        digest = prompt.digest if prompt else ""
+        fault = forced_kind if forced else draw_fault(
+            self.profile.fault_rates, stable_seed("fault", req.seed, req.text, digest))
+        if fault == "http_500":
+            self.outcomes.faults += 1
+            return self._error(500, "injected fault: internal server error before the stream", "InternalServerError")
+
+        assert self.synth is not None
+        loop = asyncio.get_running_loop()
+        rendered = loop.run_in_executor(self.executor, self.synth.render, req.text, prompt, req.seed,
+                                        self.profile, req.max_tokens)
+        seq = self.scheduler.submit(rendered)
+        try:
+            return await self._stream(request, req, prompt, seq, fault)
+        except (asyncio.CancelledError, ConnectionError):
+            self.outcomes.client_gone += 1
+            raise
+        finally:
+            self.scheduler.cancel(seq)
+            if self.emit_log is not None:
+                self.emit_log.flush()
+
+    async def _write(self, resp: web.StreamResponse, ctx: StreamContext, frame: Frame, chunk: int) -> None:
+        data, emit_ns = stamp(frame)
+        await resp.write(data)
+        if self.emit_log is not None and frame.audio_samples:
+            self.emit_log.record(ctx.request_id, chunk, emit_ns, frame.audio_samples, len(data))
+
+    async def _end_with_error(self, request: web.Request, resp: web.StreamResponse, ctx: StreamContext,
+                              message: str) -> web.StreamResponse:
+        """Fail the stream the way this dialect's engine does."""
+        if self.encoder.error_aborts:
+            return self._abort(request, resp)
+        for frame in self.encoder.stream_error(ctx, message) or []:
+            await self._write(resp, ctx, frame, -1)
+        await resp.write_eof()
+        return resp
+
+    @staticmethod
+    def _abort(request: web.Request, resp: web.StreamResponse) -> web.StreamResponse:
+        """Drop the TCP connection mid-body (no terminating chunk)."""
+        resp.force_close()
+        if request.transport is not None:
+            request.transport.abort()
+        return resp
+
+    async def _inject(self, fault: str, request: web.Request, resp: web.StreamResponse, ctx: StreamContext,
+                      seq: Sequence) -> bool:
+        """Apply a mid-stream fault; True when the stream is over."""
+        self.outcomes.faults += 1
+        _log(f"{ctx.request_id}: injecting fault {fault}")
+        if fault == "stall":
+            await asyncio.sleep(self.profile.stall_s)
+            return False
+        self.scheduler.cancel(seq)
+        if fault == "drop":
+            self._abort(request, resp)
+        elif fault == "fatal":
+            self.die("injected fatal fault")
+            await self._end_with_error(request, resp, ctx, "engine died: injected fatal fault")
+        else:
+            await self._end_with_error(request, resp, ctx, "injected fault: error during generation")
+        return True
+
+    def _usage(self, req: SpeechRequest, prompt: PromptAudio | None, samples: int) -> Usage:
+        prompt_tokens = math.ceil(len(req.text) / 4)
+        if prompt is not None:
+            prompt_tokens += math.ceil(prompt.duration_s * CODEC_FRAME_RATE)
+        return Usage(prompt_tokens=prompt_tokens, completion_tokens=math.ceil(samples / SAMPLES_PER_FRAME))
+
+    async def _stream(self, request: web.Request, req: SpeechRequest, prompt: PromptAudio | None,
+                      seq: Sequence, fault: str | None) -> web.StreamResponse:
+        ctx = StreamContext(request_id=f"chatcmpl-{uuid.uuid4().hex}", created=int(time.time()),
+                            model=self.config.model_name, audio_format=req.audio_format,
+                            include_usage=req.include_usage)
+        headers = {"Cache-Control": "no-cache", "X-Request-Id": ctx.request_id}
+        if self.encoder.content_type == "audio/pcm":
+            headers.update({"X-Audio-Sample-Rate": str(OUTPUT_SAMPLE_RATE), "X-Audio-Encoding": "s16le",
+                            "X-Audio-Channels": "1"})
+        resp = web.StreamResponse(status=200, headers=headers)
+        resp.content_type = self.encoder.content_type
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+
+        whole = self.profile.delivery == "whole"
+        held: list[np.ndarray] = []
+        written = 0
+        total = 0
+        pending_fault = fault
+        while True:
+            event = await seq.events.get()
+            if isinstance(event, Admitted):
+                for frame in self.encoder.text(ctx, req.text):
+                    await self._write(resp, ctx, frame, -1)
+                continue
+            if isinstance(event, Failed):
+                self.outcomes.faults += 1
+                return await self._end_with_error(request, resp, ctx, event.message)
+            assert isinstance(event, Chunk)
+            samples = event.samples
+            if whole:
+                held.append(samples)
+                if not event.last:
+                    continue
+                samples = np.concatenate(held)
+            if pending_fault and written >= self.profile.fault_after_chunks:
+                if await self._inject(pending_fault, request, resp, ctx, seq):
+                    return resp
+                pending_fault = None
+            if len(samples):
+                for frame in self.encoder.audio(ctx, samples):
+                    await self._write(resp, ctx, frame, written)
+                written += 1
+                total += len(samples)
+            if event.last:
+                break
+        if pending_fault:  # the audio was shorter than fault_after_chunks: fail at the end instead
+            if await self._inject(pending_fault, request, resp, ctx, seq):
+                return resp
+        finish = "length" if seq.rendered.result().truncated else "stop"
+        for frame in self.encoder.finish(ctx, finish, self._usage(req, prompt, total)):
+            await self._write(resp, ctx, frame, -1)
+        await resp.write_eof()
+        self.outcomes.completed += 1
+        return resp
+
+
+async def _serve(config: EngineConfig, profile: Profile) -> None:
+    engine = ReferenceEngine(config, profile)
+    if config.access_log:
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+    runner = web.AppRunner(engine.app(), handler_cancellation=True,
+                           access_log=access_logger if config.access_log else None, shutdown_timeout=2.0)
+    await runner.setup()
+    site = web.TCPSite(runner, config.host, config.port)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise ReferenceEngineError(f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from None
+    sockets = [s for s in (site._server.sockets if site._server else [])]  # noqa: SLF001 - aiohttp has no public accessor
+    port = sockets[0].getsockname()[1] if sockets else config.port
+    print(f"listening on http://{config.host}:{port} (dialect={config.dialect}, profile={profile.name})", flush=True)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    warm = asyncio.create_task(engine.warm_up())
+    stopped = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait({warm, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    failure: BaseException | None = None
+    if warm in done:
+        failure = warm.exception()
+        if failure is None:
+            await stopped
+    else:
+        warm.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await warm
+    _log("shutting down")
+    await runner.cleanup()
+    await engine.close()
+    if failure is not None:
+        raise ReferenceEngineError(f"warm-up failed: {failure}") from failure
+
+
+def run_engine(config: EngineConfig) -> None:
+    """Start the engine and serve until SIGTERM/SIGINT; :class:`ReferenceEngineError` on bad config."""
+    try:
+        profile = get_profile(config.profile, config.profiles_file)
+    except ProfileError as exc:
+        raise ReferenceEngineError(str(exc)) from None
+    if config.device == "cuda":
+        try:
+            check_cuda()
+        except CudaUnavailable as exc:
+            raise ReferenceEngineError(str(exc)) from None
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux/macOS
+        asyncio.run(_serve(config, profile))
+    else:
+        uvloop.run(_serve(config, profile))

@@ -1,0 +1,178 @@
+"""From (text, prompt voice, seed, profile) to the 24 kHz int16 waveform a request will stream.
+
+The result depends only on those inputs -- never on timing, concurrency or what
+was synthesised before -- which is the engine's determinism contract: a lossless
+profile returns byte-identical audio for the same text, prompt and seed. Work here
+is CPU-bound and runs on worker threads, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Callable, Generic, Hashable, TypeVar
+
+import numpy as np
+import scipy.signal
+import soundfile
+import soxr
+
+from engine_adapters.reference.espeak import EspeakSynth, VoiceParams
+from engine_adapters.reference.profiles import OUTPUT_SAMPLE_RATE, SAMPLES_PER_FRAME, Profile
+from engine_adapters.reference.voice import VoiceCatalog, analyze, match_voice
+
+#: Voice used when a request has no prompt, or its prompt holds no measurable speech.
+DEFAULT_VOICE = VoiceParams(voice="en-us+m3", rate=175, pitch=50, range=50)
+MAX_PROMPT_S = 30.0  # longer prompts are analysed on their first 30 s
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class PromptError(ValueError):
+    """The voice prompt cannot be used (not audio, empty, ...); the request is malformed."""
+
+
+@dataclass(frozen=True, slots=True)
+class PromptAudio:
+    """A decoded voice prompt: mono float samples, their rate and the digest of the file bytes."""
+
+    samples: np.ndarray
+    sample_rate: int
+    digest: str
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.samples) / self.sample_rate
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """A request's complete output waveform and how it was made."""
+
+    samples: np.ndarray  # int16, mono, OUTPUT_SAMPLE_RATE
+    voice: VoiceParams
+    spoken_text: str  # the text actually spoken (a lossy profile may drop words)
+    truncated: bool  # cut short by max_tokens
+
+
+class LruCache(Generic[K, V]):
+    """Thread-safe LRU cache bounded by an item count."""
+
+    def __init__(self, max_items: int) -> None:
+        self._items: OrderedDict[K, V] = OrderedDict()
+        self._max = max_items
+        self._lock = threading.Lock()
+
+    def get_or_compute(self, key: K, compute: Callable[[], V]) -> V:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        value = compute()
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self._max:
+                self._items.popitem(last=False)
+        return value
+
+
+def decode_prompt(wav_bytes: bytes) -> PromptAudio:
+    """Decode a prompt audio file (any format libsndfile reads); :class:`PromptError` if unusable."""
+    try:
+        data, rate = soundfile.read(io.BytesIO(wav_bytes), dtype="float32", always_2d=True)
+    except (soundfile.LibsndfileError, RuntimeError, TypeError, ValueError) as exc:
+        raise PromptError(f"voice prompt is not a readable audio file ({exc})") from None
+    if data.shape[0] == 0:
+        raise PromptError("voice prompt audio has no samples")
+    mono = data.mean(axis=1)[: int(MAX_PROMPT_S * rate)]
+    return PromptAudio(samples=mono, sample_rate=int(rate), digest=hashlib.sha256(wav_bytes).hexdigest())
+
+
+def stable_seed(*parts: object) -> int:
+    """A 64-bit integer from the parts' text; unlike hash() it is identical across processes."""
+    digest = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+def drop_words(text: str, rate: float, rng: np.random.Generator) -> str:
+    """Remove each word with probability ``rate``, always keeping at least one word."""
+    words = text.split()
+    if rate <= 0 or len(words) < 2:
+        return text
+    keep = rng.random(len(words)) >= rate
+    if not keep.any():
+        keep[0] = True
+    return " ".join(w for w, k in zip(words, keep) if k)
+
+
+def to_output_rate(samples: np.ndarray, sample_rate: int) -> np.ndarray:
+    """int16 samples resampled (soxr, deterministic) to the 24 kHz output rate."""
+    if sample_rate == OUTPUT_SAMPLE_RATE:
+        return samples.astype(np.int16, copy=False)
+    y = soxr.resample(samples.astype(np.float32) / 32768.0, sample_rate, OUTPUT_SAMPLE_RATE, quality="HQ")
+    return np.clip(np.round(y * 32768.0), -32768, 32767).astype(np.int16)
+
+
+def degrade(samples: np.ndarray, band_hz: float, snr_db: float, rng: np.random.Generator) -> np.ndarray:
+    """Telephone-like damage: low-pass at ``band_hz`` and white noise at ``snr_db`` below the speech."""
+    x = samples.astype(np.float64)
+    sos = scipy.signal.butter(8, band_hz, btype="low", fs=OUTPUT_SAMPLE_RATE, output="sos")
+    y = scipy.signal.sosfilt(sos, x)
+    active = np.abs(y) > 0.01 * (np.abs(y).max() or 1.0)
+    speech_rms = float(np.sqrt(np.mean(y[active] ** 2))) if active.any() else 0.0
+    noise = rng.standard_normal(len(y)) * speech_rms / (10 ** (snr_db / 20))
+    return np.clip(np.round(y + noise), -32768, 32767).astype(np.int16)
+
+
+class Synthesizer:
+    """Renders requests with espeak-ng, caching prompt voices and espeak output."""
+
+    def __init__(self, espeak: EspeakSynth, catalog: VoiceCatalog, cache_items: int = 2048) -> None:
+        self._espeak = espeak
+        self._catalog = catalog
+        self._voices: LruCache[str, VoiceParams] = LruCache(cache_items)
+        self._speech: LruCache[tuple[str, VoiceParams], np.ndarray] = LruCache(cache_items)
+
+    def voice_for(self, prompt: PromptAudio | None) -> VoiceParams:
+        """espeak parameters matched to the prompt (cached by the prompt file's digest)."""
+        if prompt is None:
+            return DEFAULT_VOICE
+
+        def compute() -> VoiceParams:
+            try:
+                features = analyze(prompt.samples, prompt.sample_rate)
+            except ValueError:
+                return DEFAULT_VOICE  # silent or unvoiced prompt: nothing to match
+            return match_voice(features, self._catalog)
+
+        return self._voices.get_or_compute(prompt.digest, compute)
+
+    def speech(self, text: str, voice: VoiceParams) -> np.ndarray:
+        """espeak output for (text, voice) at 24 kHz; read-only, shared between requests."""
+
+        def compute() -> np.ndarray:
+            out = to_output_rate(self._espeak.synthesize(text, voice), self._espeak.sample_rate)
+            out.setflags(write=False)
+            return out
+
+        return self._speech.get_or_compute((text, voice), compute)
+
+    def render(self, text: str, prompt: PromptAudio | None, seed: int, profile: Profile,
+               max_frames: int | None = None) -> Rendered:
+        """The full waveform for one request (a pure function of the arguments)."""
+        voice = self.voice_for(prompt)
+        rng = np.random.default_rng(stable_seed(seed, text, prompt.digest if prompt else ""))
+        spoken = text if profile.lossless else drop_words(text, profile.lossy_word_drop, rng)
+        samples = self.speech(spoken, voice)
+        if not profile.lossless:
+            samples = degrade(samples, profile.lossy_band_hz, profile.lossy_snr_db, rng)
+        truncated = False
+        if max_frames is not None and len(samples) > max_frames * SAMPLES_PER_FRAME:
+            samples = samples[: max_frames * SAMPLES_PER_FRAME]
+            truncated = True
+        return Rendered(samples=samples, voice=voice, spoken_text=spoken, truncated=truncated)
