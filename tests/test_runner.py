@@ -1,0 +1,150 @@
+"""The campaign runner end to end against the real reference engine (real HTTP, real DuckDB,
+`campaign` as a subprocess): a full small campaign, and resume after SIGKILL of the runner."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from data.audit import verify_chain
+from data.queries import aggregate_runs
+from data.store import Store
+from engine_adapters.telemetry import gpu_identity
+from plans_helpers import make_workload, plan_dict, write_json
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _plan(tmp_path, **kw):
+    wl = make_workload(tmp_path / "wl")
+    doc = plan_dict(wl, **kw)
+    for e in doc["engines"]:  # the engine's own module entry point: independent of the CLI wiring
+        e["argv"] = [sys.executable, "-m", "engine_adapters.reference", "--dialect", e["dialect"],
+                     "--profile", e["profile"], "--host", "127.0.0.1", "--port", str(e["port"])]
+    return write_json(tmp_path / "plan.json", doc)
+
+
+def campaign(*args, db, **kw):
+    return subprocess.run([sys.executable, "-m", "console.cli", *args, "--db", str(db)],
+                          capture_output=True, text=True, **kw)
+
+
+def test_full_small_campaign(tmp_path):
+    plan = _plan(tmp_path, concurrencies=(1, 2, 4), requests=4, warmups=1, repeats=2,
+                 interleave="sequential", restart="per_cell")
+    db = tmp_path / "c.duckdb"
+    fr = campaign("plan", "freeze", str(plan), db=db)
+    assert fr.returncode == 0, fr.stderr
+    r = campaign("run", str(plan), db=db)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "18 run(s) recorded" in r.stdout
+
+    with Store(db) as s:
+        h = s.scalar("SELECT plan_hash FROM plans")
+        runs = s.query("SELECT * FROM runs ORDER BY started_at")
+        assert len(runs) == 18 and {x["status"] for x in runs} == {"complete"}
+        assert sum(x["kind"] == "warmup" for x in runs) == 6 and sum(x["kind"] == "measured" for x in runs) == 12
+        assert len({x["cell_key"] for x in runs}) == 18
+        # sequential order: each engine's sweep, warmup before the measured repeats in every cell
+        assert [x["cell_key"] for x in runs[:3]] == ["ref-baseline/c1/warmup/0", "ref-baseline/c1/measured/0",
+                                                     "ref-baseline/c1/measured/1"]
+        assert runs[-1]["cell_key"] == "ref-fast/c4/measured/1"
+        assert s.scalar("SELECT count(*) FROM requests WHERE outcome = 'ok'") == 18 * 4
+        assert s.scalar("SELECT count(DISTINCT utt_id) FROM requests") == 4  # the same requests for every cell
+        assert {x["telemetry_status"] for x in runs} == {gpu_identity()[1]}
+        agg = aggregate_runs(s, h)
+        assert len(agg) == 12 and {x["kind"] for x in agg} == {"measured"}
+        assert len(aggregate_runs(s, h, engine="ref-fast", concurrency=2)) == 2
+        launches = s.query("SELECT * FROM engine_launches")
+        assert len(launches) == 6 and {x["status"] for x in launches} == {"stopped"}  # per_cell: one per engine x C
+        attempts = s.query("SELECT * FROM attempts")
+        assert {a["outcome"] for a in attempts} == {"measured"}
+        assert sorted(sum((json.loads(a["run_ids_json"]) for a in attempts), [])) == sorted(x["run_id"] for x in runs)
+        kinds = [e[0] for e in s.con.execute("SELECT kind FROM audit_events ORDER BY seq").fetchall()]
+        assert kinds.count("run_started") == kinds.count("run_ended") == 18
+        assert verify_chain(s).ok
+        no_pool = s.scalar("SELECT count(*) FROM runs WHERE pool IS DISTINCT FROM 'tuning'")
+        assert no_pool == 0
+
+    again = campaign("run", str(plan), db=db)
+    assert again.returncode == 2 and "already has 18 run(s)" in again.stderr
+    resumed = campaign("run", str(plan), "--resume", db=db)
+    assert resumed.returncode == 0 and "0 run(s) recorded, 18 cell(s) already complete" in resumed.stdout
+
+    rep = campaign("report", str(plan), "--format", "json", db=db)
+    assert rep.returncode == 0, rep.stderr
+    cells = json.loads(rep.stdout)
+    assert [(c["engine"], c["concurrency"], c["repeats"]) for c in cells] == [
+        (e, c, 2) for e in ("ref-baseline", "ref-fast") for c in (1, 2, 4)]
+    assert all(c["throughput_median"] > 0 and c["failed_max"] == 0 and c["chunks_mean_min"] >= 1 for c in cells)
+    tput = {(c["engine"], c["concurrency"]): c["throughput_median"] for c in cells}
+    # the fast profile's cheaper decode steps must show up in the measured table
+    assert sum(tput["ref-fast", c] for c in (1, 2, 4)) > sum(tput["ref-baseline", c] for c in (1, 2, 4))
+    table = campaign("report", str(plan), db=db)
+    assert table.returncode == 0 and "ref-baseline" in table.stdout and "TTFA p95" in table.stdout
+    assert "not in aggregates: 6 warmup/complete" in table.stdout
+
+    with Store(db) as s:
+        victim = s.scalar("SELECT run_id FROM runs WHERE cell_key = 'ref-fast/c2/measured/0'")
+    ex = campaign("runs", "exclude", victim, "--reason", "profiler attached", db=db)
+    assert ex.returncode == 0, ex.stderr
+    cells = json.loads(campaign("report", str(plan), "--format", "json", db=db).stdout)
+    assert {(c["engine"], c["concurrency"]): c["repeats"] for c in cells}[("ref-fast", 2)] == 1
+    assert sum(c["repeats"] for c in cells) == 11
+
+
+def test_resume_after_sigkill_mid_cell(tmp_path):
+    plan = _plan(tmp_path, profiles=("baseline",), concurrencies=(1,), requests=8, warmups=0, repeats=3,
+                 interleave="sequential", restart="per_cell")
+    db = tmp_path / "c.duckdb"
+    assert campaign("plan", "freeze", str(plan), db=db).returncode == 0
+    proc = subprocess.Popen([sys.executable, "-m", "console.cli", "run", str(plan), "--db", str(db)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    deadline = time.monotonic() + 120
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("[1/3]") or time.monotonic() > deadline:
+            break
+    assert lines[-1].startswith("[1/3]"), "".join(lines)
+    time.sleep(0.8)  # well inside the second run (8 requests at C=1 take a few seconds)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+    with Store(db) as s:
+        before = s.query("SELECT run_id, status, cell_key FROM runs ORDER BY started_at")
+        assert [(r["status"], r["cell_key"]) for r in before] == [
+            ("complete", "ref-baseline/c1/measured/0"), ("running", "ref-baseline/c1/measured/1")]
+        first = s.query("SELECT * FROM requests WHERE run_id = ? ORDER BY request_index", [before[0]["run_id"]])
+        partial = s.query("SELECT * FROM requests WHERE run_id = ? ORDER BY request_index", [before[1]["run_id"]])
+        chunks_before = s.scalar("SELECT count(*) FROM chunks")
+        orphan = s.query("SELECT pid, status FROM engine_launches")[0]
+        assert orphan["status"] == "ready" and len(first) == 8 and len(partial) < 8
+
+    r = campaign("run", str(plan), "--resume", db=db)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "marked incomplete" in r.stdout and "2 run(s) recorded, 1 cell(s) already complete" in r.stdout
+    with Store(db) as s:
+        runs = s.query("SELECT run_id, status, cell_key FROM runs ORDER BY started_at")
+        assert [(x["status"], x["cell_key"]) for x in runs] == [
+            ("complete", "ref-baseline/c1/measured/0"), ("incomplete", "ref-baseline/c1/measured/1"),
+            ("complete", "ref-baseline/c1/measured/1"), ("complete", "ref-baseline/c1/measured/2")]
+        # nothing stored before the kill was lost or changed
+        assert s.query("SELECT * FROM requests WHERE run_id = ? ORDER BY request_index", [runs[0]["run_id"]]) == first
+        assert s.query("SELECT * FROM requests WHERE run_id = ? ORDER BY request_index", [runs[1]["run_id"]]) == partial
+        assert s.scalar("SELECT count(*) FROM chunks") > chunks_before
+        h = s.scalar("SELECT plan_hash FROM plans")
+        assert [x["run_id"] for x in aggregate_runs(s, h)] == [runs[0]["run_id"], runs[2]["run_id"], runs[3]["run_id"]]
+        statuses = [x["status"] for x in s.query("SELECT status FROM engine_launches ORDER BY started_at")]
+        assert statuses == ["crashed", "stopped"]
+        ended = s.query("SELECT payload_json FROM audit_events WHERE kind = 'run_ended' AND subject = ?", [runs[1]["run_id"]])
+        assert json.loads(ended[0]["payload_json"])["status"] == "incomplete"
+        assert verify_chain(s).ok
+    assert not os.path.exists(f"/proc/{orphan['pid']}") or \
+        open(f"/proc/{orphan['pid']}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
