@@ -24,13 +24,13 @@ import queue as queue_mod
 import re
 import signal
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from data.records import AudioFileRecord, ChunkRecord, RequestRecord
 from engine_adapters.dialects import get_dialect
+from engine_adapters.dialects.base import MAX_EVENT_BYTES, FrameCollector
 from engine_adapters.dialects.wav import encode_wav
 from engine_adapters.transport import TRANSPORTS, TransportError
 
@@ -83,6 +83,63 @@ class DriveSummary:
     error: str | None = None
 
 
+@dataclass
+class RawResult:
+    """One sent request as the timing path saw it: stamps and undecoded frames."""
+    index: int
+    utt_id: str
+    is_warmup: bool
+    t_send_ns: int
+    t_first_byte_ns: int | None = None
+    t_end_ns: int | None = None
+    http_status: int | None = None
+    failure: tuple[str, str] | None = None  # transport-level: http_status, transport, timeout, cancelled
+    clean_eof: bool = False
+    bytes_received: int = 0
+    frames: list[tuple[int, bytes, int]] = field(default_factory=list)
+    overflow: str | None = None
+
+
+def decode_result(spec: DriveSpec, raw: RawResult) -> list[Any]:
+    """Records for one sent request: decode its frames, classify its outcome (the first cause
+    wins; an HTTP error status always wins), save its audio WAV with SHA-256."""
+    dialect = get_dialect(spec.dialect)
+    parser = dialect.new_parser(spec.request_options)
+    collector = FrameCollector(dialect.name != "pcm")
+    collector.frames, collector.overflow = raw.frames, raw.overflow
+    events = collector.replay(parser)
+    if raw.clean_eof:
+        parser.eof()
+    st = parser.state
+    outcome, detail = parser.outcome()
+    if raw.failure is not None and (st.failure is None or raw.failure[0] == "http_status"):
+        outcome, detail = raw.failure
+    rec = RequestRecord(
+        run_id=spec.run_id, request_index=raw.index, utt_id=raw.utt_id, is_warmup=raw.is_warmup,
+        outcome=outcome, t_send_ns=raw.t_send_ns, error_detail=detail, http_status=raw.http_status,
+        t_first_byte_ns=raw.t_first_byte_ns, t_first_audio_ns=st.t_first_audio_ns,
+        t_last_audio_ns=st.t_last_audio_ns, t_end_ns=raw.t_end_ns, audio_samples=st.samples,
+        sample_rate=st.sample_rate, audio_chunks=st.audio_chunks, events=st.events,
+        bytes_received=raw.bytes_received, text=st.text,
+    )
+    out: list[Any] = [rec]
+    out += [ChunkRecord(spec.run_id, raw.index, k, e.t_arrival_ns, e.kind, e.samples, e.payload_bytes, e.server_emit_ns)
+            for k, e in enumerate(events)]
+    if st.samples and st.sample_rate:
+        rel = audio_relpath(spec.run_id, raw.index, raw.utt_id)
+        sha = _write_wav(Path(spec.artifacts_dir) / rel, b"".join(e.pcm for e in events if e.pcm), st.sample_rate)
+        rec.audio_path, rec.audio_sha256 = rel, sha
+        out.append(AudioFileRecord(sha, rel, spec.run_id, raw.index, st.sample_rate, st.samples))
+    return out
+
+
+def decode_batch(spec: DriveSpec, raws: list[RawResult]) -> list[Any]:
+    out: list[Any] = []
+    for r in raws:
+        out += decode_result(spec, r)
+    return out
+
+
 def audio_relpath(run_id: str, request_index: int, utt_id: str) -> str:
     return f"{_SAFE.sub('_', run_id)}/{request_index}-{_SAFE.sub('_', utt_id)}.wav"
 
@@ -111,8 +168,7 @@ class _Run:
         self.loop_lag_ns: list[int] = []
         self.sent = 0
         self.cancelled = False
-        self.writer_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wav-writer")
-        self.finalisers: list[asyncio.Future] = []
+        self.max_event_bytes = int(opts.get("max_event_bytes", MAX_EVENT_BYTES))
         # bodies built before the clock starts: JSON-encoding a base64 prompt is not send lag
         self._bodies: dict[str, bytes] = {}
         for r in spec.requests:
@@ -128,86 +184,49 @@ class _Run:
         return warm + [(w + i, r, False) for i, r in enumerate(reqs)]
 
     async def one(self, transport: Any, index: int, req: RequestSpec, warm: bool) -> None:
+        """Send one request and collect its stamped frames; decoding happens later, elsewhere."""
         spec = self.spec
-        parser = self.dialect.new_parser(spec.request_options)
-        rec = RequestRecord(run_id=spec.run_id, request_index=index, utt_id=req.utt_id, is_warmup=warm,
-                            outcome="cancelled", t_send_ns=0)
-        chunks: list[ChunkRecord] = []
-        pcm_parts: list[bytes] = []
-        nbytes = 0
+        raw = RawResult(index=index, utt_id=req.utt_id, is_warmup=warm, t_send_ns=0)
+        collector = FrameCollector(self.dialect.name != "pcm", self.max_event_bytes)
 
         def stamp_send() -> None:
-            rec.t_send_ns = time.perf_counter_ns()
+            raw.t_send_ns = time.perf_counter_ns()
 
-        def take(events: list) -> None:
-            for ev in events:
-                chunks.append(ChunkRecord(spec.run_id, index, len(chunks), ev.t_arrival_ns, ev.kind,
-                                          ev.samples, ev.payload_bytes, ev.server_emit_ns))
-                if ev.pcm:
-                    pcm_parts.append(ev.pcm)
-
-        failure: tuple[str, str] | None = None
         try:
             async with asyncio.timeout(spec.timeout_s):
                 async with transport.post(self.url, self._bodies[req.utt_id], stamp_send) as resp:
-                    rec.http_status = resp.status
+                    raw.http_status = resp.status
                     if not 200 <= resp.status < 300:
                         body = await resp.read_error_body()
-                        rec.t_end_ns = time.perf_counter_ns()
-                        failure = ("http_status", f"HTTP {resp.status}: {_error_text(body)}")
+                        raw.t_end_ns = time.perf_counter_ns()
+                        raw.failure = ("http_status", f"HTTP {resp.status}: {_error_text(body)}")
                     else:
                         async for data in resp.chunks():
                             t = time.perf_counter_ns()
-                            if rec.t_first_byte_ns is None:
-                                rec.t_first_byte_ns = t
-                            nbytes += len(data)
-                            take(parser.feed(data, t))
-                            if parser.done:
+                            if raw.t_first_byte_ns is None:
+                                raw.t_first_byte_ns = t
+                            raw.bytes_received += len(data)
+                            if collector.add(data, t):
                                 break
                         else:
-                            parser.eof()
-                        rec.t_end_ns = time.perf_counter_ns()
+                            raw.clean_eof = True
+                        raw.t_end_ns = time.perf_counter_ns()
         except TransportError as exc:
-            failure = ("transport", str(exc))
+            raw.failure = ("transport", str(exc))
         except TimeoutError:
-            failure = ("timeout", f"no completion within {spec.timeout_s:g} s")
+            raw.failure = ("timeout", f"no completion within {spec.timeout_s:g} s")
         except asyncio.CancelledError:
-            failure = ("cancelled", "run cancelled while the request was in flight")
+            raw.failure = ("cancelled", "run cancelled while the request was in flight")
             self.cancelled = True
             raise
         finally:
-            if rec.t_send_ns == 0:
-                rec.t_send_ns = time.perf_counter_ns()
-            if rec.t_end_ns is None:
-                rec.t_end_ns = time.perf_counter_ns()
-            st = parser.state
-            outcome, detail = parser.outcome()
-            if st.failure is None and failure is not None:
-                outcome, detail = failure
-            elif failure is not None and failure[0] == "http_status":
-                outcome, detail = failure
-            rec.outcome, rec.error_detail = outcome, detail
-            rec.t_first_audio_ns, rec.t_last_audio_ns = st.t_first_audio_ns, st.t_last_audio_ns
-            rec.audio_samples, rec.sample_rate = st.samples, st.sample_rate
-            rec.audio_chunks, rec.events, rec.bytes_received = st.audio_chunks, st.events, nbytes
-            rec.text = st.text
+            if raw.t_send_ns == 0:
+                raw.t_send_ns = time.perf_counter_ns()
+            if raw.t_end_ns is None:
+                raw.t_end_ns = time.perf_counter_ns()
+            raw.frames, raw.overflow = collector.frames, collector.overflow
             self.sent += 1
-            self.finalisers.append(asyncio.ensure_future(self.finalise(rec, chunks, pcm_parts)))
-
-    async def finalise(self, rec: RequestRecord, chunks: list[ChunkRecord], pcm_parts: list[bytes]) -> None:
-        """Write the request's WAV off the event loop, then queue its records."""
-        audio: AudioFileRecord | None = None
-        if rec.audio_samples and rec.sample_rate:
-            rel = audio_relpath(rec.run_id, rec.request_index, rec.utt_id)
-            loop = asyncio.get_running_loop()
-            sha = await loop.run_in_executor(self.writer_pool, _write_wav, self.spec.artifacts_dir / rel,
-                                             b"".join(pcm_parts), rec.sample_rate)
-            rec.audio_path, rec.audio_sha256 = rel, sha
-            audio = AudioFileRecord(sha, rel, rec.run_id, rec.request_index, rec.sample_rate, rec.audio_samples)
-        self.pending.append(rec)
-        self.pending.extend(chunks)
-        if audio:
-            self.pending.append(audio)
+            self.pending.append(raw)
 
     async def phase(self, transport: Any, items: list[tuple[int, RequestSpec, bool]]) -> None:
         it = iter(items)
@@ -285,9 +304,7 @@ class _Run:
             watcher.cancel()
             for a in aux:
                 a.cancel()
-            await asyncio.gather(*self.finalisers, return_exceptions=True)
             await transport.close()
-            self.writer_pool.shutdown(wait=True)
             self.flush()
         return DriveSummary(
             loop_impl=_loop_impl(), client_impl=transport.version,
@@ -344,21 +361,28 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-def drive_in_process(spec: DriveSpec, emit: Callable[[list[Any]], None],
-                     cancel: Callable[[], bool] = lambda: False) -> DriveSummary:
-    """Run a drive on a fresh event loop in the calling thread (what the driver process runs)."""
+def drive_raw(spec: DriveSpec, emit_raw: Callable[[list[RawResult]], None],
+              cancel: Callable[[], bool] = lambda: False) -> DriveSummary:
+    """Run a drive on a fresh event loop in the calling thread (what the driver process runs);
+    `emit_raw` receives batches of undecoded RawResults."""
     spec.validate()
     loop = new_event_loop()
     try:
-        return loop.run_until_complete(_Run(spec, emit).main(cancel))
+        return loop.run_until_complete(_Run(spec, emit_raw).main(cancel))
     finally:
         loop.close()
+
+
+def drive_in_process(spec: DriveSpec, emit: Callable[[list[Any]], None],
+                     cancel: Callable[[], bool] = lambda: False) -> DriveSummary:
+    """`drive_raw` with batches decoded into records before `emit` (tests, tools)."""
+    return drive_raw(spec, lambda raws: emit(decode_batch(spec, raws)), cancel)
 
 
 def _child_main(spec: DriveSpec, out: Any, cancel_evt: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and asks via cancel_evt
     try:
-        summary = drive_in_process(spec, lambda batch: out.put(("records", batch)), cancel_evt.is_set)
+        summary = drive_raw(spec, lambda batch: out.put(("raw", batch)), cancel_evt.is_set)
     except BaseException as exc:  # report, never hang the parent
         out.put(("fatal", f"{type(exc).__name__}: {exc}"))
         return
@@ -404,8 +428,10 @@ class DriverProcess:
                         return
                 else:
                     continue
-            if kind == "records":
-                yield payload
+            if kind == "raw":
+                # decoding (JSON, base64, WAV) and WAV writing happen here, in the store owner's
+                # process, so they never delay the driver's arrival stamps
+                yield decode_batch(self.spec, payload)
             elif kind == "summary":
                 self.summary = payload
                 return

@@ -1,0 +1,173 @@
+"""Timing fidelity of the load driver: per concurrency C, the p50/p99 of (client arrival stamp -
+engine emit stamp) over every audio event, for the console's driver (own process, uvloop,
+stamp-before-parse) and for a plain aiohttp client written the way `vllm bench serve` reads
+streams (iterate response.content lines, stamp after line splitting/decoding), measured in the
+same run against the same reference engine (which stamps `emit_ns` right before each write).
+
+    .venv/bin/python bench/bench_timing_fidelity.py [--concurrencies 1,8,32,128] [--client httpx|aiohttp]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import socket
+import struct
+import sys
+import tempfile
+import time
+import wave
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from engine_adapters.dialects import get_dialect  # noqa: E402
+from engine_adapters.driver import DriverProcess, DriveSpec, RequestSpec  # noqa: E402
+from engine_adapters.lifecycle import EngineProcess  # noqa: E402
+from engine_adapters.specs import EngineSpec  # noqa: E402
+from data.records import ChunkRecord  # noqa: E402
+
+# every sequence decodes together (no queueing), one 1 s chunk (48 KB WAV, ~64 KB base64) per step
+PROFILE = """
+[profiles.fidelity]
+inherits = "baseline"
+description = "timing-fidelity bench: wide batch, synchronised 1 s chunks"
+max_num_seqs = 512
+prefill_s = 0.02
+step_base_s = 0.08
+step_per_seq_s = 0.0005
+"""
+TEXTS = ["The quick brown fox jumps over the lazy dog near the quiet river bank today.",
+         "Measurements are only as good as the clock that takes them and the code around it."]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def prompt_wav(path: Path) -> Path:
+    """A voiced-sounding 1.5 s prompt (harmonics of 130 Hz) so the engine can estimate a pitch."""
+    t = np.arange(int(1.5 * 24000)) / 24000
+    x = sum(np.sin(2 * np.pi * 130 * k * t) / k for k in range(1, 8)) * 0.2
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(24000)
+        w.writeframes((x * 32767).astype("<i2").tobytes())
+    return path
+
+
+def start_engine(tmp: Path, dialect: str = "vllm-omni", profile: str = "fidelity", profiles_file: Path | None = None) -> EngineProcess:
+    port = free_port()
+    argv = [sys.executable, "-m", "engine_adapters.reference", "--dialect", dialect, "--profile", profile,
+            "--port", str(port)]
+    if profiles_file:
+        argv += ["--profiles-file", str(profiles_file)]
+    eng = EngineProcess(EngineSpec("reference", "reference", dialect, argv=tuple(argv), port=port,
+                                   health_timeout_s=120), tmp / "logs")
+    eng.start()
+    eng.wait_healthy()
+    return eng
+
+
+def driver_deltas(url: str, c: int, n: int, prompt: Path, tmp: Path, client: str) -> list[int]:
+    reqs = [RequestSpec(f"s{i % 2}-{i}", TEXTS[i % 2], prompt) for i in range(n)]
+    spec = DriveSpec(f"fid-c{c}", url, "vllm-omni", c, reqs, timeout_s=120, artifacts_dir=tmp / "art",
+                     request_options={"client": client})
+    proc = DriverProcess(spec).start()
+    deltas = []
+    for batch in proc.batches():
+        deltas += [r.t_arrival_ns - r.server_emit_ns for r in batch
+                   if isinstance(r, ChunkRecord) and r.kind == "audio" and r.server_emit_ns is not None]
+    proc.join()
+    return deltas
+
+
+async def _plain(url: str, c: int, bodies: list[bytes]) -> list[int]:
+    import aiohttp
+
+    deltas: list[int] = []
+    queue = list(bodies)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=c),
+                                     timeout=aiohttp.ClientTimeout(total=None)) as session:
+        async def worker():
+            while queue:
+                body = queue.pop()
+                async with session.post(url + "/v1/chat/completions", data=body,
+                                        headers={"content-type": "application/json"}) as response:
+                    async for chunk_bytes in response.content:  # as vllm bench serve reads streams
+                        chunk_bytes = chunk_bytes.strip()
+                        if not chunk_bytes:
+                            continue
+                        chunk = chunk_bytes.decode("utf-8").removeprefix("data: ")
+                        if chunk == "[DONE]":
+                            continue
+                        timestamp = time.perf_counter_ns()
+                        data = json.loads(chunk)
+                        if data.get("modality") == "audio" and "emit_ns" in data:
+                            deltas.append(timestamp - data["emit_ns"])
+        await asyncio.gather(*(worker() for _ in range(c)))
+    return deltas
+
+
+def _plain_child(url: str, c: int, bodies: list[bytes], out) -> None:
+    out.put(asyncio.run(_plain(url, c, bodies)))
+
+
+def plain_deltas(url: str, c: int, n: int, prompt: Path) -> list[int]:
+    d = get_dialect("vllm-omni")
+    bodies = [json.dumps(d.build_body(TEXTS[i % 2], str(prompt), None)).encode() for i in range(n)]
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_plain_child, args=(url, c, bodies, q))
+    p.start()
+    res = q.get(timeout=600)
+    p.join(30)
+    return res
+
+
+def pct(d: list[int]) -> tuple[float, float, int]:
+    a = np.asarray(d, dtype=float) / 1e6
+    return float(np.percentile(a, 50)), float(np.percentile(a, 99)), a.size
+
+
+def measure(concurrencies: list[int], client: str = "httpx", requests_per_c=None) -> dict[int, dict[str, tuple]]:
+    results = {}
+    with tempfile.TemporaryDirectory() as td:
+        tmp = Path(td)
+        prof = tmp / "profiles.toml"
+        prof.write_text(PROFILE)
+        prompt = prompt_wav(tmp / "prompt.wav")
+        eng = start_engine(tmp, profiles_file=prof)
+        try:
+            for c in concurrencies:
+                n = (requests_per_c or {}).get(c, max(8, c))
+                ours = driver_deltas(eng.spec.url, c, n, prompt, tmp, client)
+                plain = plain_deltas(eng.spec.url, c, n, prompt)
+                results[c] = {"driver": pct(ours), "plain": pct(plain)}
+        finally:
+            eng.stop()
+    return results
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--concurrencies", default="1,8,32,128")
+    ap.add_argument("--client", default="httpx", choices=("httpx", "aiohttp"))
+    args = ap.parse_args()
+    cs = [int(x) for x in args.concurrencies.split(",")]
+    res = measure(cs, args.client)
+    print(f"arrival - emit (ms), audio events; driver client = {args.client}")
+    print(f"{'C':>5} {'driver p50':>11} {'driver p99':>11} {'plain p50':>10} {'plain p99':>10} {'events':>8} {'p99 ratio':>9}")
+    for c, r in res.items():
+        (dp50, dp99, dn), (pp50, pp99, pn) = r["driver"], r["plain"]
+        print(f"{c:>5} {dp50:>11.3f} {dp99:>11.3f} {pp50:>10.3f} {pp99:>10.3f} {dn:>8} {dp99 / pp99 if pp99 else float('nan'):>9.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
