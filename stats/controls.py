@@ -8,6 +8,7 @@ the outcome with the answer the construction guarantees.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
@@ -69,17 +70,24 @@ def with_candidate(base: pd.DataFrame, *, extra_errors: Callable[[np.ndarray], n
     return pd.concat([base, cand], ignore_index=True)
 
 
-def _every_third(ids: np.ndarray) -> np.ndarray:
-    """+1 error on every third id (in every repeat): ~+1.7 pp WER, far beyond a 0.2 pp margin."""
+def _wer_scale(margin_pp: float) -> int:
+    """Injected WER changes are sized for a 0.2 pp margin and grow with wider margins, so 'beyond
+    the margin' stays true for any plan (~8x the margin)."""
+    return max(1, math.ceil(float(margin_pp) / 0.2))
+
+
+def _every_third(ids: np.ndarray, scale: int = 1) -> np.ndarray:
+    """+scale errors on every third id (in every repeat): ~+1.7·scale pp WER."""
     num = np.array([int(u.rsplit("utt", 1)[1]) for u in ids])
-    return (num % 3 == 0).astype(int)
+    return (num % 3 == 0).astype(int) * scale
 
 
 OUTLIER_ID = "spk03-utt0017"
 
 
-def _outlier(ids: np.ndarray) -> np.ndarray:
-    return (ids == OUTLIER_ID).astype(int) * 12
+def _outlier(ids: np.ndarray, scale: int = 1) -> np.ndarray:
+    """One utterance gains 12·scale errors per repeat; every other id is unchanged."""
+    return (ids == OUTLIER_ID).astype(int) * 12 * scale
 
 
 def _bounds(result: GateResult) -> list[float | None]:
@@ -90,6 +98,7 @@ def run_controls(config: GateConfig) -> list[ControlResult]:
     """Run every control with the campaign's margins, B, seed and method."""
     base = baseline_table()
     m = config.margins
+    k = _wer_scale(m["wer"])
     out: list[ControlResult] = []
 
     def control(name: str, description: str, expected: str, frame: pd.DataFrame, *,
@@ -110,8 +119,8 @@ def run_controls(config: GateConfig) -> list[ControlResult]:
 
     identical = with_candidate(base)
     control("identical-arms", "candidate outputs identical to baseline", PASS, identical)
-    control("wer-beyond-margin", "+1 error on every third utterance (~+1.7 pp WER)", FAIL,
-            with_candidate(base, extra_errors=_every_third),
+    control("wer-beyond-margin", f"+{k} error(s) on every third utterance (~+{1.7 * k:g} pp WER)", FAIL,
+            with_candidate(base, extra_errors=lambda ids: _every_third(ids, k)),
             extra=lambda r: _failed_metrics(r, {"wer"}))
     control("sim-beyond-margin", f"SIM lowered by {2 * m['sim']:g} on every output", FAIL,
             with_candidate(base, sim_shift=2 * float(m["sim"]), sim_noise=0.2),
@@ -130,7 +139,7 @@ def run_controls(config: GateConfig) -> list[ControlResult]:
     control("scorer-unavailable", "UTMOS scorer unavailable (no local model)", INCONCLUSIVE, no_mos,
             status={"wer": "ok", "sim": "ok", "mos": "unavailable: model directory not found"})
     control("single-outlier", f"one utterance ({OUTLIER_ID}) carries the whole WER change", FAIL,
-            with_candidate(base, extra_errors=_outlier), extra=_names_outlier)
+            with_candidate(base, extra_errors=lambda ids: _outlier(ids, k)), extra=_names_outlier)
 
     # Boundary: a margin exactly equal to the computed bound must fail (pass iff bound < margin).
     inside = with_candidate(base, sim_shift=0.1 * float(m["sim"]), sim_noise=0.2)
@@ -142,7 +151,7 @@ def run_controls(config: GateConfig) -> list[ControlResult]:
             extra=lambda r: _failed_metrics(r, {"sim"}, only_c=CONCURRENCIES[0]))
 
     # Same seed -> identical bounds; another seed -> different bounds (the seed is really used).
-    data = with_candidate(base, extra_errors=_every_third, sim_shift=0.1, sim_noise=0.3, utmos_noise=0.01)
+    data = with_candidate(base, extra_errors=lambda ids: _every_third(ids, k), sim_shift=0.1, sim_noise=0.3, utmos_noise=0.01)
     a = _bounds(evaluate_gates(data, config, attribution=False))
     b = _bounds(evaluate_gates(data, config, attribution=False))
     c = _bounds(evaluate_gates(data, replace(config, seed=config.seed + 1), attribution=False))

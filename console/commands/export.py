@@ -1,0 +1,92 @@
+"""`campaign export verdict ID -o verdict.json` (the stored, schema-validated verdict document) and
+`campaign export runs --format csv|parquet -o FILE [--plan HASH]` (raw per-request rows)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import jsonschema
+
+from console.commands.db import add_db_arg
+from data.errors import CampaignError
+from data.store import first_line, open_store
+
+RUN_COLUMNS = ("plan_hash", "engine", "concurrency", "repeat_index", "kind", "status", "pool", "dialect",
+               "metrics_version")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("export", help="export a verdict document or raw per-request rows")
+    ps = p.add_subparsers(dest="export_command", metavar="WHAT", required=True)
+    v = ps.add_parser("verdict", help="the verdict document (JSON, docs/verdict.schema.json)")
+    v.add_argument("verdict_id", help="verdict id (or a unique prefix)")
+    v.add_argument("-o", "--output", help="file to write (default: stdout)")
+    add_db_arg(v)
+    v.set_defaults(func=cmd_export_verdict)
+    r = ps.add_parser("runs", help="raw per-request rows with their run's engine, concurrency, kind ...")
+    r.add_argument("--format", choices=("csv", "parquet"), default="csv")
+    r.add_argument("-o", "--output", required=True, help="file to write")
+    r.add_argument("--plan", help="plan hash (prefix); default: every run")
+    add_db_arg(r)
+    r.set_defaults(func=cmd_export_runs)
+
+
+def cmd_export_verdict(args) -> int:
+    from data.verdicts import get_verdict
+    from stats.verdict_doc import load_schema
+
+    with open_store(args.db, read_only=True) as store:
+        row = get_verdict(store, args.verdict_id)
+    doc = row["document"]
+    if doc is None:
+        raise CampaignError(f"verdict {row['verdict_id']}: stored without a document")
+    try:
+        jsonschema.validate(doc, load_schema())
+    except jsonschema.ValidationError as exc:
+        path = "/".join(str(p) for p in exc.absolute_path) or "(root)"
+        raise CampaignError(f"verdict {row['verdict_id']}: stored document does not match "
+                            f"docs/verdict.schema.json at {path}: {first_line(exc)}") from None
+    text = json.dumps(doc, indent=2, sort_keys=False) + "\n"
+    if args.output:
+        out = Path(args.output)
+        try:
+            out.write_text(text)
+        except OSError as exc:
+            raise CampaignError(f"{out}: cannot write ({exc.strerror})") from None
+        print(f"{out}: verdict {row['verdict_id']} ({row['verdict']}), {doc['schema_version']}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_export_runs(args) -> int:
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    from data.plans import resolve_hash
+
+    with open_store(args.db, read_only=True) as store:
+        params: list = []
+        where = ""
+        if args.plan:
+            where = " WHERE r.plan_hash = ?"
+            params.append(resolve_hash(store, args.plan))
+        sql = (
+            "SELECT q.run_id, " + ", ".join(f"r.{c}" for c in RUN_COLUMNS)
+            + ", x.reason AS excluded_reason, q.* EXCLUDE (run_id) "
+            "FROM requests q JOIN runs r USING (run_id) LEFT JOIN exclusions x USING (run_id)"
+            + where + " ORDER BY r.started_at, q.run_id, q.request_index"
+        )
+        table = store.con.sql(sql, params=params).to_arrow_table()
+    out = Path(args.output)
+    try:
+        if args.format == "parquet":
+            pq.write_table(table, out)
+        else:
+            pacsv.write_csv(table, out)
+    except OSError as exc:
+        raise CampaignError(f"{out}: cannot write ({first_line(exc)})") from None
+    print(f"{out}: {table.num_rows} request rows ({args.format})")
+    return 0

@@ -1,0 +1,150 @@
+"""Throughput decision rules, e.g. "candidate exceeds peer at C16 and C32" (DESIGN.md §7).
+
+Over the plan's repeated, interleaved measured runs (`data.queries.aggregate_runs`: complete, not
+excluded, not profiled/exploratory/warmup) every repeat is reported with its spread, repeats are
+paired by repeat index (repeat i of the candidate ran next to repeat i of the reference), and the
+claim rests on the paired ratio candidate/reference.
+
+Bound: a one-sided lower `confidence` bound on the mean log ratio by Student's t over the pairs,
+    L = mean(log r) − t(confidence, n−1) · sd(log r, ddof=1) / √n,  ratio bound = exp(L).
+t rather than a bootstrap because a campaign has a handful of repeats (3 in the reference
+campaign) and a bootstrap over 3 values has only 10 distinct resamples. The log makes the ratio
+symmetric (A/B vs B/A). A cell passes iff exp(L) > min_ratio (1.0 = "exceeds"; equal fails);
+fewer than two pairs is INCONCLUSIVE, never PASS.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from scipy import stats as sps
+
+from stats.gates import FAIL, INCONCLUSIVE, PASS, combine
+
+BOUND_METHOD = "one-sided Student t lower bound on the mean log paired ratio"
+
+
+@dataclass(frozen=True)
+class RepeatValue:
+    repeat: int
+    run_id: str
+    value: float | None
+
+
+@dataclass(frozen=True)
+class RuleCell:
+    concurrency: int
+    status: str
+    candidate: list[dict[str, Any]]
+    reference: list[dict[str, Any]]
+    candidate_spread: dict[str, Any]
+    reference_spread: dict[str, Any]
+    pairs: list[dict[str, Any]]
+    n_pairs: int
+    geo_mean_ratio: float | None
+    lower_bound_ratio: float | None
+    min_ratio: float
+    reason: str = ""
+
+
+@dataclass
+class RuleResult:
+    name: str
+    kind: str
+    candidate: str
+    reference: str
+    metric: str
+    confidence: float
+    min_ratio: float
+    verdict: str
+    cells: list[RuleCell] = field(default_factory=list)
+    method: str = BOUND_METHOD
+
+    def checks_dicts(self) -> list[dict[str, Any]]:
+        return [asdict(c) for c in self.cells]
+
+
+def _spread(values: Sequence[float]) -> dict[str, Any]:
+    """min/median/max/CV (sample std over mean), the same definition as stats.metrics.spread."""
+    arr = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+    if arr.size == 0:
+        return {"n": 0, "min": None, "median": None, "max": None, "cv": None, "mean": None}
+    mean = float(arr.mean())
+    cv = float(arr.std(ddof=1) / mean) if arr.size >= 2 and mean != 0 else None
+    return {"n": int(arr.size), "min": float(arr.min()), "median": float(np.median(arr)),
+            "max": float(arr.max()), "cv": cv, "mean": mean}
+
+
+def lower_ratio_bound(ratios: Sequence[float], confidence: float) -> tuple[float, float]:
+    """(geometric-mean ratio, one-sided lower bound of the ratio) from paired ratios (n >= 2)."""
+    logs = np.log(np.asarray(ratios, dtype=float))
+    n = logs.size
+    mean = float(logs.mean())
+    sd = float(logs.std(ddof=1))
+    t = float(sps.t.ppf(confidence, n - 1))
+    return math.exp(mean), math.exp(mean - t * sd / math.sqrt(n))
+
+
+def evaluate_cell(concurrency: int, cand: Sequence[RepeatValue], ref: Sequence[RepeatValue], *,
+                  confidence: float, min_ratio: float) -> RuleCell:
+    by_rep_ref = {r.repeat: r for r in ref}
+    pairs = []
+    for c in sorted(cand, key=lambda r: r.repeat):
+        r = by_rep_ref.get(c.repeat)
+        if r is None or not c.value or not r.value or c.value <= 0 or r.value <= 0:
+            continue
+        pairs.append({"repeat": c.repeat, "candidate_run": c.run_id, "reference_run": r.run_id,
+                      "candidate": c.value, "reference": r.value, "ratio": c.value / r.value})
+    as_rows = lambda vals: [asdict(v) for v in sorted(vals, key=lambda v: v.repeat)]  # noqa: E731
+    base = dict(concurrency=concurrency, candidate=as_rows(cand), reference=as_rows(ref),
+                candidate_spread=_spread([v.value for v in cand]), reference_spread=_spread([v.value for v in ref]),
+                pairs=pairs, n_pairs=len(pairs), min_ratio=min_ratio)
+    unpaired = len(cand) + len(ref) - 2 * len(pairs)
+    if len(pairs) < 2:
+        return RuleCell(status=INCONCLUSIVE, geo_mean_ratio=pairs[0]["ratio"] if pairs else None,
+                        lower_bound_ratio=None,
+                        reason=f"{len(pairs)} paired repeat(s); a bound needs at least 2"
+                        + (f" ({unpaired} unpaired run(s))" if unpaired else ""), **base)
+    geo, lower = lower_ratio_bound([p["ratio"] for p in pairs], confidence)
+    status = PASS if lower > min_ratio else FAIL
+    reason = f"{unpaired} unpaired run(s) not used" if unpaired else ""
+    return RuleCell(status=status, geo_mean_ratio=geo, lower_bound_ratio=lower, reason=reason, **base)
+
+
+def evaluate_rule(rule: Any, values: Mapping[tuple[str, int], Sequence[RepeatValue]]) -> RuleResult:
+    """Apply one `throughput_exceeds` rule to per-(engine, concurrency) repeat values."""
+    get = rule.get if isinstance(rule, Mapping) else lambda k, d=None: getattr(rule, k, d)
+    confidence = float(get("confidence", 0.95))
+    min_ratio = float(get("min_ratio", 1.0) or 1.0)
+    cand, ref = get("candidate"), get("reference")
+    cells = [evaluate_cell(int(c), values.get((cand, int(c)), []), values.get((ref, int(c)), []),
+                           confidence=confidence, min_ratio=min_ratio) for c in get("concurrencies")]
+    return RuleResult(name=get("name"), kind=get("kind"), candidate=cand, reference=ref,
+                      metric=get("metric", "throughput") or "throughput", confidence=confidence,
+                      min_ratio=min_ratio, verdict=combine([c.status for c in cells]), cells=cells)
+
+
+def collect_values(store: Any, plan: Any, rule: Any) -> dict[tuple[str, int], list[RepeatValue]]:
+    """Throughput of every aggregate run of the rule's two engines at its concurrencies."""
+    from data.errors import CampaignError
+    from data.queries import aggregate_runs
+    from stats.metrics import run_metrics
+
+    get = rule.get if isinstance(rule, Mapping) else lambda k, d=None: getattr(rule, k, d)
+    metric = get("metric", "throughput") or "throughput"
+    if metric != "throughput":
+        raise CampaignError(f"decision rule {get('name')!r}: metric {metric!r} is not supported (throughput only)")
+    m = plan.metrics
+    out: dict[tuple[str, int], list[RepeatValue]] = {}
+    for engine in (get("candidate"), get("reference")):
+        for c in get("concurrencies"):
+            vals = []
+            for run in aggregate_runs(store, plan.hash, engine=engine, concurrency=int(c)):
+                rm = run_metrics(store, run["run_id"], throughput_scale=m.throughput_scale,
+                                 stall_threshold_s=m.stall_threshold_s, preroll_s=m.preroll_s)
+                vals.append(RepeatValue(int(run["repeat_index"]), run["run_id"], rm.throughput))
+            out[(engine, int(c))] = vals
+    return out

@@ -1,0 +1,265 @@
+"""The verdict document (JSON, `schema_version` omni-campaign-verdict/1, docs/verdict.schema.json)
+and the issuing of verdicts.
+
+The document is assembled once, when the verdict is issued, and stored with it (insert-only), so
+`campaign export verdict` writes exactly what was decided. It carries what a reviewer needs to
+redo the decision without the console: the frozen plan, every check, the per-id aggregates the
+bootstrap resampled (so a dozen lines of numpy reproduce each bound), attribution, the throughput
+table of every concurrency, the runs used, the exclusions with reasons, and the commands.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from data.store import Store, utcnow
+from data.verdicts import VerdictRow, insert_verdict, new_verdict_id
+
+SCHEMA_VERSION = "omni-campaign-verdict/1"
+SCHEMA_PATH = Path(__file__).resolve().parents[1] / "docs" / "verdict.schema.json"
+
+NUMPY_SNIPPET = '''\
+import json, numpy as np
+doc = json.load(open("verdict.json"))
+b = doc["bootstrap"]
+for cell in doc["cells"]:
+    a = {k: np.array(v, dtype=float) for k, v in cell["arrays"].items()}
+    K = len(cell["ids"])                     # ids in ascending string order
+    idx = np.random.default_rng(b["seed"]).integers(0, K, (b["draws"], K))
+    wer = 100 * (a["e_cand"][idx].sum(1) - a["e_base"][idx].sum(1)) / a["n_base"][idx].sum(1)
+    sim = a["sim_base"][idx].mean(1) - a["sim_cand"][idx].mean(1)
+    utmos = a["utmos_base"][idx].mean(1) - a["utmos_cand"][idx].mean(1)
+    print(cell["concurrency"], [float(np.quantile(r, b["confidence"])) for r in (wer, sim, utmos)])
+'''
+
+
+def finite(obj: Any) -> Any:
+    """JSON-safe copy: numpy scalars to Python, NaN/inf to None."""
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return [finite(v) for v in obj.tolist()]
+    return obj
+
+
+def load_schema() -> dict[str, Any]:
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+# -- pieces -----------------------------------------------------------------------------------
+
+def cells_section(frame, result) -> list[dict[str, Any]]:
+    """Per-id aggregates each concurrency's bootstrap resampled (ids ascending)."""
+    from stats.gates import aggregate_cell
+
+    out = []
+    for c in result.ids:
+        cov = aggregate_cell(frame[frame["concurrency"] == c], c)
+        out.append({
+            "concurrency": int(c),
+            "ids": list(cov.ids),
+            "arrays": {k: finite(v) for k, v in cov.arrays.items()},
+            "full_coverage": {m: bool(cov.covered[m].all()) for m in cov.covered},
+        })
+    return out
+
+
+def throughput_table(store: Store, plan) -> list[dict[str, Any]]:
+    """Every engine × every sweep concurrency: per-repeat metrics of the aggregate runs + spreads."""
+    from data.queries import aggregate_runs
+    from stats.metrics import run_metrics, spread
+
+    m = plan.metrics
+    rows = []
+    for engine in [e.name for e in plan.engines]:
+        for c in plan.sweep.concurrencies:
+            repeats = []
+            for run in aggregate_runs(store, plan.hash, engine=engine, concurrency=int(c)):
+                rm = run_metrics(store, run["run_id"], throughput_scale=m.throughput_scale,
+                                 stall_threshold_s=m.stall_threshold_s, preroll_s=m.preroll_s)
+                repeats.append({
+                    "run_id": run["run_id"], "repeat": int(run["repeat_index"]), "throughput": rm.throughput,
+                    "ttfa_p50_s": rm.ttfa_p50_s, "ttfa_p95_s": rm.ttfa_p95_s, "rtf_mean": rm.rtf_mean,
+                    "requests": rm.requests, "completed": rm.completed, "failed": rm.failed,
+                    "failures_by_class": dict(rm.failures_by_class), "stall_count": rm.stall_count,
+                    "stall_total_s": rm.stall_total_s, "stall_longest_s": rm.stall_longest_s,
+                    "stall_max_deficit_s": rm.stall_max_deficit_s, "continuity_ok_rate": rm.continuity_ok_rate,
+                    "chunks_mean": rm.chunks_mean, "chunks_min": rm.chunks_min, "chunks_max": rm.chunks_max,
+                    "audio_s_ok": rm.audio_s_ok, "audio_s_failed": rm.audio_s_failed, "wall_s": rm.wall_s,
+                })
+            spreads = {}
+            for key in ("throughput", "ttfa_p50_s", "ttfa_p95_s", "rtf_mean"):
+                s = spread([r[key] for r in repeats])
+                spreads[key] = {"min": s.min, "median": s.median, "max": s.max, "cv": s.cv, "n": s.n}
+            rows.append({"engine": engine, "concurrency": int(c), "repeats": repeats, "spread": spreads})
+    return finite(rows)
+
+
+def runs_section(store: Store, plan_hash: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    from data.queries import aggregate_runs, plan_runs
+
+    used = {r["run_id"] for r in aggregate_runs(store, plan_hash)}
+    runs = [{
+        "run_id": r["run_id"], "engine": r["engine"], "concurrency": r["concurrency"],
+        "repeat": r["repeat_index"], "kind": r["kind"], "status": r["status"], "pool": r["pool"],
+        "in_aggregates": r["run_id"] in used, "excluded_reason": r.get("excluded_reason"),
+    } for r in plan_runs(store, plan_hash)]
+    excl = store.query(
+        "SELECT x.run_id, x.reason, x.excluded_at, x.audit_seq FROM exclusions x JOIN runs r USING (run_id) "
+        "WHERE r.plan_hash = ? ORDER BY x.excluded_at", [plan_hash])
+    exclusions = [{"run_id": e["run_id"], "reason": e["reason"], "excluded_at": str(e["excluded_at"]),
+                   "audit_seq": e["audit_seq"]} for e in excl]
+    return runs, exclusions
+
+
+def plan_section(store: Store | None, plan) -> dict[str, Any] | None:
+    if plan is None:
+        return None
+    from data.plans import stored_document
+
+    frozen = stored_document(store, plan.hash) if store is not None else None
+    return {"hash": plan.hash, "name": plan.name, "kind": plan.kind, "parent_hash": plan.parent_hash,
+            "canonical": frozen if frozen is not None else plan.raw, "effective": plan.raw}
+
+
+def reproduce_section(verdict_id: str, plan, source: str | None, config) -> dict[str, Any]:
+    cmds = []
+    if plan is not None:
+        cmds.append(f"campaign plan verify {plan.source_path or 'plan.json'}")
+        cmds.append(f"campaign gate {plan.source_path or 'plan.json'} --db campaign.duckdb --dry-run")
+    if source:
+        m = config.margins
+        cmds.append(f"campaign gate --scores {source} --wer-margin {m['wer']:g} --sim-margin {m['sim']:g} "
+                    f"--utmos-margin {m['utmos']:g} --draws {config.draws} --seed {config.seed} "
+                    f"--method {config.method}")
+    cmds.append(f"campaign export verdict {verdict_id} -o verdict.json")
+    cmds.append("campaign controls")
+    return {"commands": cmds, "numpy": NUMPY_SNIPPET,
+            "note": "the numpy snippet reproduces percentile bounds from this file's `cells`; "
+                    "BCa: scipy.stats.bootstrap(..., method='bca', paired=True, vectorized=True, "
+                    "alternative='less', rng=numpy.random.default_rng(seed))"}
+
+
+# -- documents --------------------------------------------------------------------------------
+
+def quality_document(*, verdict_id: str, created_at, result, frame, plan=None, store: Store | None = None,
+                     metrics_version: str | None = None, controls=None, source: str | None = None,
+                     scorer_status: dict | None = None, scorers: dict | None = None) -> dict[str, Any]:
+    from stats.gates import HASH_RECIPE, LABELS, UNITS
+
+    cfg = result.config
+    runs, exclusions = runs_section(store, plan.hash) if (store is not None and plan is not None) else ([], [])
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "verdict_id": verdict_id,
+        "created_at": created_at.isoformat(),
+        "kind": "quality",
+        "name": (plan.name if plan is not None else "scores") + ": noninferiority",
+        "verdict": result.verdict,
+        "rule": "PASS iff every check's one-sided upper bound < its margin; FAIL if any check fails; "
+                "otherwise INCONCLUSIVE (coverage gap or scorer unavailable)",
+        "plan": plan_section(store, plan),
+        "metrics_version": metrics_version,
+        "bootstrap": {
+            "method": cfg.method, "draws": cfg.draws, "seed": cfg.seed, "confidence": cfg.confidence,
+            "index_matrix": "numpy.random.default_rng(seed).integers(0, K, (draws, K)), one per concurrency, "
+                            "shared by its metrics; column k = k-th utterance id in ascending string order",
+            "bound": "numpy.quantile(replicates, confidence) (linear)" if cfg.method == "percentile"
+                     else "BCa (scipy.stats.bootstrap's formulas), one-sided upper",
+            "statistics": {
+                "wer": "100 * (sum E_cand - sum E_base) / sum N_base over resampled ids (pp)",
+                "sim": "mean(SIM_base) - mean(SIM_cand) over resampled ids (x100 scale)",
+                "utmos": "mean(UTMOS_base) - mean(UTMOS_cand) over resampled ids",
+            },
+            "aggregation": "within each utterance id over measured repeats: WER errors and words summed, "
+                           "SIM and UTMOS averaged",
+        },
+        "margins": {m: float(cfg.margins[m]) for m in ("wer", "sim", "utmos")},
+        "units": UNITS, "labels": LABELS,
+        "checks": finite(result.checks_dicts()),
+        "attribution": finite(result.attribution),
+        "inputs": finite({**result.inputs, "hash_recipe": HASH_RECIPE, "scorer_status": scorer_status or {},
+                          "scorers": scorers or {}}),
+        "cells": cells_section(frame, result),
+        "throughput": throughput_table(store, plan) if (store is not None and plan is not None) else [],
+        "runs": finite(runs),
+        "exclusions": exclusions,
+        "controls": [c.as_dict() for c in controls] if controls is not None else None,
+        "reproduce": reproduce_section(verdict_id, plan, source, cfg),
+    }
+    return doc
+
+
+def rule_document(*, verdict_id: str, created_at, rule_result, plan, store: Store,
+                  metrics_version: str | None) -> dict[str, Any]:
+    runs, exclusions = runs_section(store, plan.hash)
+    r = rule_result
+    return finite({
+        "schema_version": SCHEMA_VERSION,
+        "verdict_id": verdict_id,
+        "created_at": created_at.isoformat(),
+        "kind": "throughput",
+        "name": r.name,
+        "verdict": r.verdict,
+        "rule": f"{r.candidate} / {r.reference} {r.metric}: PASS iff the lower {r.confidence:g} bound of the "
+                f"paired ratio > {r.min_ratio:g} at every concurrency ({', '.join(str(c.concurrency) for c in r.cells)})",
+        "plan": plan_section(store, plan),
+        "metrics_version": metrics_version,
+        "decision_rule": {"name": r.name, "kind": r.kind, "candidate": r.candidate, "reference": r.reference,
+                          "metric": r.metric, "confidence": r.confidence, "min_ratio": r.min_ratio,
+                          "method": r.method},
+        "checks": r.checks_dicts(),
+        "attribution": [],
+        "inputs": {"runs": sum(len(c.candidate) + len(c.reference) for c in r.cells)},
+        "cells": [],
+        "throughput": throughput_table(store, plan),
+        "runs": runs,
+        "exclusions": exclusions,
+        "controls": None,
+        "reproduce": {"commands": [f"campaign gate {plan.source_path or 'plan.json'} --db campaign.duckdb --dry-run",
+                                   f"campaign export verdict {verdict_id} -o verdict.json"],
+                      "numpy": "import numpy as np, scipy.stats as st\n"
+                               "r = np.log(np.array(ratios))  # per-repeat candidate/reference\n"
+                               "lower = np.exp(r.mean() - st.t.ppf(confidence, r.size - 1) * r.std(ddof=1) / np.sqrt(r.size))\n",
+                      "note": "ratios are in checks[].pairs"},
+    })
+
+
+# -- issuing ----------------------------------------------------------------------------------
+
+def issue_quality(store: Store, result, frame, *, plan=None, metrics_version: str | None = None, controls=None,
+                  source: str | None = None, scorer_status: dict | None = None, scorers: dict | None = None) -> str:
+    """Store a quality verdict (insert-only, audited) with its full document; returns its id."""
+    created = utcnow()
+    vid = new_verdict_id("quality", [result.inputs, result.checks_dicts()], created)
+    doc = quality_document(verdict_id=vid, created_at=created, result=result, frame=frame, plan=plan, store=store,
+                           metrics_version=metrics_version, controls=controls, source=source,
+                           scorer_status=scorer_status, scorers=scorers)
+    cfg = result.config
+    return insert_verdict(store, VerdictRow(
+        kind="quality", verdict=result.verdict, name=doc["name"], plan_hash=plan.hash if plan else None,
+        method=cfg.method, draws=cfg.draws, seed=cfg.seed, metrics_version=metrics_version,
+        inputs=doc["inputs"], checks=doc["checks"], attribution=doc["attribution"], document=doc,
+        verdict_id=vid, created_at=created))
+
+
+def issue_rule(store: Store, rule_result, *, plan, metrics_version: str | None) -> str:
+    created = utcnow()
+    vid = new_verdict_id("throughput", [rule_result.name, rule_result.checks_dicts()], created)
+    doc = rule_document(verdict_id=vid, created_at=created, rule_result=rule_result, plan=plan, store=store,
+                        metrics_version=metrics_version)
+    return insert_verdict(store, VerdictRow(
+        kind="throughput", verdict=rule_result.verdict, name=rule_result.name, plan_hash=plan.hash,
+        method=rule_result.method, metrics_version=metrics_version, inputs=doc["inputs"], checks=doc["checks"],
+        attribution=[], document=doc, verdict_id=vid, created_at=created))
