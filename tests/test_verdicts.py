@@ -113,15 +113,23 @@ def test_gate_scores_hand_made_table_issue_export_and_reproduce(tmp_path, capsys
     (HAND.replace("wer_words", "words"), "missing column(s) wer_words"),
     (HAND.replace("candidate,1,1,b-2,0,5", "candidate,1,1,b-2,-3,5"), "row 16: wer_errors -3 is not a non-negative integer"),
     (HAND.replace("baseline,1,0,a-1", "base,1,0,a-1"), "row 1: arm 'base'"),
-])
-def test_gate_scores_bad_input_one_line(tmp_path, body, needle):
+    (HAND.replace("69.9,3.8", "69.9,high"), "row 15: utmos 'high' is not a finite number"),
+], ids=["column", "negative", "arm", "text"])
+def test_gate_scores_bad_input_one_line(tmp_path, capsys, body, needle):
     csv = tmp_path / "scores.csv"
     csv.write_text(body)
+    code = main(["gate", "--scores", str(csv), "--wer-margin", "0.2", "--sim-margin", "0.5", "--utmos-margin", "0.05",
+                 "--draws", "200"])
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and err.count("\n") == 1 and str(csv) in err
+
+
+def test_gate_scores_cli_subprocess_error_has_no_traceback(tmp_path):
+    csv = tmp_path / "scores.csv"
+    csv.write_text(HAND.replace("wer_words", "words"))
     r = subprocess.run([sys.executable, "-m", "console.cli", "gate", "--scores", str(csv), "--wer-margin", "0.2",
-                        "--sim-margin", "0.5", "--utmos-margin", "0.05", "--draws", "200"],
-                       capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 2
-    assert needle in r.stderr and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+                        "--sim-margin", "0.5", "--utmos-margin", "0.05"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and "missing column(s) wer_words" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_gate_scores_missing_id_inconclusive(tmp_path, capsys):
