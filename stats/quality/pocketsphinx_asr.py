@@ -36,6 +36,10 @@ def _decoder():
 def decode_pcm16(pcm: bytes) -> str:
     """Decode one utterance of 16 kHz s16le PCM; runs in a worker (or in-process)."""
     d = _decoder()
+    # Live CMN and other feature state carry over between utterances, which made a transcript
+    # depend on what the worker decoded before (seen in tests); resetting the feature pipeline
+    # makes each transcript a function of its audio alone (idempotent scoring, --recheck).
+    d.reinit_feat()
     d.start_utt()
     d.process_raw(pcm, full_utt=True)
     d.end_utt()

@@ -160,6 +160,9 @@ class WavlmScorer(SimScorer):
 
     def load(self) -> None:
         import torch
+        import transformers
+
+        transformers.logging.set_verbosity_error()  # deprecation chatter would bury the progress bar
         from transformers import AutoFeatureExtractor, WavLMForXVector
         self._fe = AutoFeatureExtractor.from_pretrained(self.model_dir, local_files_only=True)
         dtype = torch.float16 if self.device.startswith("cuda") else torch.float32

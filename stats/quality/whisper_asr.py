@@ -51,6 +51,9 @@ class WhisperScorer(AsrScorer):
 
     def load(self) -> None:
         import torch
+        import transformers
+
+        transformers.logging.set_verbosity_error()  # deprecation chatter would bury the progress bar
         from transformers import WhisperForConditionalGeneration, WhisperProcessor
         self._proc = WhisperProcessor.from_pretrained(self.model_dir, local_files_only=True)
         dtype = torch.float16 if self.device.startswith("cuda") else torch.float32
