@@ -45,6 +45,7 @@ class RequestSpec:
     text: str
     prompt_wav: Path | None
     prompt_text: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()  # per-request extra headers (e.g. fault injection in tests)
 
 
 @dataclass
@@ -194,7 +195,8 @@ class _Run:
 
         try:
             async with asyncio.timeout(spec.timeout_s):
-                async with transport.post(self.url, self._bodies[req.utt_id], stamp_send) as resp:
+                async with transport.post(self.url, self._bodies[req.utt_id], stamp_send,
+                                          dict(req.headers) if req.headers else None) as resp:
                     raw.http_status = resp.status
                     if not 200 <= resp.status < 300:
                         body = await resp.read_error_body()

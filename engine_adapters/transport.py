@@ -41,9 +41,10 @@ class HttpxTransport:
                                         headers={**HEADERS, **(headers or {})})
 
     @asynccontextmanager
-    async def post(self, url: str, body: bytes, on_send: Callable[[], None]) -> AsyncIterator[StreamResponse]:
+    async def post(self, url: str, body: bytes, on_send: Callable[[], None],
+                   headers: dict[str, str] | None = None) -> AsyncIterator[StreamResponse]:
         httpx = self._httpx
-        req = self.client.build_request("POST", url, content=body)
+        req = self.client.build_request("POST", url, content=body, headers=headers)
         on_send()
         try:
             resp = await self.client.send(req, stream=True)
@@ -92,11 +93,12 @@ class AiohttpTransport:
         )
 
     @asynccontextmanager
-    async def post(self, url: str, body: bytes, on_send: Callable[[], None]) -> AsyncIterator[StreamResponse]:
+    async def post(self, url: str, body: bytes, on_send: Callable[[], None],
+                   headers: dict[str, str] | None = None) -> AsyncIterator[StreamResponse]:
         aiohttp = self._aiohttp
         on_send()
         try:
-            resp = await self.session.post(url, data=body)
+            resp = await self.session.post(url, data=body, headers=headers)
         except aiohttp.ClientError as exc:
             raise TransportError(_describe(exc)) from None
 

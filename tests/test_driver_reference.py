@@ -1,0 +1,101 @@
+"""The driver over real HTTP against the reference engine (launched through its spec with the
+lifecycle adapter): all three dialects, the flaky profile's faults each in their class, and a
+loose timing-fidelity bound."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from console.recording import launch_engine, record_run, stop_engine
+from engine_adapters.driver import DriveSpec, RequestSpec
+from engine_adapters.specs import EngineSpec
+from stats.metrics import run_metrics
+
+TEXTS = ["A short sentence for the engine.", "Another line of speech to render now.",
+         "Timing every chunk as it arrives.", "The fourth request says this."]
+
+
+def _port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def prompt(tmp_path_factory):
+    path = tmp_path_factory.mktemp("p") / "prompt.wav"
+    t = np.arange(int(1.5 * 24000)) / 24000
+    x = sum(np.sin(2 * np.pi * 130 * k * t) / k for k in range(1, 8)) * 0.2
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(24000)
+        w.writeframes((x * 32767).astype("<i2").tobytes())
+    return path
+
+
+def _engine(store, tmp_path, dialect, profile, extra=()):
+    port = _port()
+    argv = (sys.executable, "-m", "engine_adapters.reference", "--dialect", dialect, "--profile", profile,
+            "--port", str(port), *extra)
+    spec = EngineSpec(f"ref-{dialect}", "reference", dialect, argv=argv, port=port, health_timeout_s=90, profile=profile)
+    return launch_engine(store, spec, log_dir=tmp_path / "logs")
+
+
+@pytest.mark.parametrize("dialect", ["vllm-omni", "sglang-omni", "pcm"])
+def test_reference_engine_all_dialects(store, tmp_path, prompt, dialect):
+    eng = _engine(store, tmp_path, dialect, "fast")
+    try:
+        reqs = [RequestSpec(f"spk-{i}", t, prompt, "prompt") for i, t in enumerate(TEXTS)]
+        spec = DriveSpec(f"ref-{dialect}", eng.spec.url, dialect, 2, reqs, timeout_s=60, artifacts_dir=tmp_path / "a",
+                         sampling={"seed": 42, "temperature": 0.0})
+        run_id = record_run(store, spec, engine=eng.spec.name, kind="exploratory", launch_id=eng.launch_id, telemetry=False)
+    finally:
+        stop_engine(store, eng, grace_s=2)
+    rows = store.query("SELECT * FROM requests WHERE run_id = ?", [run_id])
+    assert len(rows) == 4 and {r["outcome"] for r in rows} == {"ok"}, [r["error_detail"] for r in rows]
+    for r in rows:
+        assert r["sample_rate"] == 24_000 and r["audio_samples"] > 24_000 * 0.5
+        assert (tmp_path / "a" / r["audio_path"]).is_file()
+    m = run_metrics(store, run_id)
+    assert m.completed == 4 and m.throughput > 0 and m.ttfa_p50_s > 0
+    if dialect != "pcm":  # SSE dialects carry the engine's emit stamp on audio events
+        assert store.scalar("SELECT count(*) FROM chunks WHERE run_id = ? AND kind = 'audio' AND server_emit_ns IS NULL", [run_id]) == 0
+    assert store.scalar("SELECT status FROM engine_launches WHERE launch_id = ?", [eng.launch_id]) == "stopped"
+
+
+FAULTS = {"in_stream_error": "in_stream_error", "drop": "transport", "http_500": "http_status", "stall": "timeout"}
+
+
+@pytest.mark.parametrize("dialect", ["vllm-omni", "sglang-omni"])
+def test_flaky_faults_land_in_their_class(store, tmp_path, prompt, dialect):
+    eng = _engine(store, tmp_path, dialect, "flaky")
+    try:
+        reqs = []
+        for i, fault in enumerate(["none", *FAULTS, "none", "none"]):
+            reqs.append(RequestSpec(f"spk-{i}", TEXTS[i % 4] + f" Number {i}.", prompt,
+                                    headers=(("X-Reference-Fault", fault),)))
+        spec = DriveSpec(f"flaky-{dialect}", eng.spec.url, dialect, 3, reqs, timeout_s=2, artifacts_dir=tmp_path / "a")
+        run_id = record_run(store, spec, engine=eng.spec.name, kind="exploratory", telemetry=False)
+    finally:
+        stop_engine(store, eng, grace_s=2)
+    rows = store.query("SELECT request_index, outcome, error_detail FROM requests WHERE run_id = ? ORDER BY request_index", [run_id])
+    assert len(rows) == len(reqs)  # requests sent = requests stored
+    expected = ["ok", *FAULTS.values(), "ok", "ok"]
+    if dialect == "sglang-omni":  # SGLang-Omni reports an in-stream fault by ending the stream without [DONE]
+        expected[1] = "no_end_marker"
+    assert [r["outcome"] for r in rows] == expected, rows
+
+
+def test_timing_fidelity_loose_bound(tmp_path):
+    """Gross-regression guard: p99 of (driver arrival - engine emit) under 20 ms at C=8."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import bench_timing_fidelity as b
+
+    res = b.measure([8], "httpx", {8: 16}, plain=False)
+    p50, p99, n = res[8]["driver"]
+    assert n >= 16 and p99 < 20.0, res
