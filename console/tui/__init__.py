@@ -1,0 +1,1 @@
+"""The Textual app of the Omni Campaign Console (`campaign tui`)."""

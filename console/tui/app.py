@@ -1,0 +1,406 @@
+"""The Omni Campaign Console TUI (`campaign tui`).
+
+Browser mode reads the run store (runs, run detail, report, verdicts, audit); live mode follows
+a running campaign through its snapshot file (console/live.py) because the campaign's process
+owns the DuckDB file. Loading happens in named thread workers that post custom messages
+(console/tui/messages.py); the handlers only render.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.text import Text
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.widgets import DataTable, Footer, Header, Input, Static, TabbedContent, TabPane
+
+from console.commands.report import COLUMNS as REPORT_COLUMNS
+from console.commands.report import _fmt as report_cell
+from console.commands.report import _label as report_label
+from console.live import live_path, read_snapshot, writer_alive
+from console.tui.data import load_browser
+from console.tui.messages import (
+    AuditLoaded, CampaignFinished, LiveSnapshotUpdated, ReportsLoaded, RunSelected, RunsLoaded, StoreLocked,
+    StoreUnavailable, VerdictsLoaded,
+)
+from console.tui.screens import RunDetailScreen
+from console.tui.widgets import (
+    CHECK_DEFS, FAIL_STYLE, PASS_STYLE, LiveView, failed_cell, fmt, header, num, stalls_cell, status_text,
+    verdict_text,
+)
+from data.errors import CampaignError
+from stats.metrics import METRICS_BY_NAME, METRICS_VERSION
+
+LOCK_MARK = "in use by another process"
+LIVE_POLL_S = 0.25
+
+RUN_COLUMNS = ("engine", "C", "kind", "rep", "status", "excluded",
+               header(METRICS_BY_NAME["throughput"]), header(METRICS_BY_NAME["ttfa_p50_s"]),
+               header(METRICS_BY_NAME["ttfa_p95_s"]), header(METRICS_BY_NAME["rtf_mean"]), "stalls", "failed",
+               "started (UTC)", "plan", "run id")
+RUN_NUMERIC = {"C", "rep"} | set(RUN_COLUMNS[6:12])
+VERDICT_COLUMNS = ("issued (UTC)", "kind", "name", "verdict", "method", "draws", "seed", "plan", "verdict id")
+CHECK_COLUMNS = ("C", "metric", "unit", "status", "ids", "estimate", "upper bound", "margin", "baseline", "candidate", "reason")
+AUDIT_COLUMNS = ("seq", "time (UTC)", "kind", "plan", "subject", "payload")
+
+
+@dataclass
+class TableRows:
+    """A table's full rows, so a filter can narrow and restore them."""
+    rows: list[tuple[str, tuple[Any, ...], str]]  # (key, cells, lower-case search text)
+
+
+class CampaignApp(App):
+    """Browse a run store; follow a running campaign live."""
+
+    TITLE = "Omni Campaign Console"
+    CSS_PATH = "app.tcss"
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("r", "refresh", "Refresh"),
+        Binding("slash", "filter", "Filter"),
+        Binding("f", "filter", "Filter", show=False),
+        Binding("escape", "close_filter", "Clear filter", show=False),
+        Binding("1", "tab('runs')", "Runs"),
+        Binding("2", "tab('report')", "Report"),
+        Binding("3", "tab('verdicts')", "Verdicts"),
+        Binding("4", "tab('audit')", "Audit"),
+        Binding("5", "tab('live')", "Live"),
+    ]
+
+    def __init__(self, db_path: str | Path, *, live: bool = False, poll_s: float = LIVE_POLL_S) -> None:
+        super().__init__()
+        self.db_path = Path(db_path)
+        self.live_file = live_path(self.db_path)
+        self.live_requested = live
+        self.poll_s = poll_s
+        self.tables: dict[str, TableRows] = {}
+        self.verdicts: list[Any] = []
+        self.locked = False
+        self.finished_seen = False
+        self._live_timer = None
+        self._last_seq: tuple[int, float] | None = None
+        self.sub_title = str(self.db_path)
+
+    # -- layout -----------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("", id="status")
+        yield Input(placeholder="filter rows (substring, space = and); escape clears", id="filter")
+        with TabbedContent(id="tabs", initial="runs"):
+            with TabPane("Runs", id="runs"):
+                yield DataTable(id="runs-table", cursor_type="row")
+            with TabPane("Report", id="report"):
+                yield VerticalScroll(Static("loading ..."), id="report-body")
+            with TabPane("Verdicts", id="verdicts"):
+                yield DataTable(id="verdicts-table", cursor_type="row")
+                yield Static("", id="checks-title")
+                yield DataTable(id="checks-table", cursor_type="row")
+            with TabPane("Audit", id="audit"):
+                yield Static("", id="chain")
+                yield DataTable(id="audit-table", cursor_type="row")
+            with TabPane("Live", id="live"):
+                yield LiveView(id="live-view")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._columns("runs-table", RUN_COLUMNS, RUN_NUMERIC)
+        self._columns("verdicts-table", VERDICT_COLUMNS, {"draws", "seed"})
+        self._columns("checks-table", CHECK_COLUMNS, {"C", "ids", "estimate", "upper bound", "margin", "baseline", "candidate"})
+        self._columns("audit-table", AUDIT_COLUMNS, {"seq"})
+        self.query_one("#filter", Input).disabled = True
+        self.query_one("#runs-table", DataTable).focus()
+        self.set_status(f"reading {self.db_path} ...")
+        if self.live_requested:
+            self.start_live()
+            self.query_one(TabbedContent).active = "live"
+        self.load_store()
+
+    def _columns(self, table_id: str, columns: tuple[str, ...], numeric: set[str]) -> None:
+        table = self.query_one(f"#{table_id}", DataTable)
+        for col in columns:
+            table.add_column(Text(col, justify="right") if col in numeric else col, key=col)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Tabs and the filter belong to the main screen; hide them over the run detail."""
+        if action in ("filter", "close_filter", "tab") and len(self.screen_stack) > 1:
+            return False
+        return True
+
+    def set_status(self, text: str | Text, style: str = "") -> None:
+        self.query_one("#status", Static).update(Text(text, style=style) if isinstance(text, str) else text)
+
+    # -- loading (thread workers post messages) ---------------------------------------------
+    @work(thread=True, exclusive=True, group="store", name="load-store")
+    def load_store(self) -> None:
+        try:
+            data = load_browser(self.db_path)
+        except CampaignError as exc:
+            text = str(exc)
+            self.post_message(StoreLocked(text) if LOCK_MARK in text else StoreUnavailable(text))
+            return
+        self.post_message(RunsLoaded(data.runs))
+        self.post_message(ReportsLoaded(data.reports))
+        self.post_message(VerdictsLoaded(data.verdicts))
+        self.post_message(AuditLoaded(data.audit))
+
+    def action_refresh(self) -> None:
+        self.set_status(f"reading {self.db_path} ...")
+        self.load_store()
+
+    def on_store_locked(self, msg: StoreLocked) -> None:
+        self.locked = True
+        if self.finished_seen:
+            # the campaign said it finished; its process is closing the file: try again shortly
+            self.set_timer(1.0, self.load_store)
+            return
+        snap_note = (f"following the live snapshot {self.live_file.name}" if self.live_file.exists()
+                     else f"no live snapshot ({self.live_file.name}) yet; press r to retry")
+        self.set_status(Text.assemble(("database in use by another process", "bold yellow"),
+                                      f" (a campaign is probably running): {snap_note}"))
+        self.start_live()
+        self.query_one(TabbedContent).active = "live"
+
+    def on_store_unavailable(self, msg: StoreUnavailable) -> None:
+        self.set_status(msg.message, FAIL_STYLE)
+
+    # -- runs -------------------------------------------------------------------------------
+    def on_runs_loaded(self, msg: RunsLoaded) -> None:
+        self.locked = False
+        rows = []
+        for r in reversed(msg.rows):  # newest first
+            m = r.metrics
+            cells = (
+                r.engine, num(str(r.concurrency)), r.kind, num(str(r.repeat_index)),
+                status_text(r.status), Text("excluded", style="yellow") if r.excluded else "",
+                num(fmt("throughput", m.throughput)), num(fmt("ttfa_p50_s", m.ttfa_p50_s)),
+                num(fmt("ttfa_p95_s", m.ttfa_p95_s)), num(fmt("rtf_mean", m.rtf_mean)),
+                stalls_cell(m.stall_count), failed_cell(m.failed), r.started, r.plan_name or "ad-hoc", r.run_id,
+            )
+            text = " ".join(str(c) for c in cells).lower() + f" c{r.concurrency} " + (r.excluded or "").lower()
+            rows.append((r.run_id, cells, text))
+        self.tables["runs-table"] = TableRows(rows)
+        self._fill("runs-table")
+        self.set_status(f"{self.db_path}: {len(msg.rows)} runs · metrics v{METRICS_VERSION} · "
+                        f"enter opens a run, / filters, r refreshes")
+
+    def _fill(self, table_id: str) -> None:
+        table = self.query_one(f"#{table_id}", DataTable)
+        terms = self._terms()
+        table.clear()
+        for key, cells, text in self.tables.get(table_id, TableRows([])).rows:
+            if all(t in text for t in terms):
+                table.add_row(*cells, key=key)
+
+    @on(DataTable.RowSelected, "#runs-table")
+    def _run_chosen(self, event: DataTable.RowSelected) -> None:
+        self.post_message(RunSelected(str(event.row_key.value)))
+
+    def on_run_selected(self, msg: RunSelected) -> None:
+        self.push_screen(RunDetailScreen(self.db_path, msg.run_id))
+
+    # -- report -----------------------------------------------------------------------------
+    def on_reports_loaded(self, msg: ReportsLoaded) -> None:
+        body = self.query_one("#report-body", VerticalScroll)
+        body.remove_children()
+        if not msg.reports:
+            body.mount(Static("No frozen plans in this store: `campaign plan freeze PLAN` first."))
+            return
+        widgets = []
+        cols = ["C", "n"] + [report_label(f, lbl) for f, lbl in REPORT_COLUMNS]
+        for rep in msg.reports:
+            plan = rep.plan
+            widgets.append(Static(Text.assemble(
+                (plan.name, "bold"), f"   plan {plan.hash[:12]}  frozen {rep.frozen_at}  metrics v{METRICS_VERSION}  "
+                f"median [min-max] cv across measured repeats"), classes="report-title"))
+            for engine in plan.engines:
+                table = DataTable(cursor_type="row", classes="report-table")
+                table.border_title = f"{engine.name} ({engine.adapter}, profile {engine.profile or '-'})"
+                table.add_columns(*[Text(c, justify="right") for c in cols])
+                for cell in rep.cells:
+                    if cell.engine != engine.name:
+                        continue
+                    row = [num(str(cell.concurrency)), num(str(cell.spreads["throughput"].n))]
+                    for f, _ in REPORT_COLUMNS:
+                        style = None
+                        if f == "failed" and cell.spreads[f].max:
+                            style = FAIL_STYLE
+                        elif f == "stall_count" and cell.spreads[f].max:
+                            style = "yellow"
+                        row.append(spread_cell(report_cell(f, cell.spreads[f]), style))
+                    table.add_row(*row, key=f"{engine.name}|{cell.concurrency}", height=2)
+                widgets.append(table)
+            if rep.left_out:
+                widgets.append(Static(Text("not in aggregates: " + ", ".join(
+                    f"{o['n']} {o['kind']}/{o['status']}{' excluded' if o['excluded'] else ''}" for o in rep.left_out),
+                    style="dim")))
+        body.mount_all(widgets)
+
+    @on(DataTable.RowSelected, ".report-table")
+    def _cell_chosen(self, event: DataTable.RowSelected) -> None:
+        """Drill down from a report cell to its runs: the Runs tab filtered to engine and C."""
+        engine, c = str(event.row_key.value).split("|")
+        self.query_one(TabbedContent).active = "runs"
+        self.action_filter(f"{engine} c{c} measured")
+
+    # -- verdicts ---------------------------------------------------------------------------
+    def on_verdicts_loaded(self, msg: VerdictsLoaded) -> None:
+        self.verdicts = list(reversed(msg.verdicts))
+        rows = []
+        for v in self.verdicts:
+            cells = (v.created, v.kind, v.name or "-", verdict_text(v.verdict), v.method or "-",
+                     num(plain(v.draws)), num(plain(v.seed)), (v.plan_hash or "-")[:12], v.verdict_id)
+            rows.append((v.verdict_id, cells, " ".join(str(c) for c in cells).lower()))
+        self.tables["verdicts-table"] = TableRows(rows)
+        self._fill("verdicts-table")
+        self.show_checks(self.verdicts[0] if self.verdicts else None)
+
+    @on(DataTable.RowHighlighted, "#verdicts-table")
+    def _verdict_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        key = event.row_key.value if event.row_key else None
+        self.show_checks(next((v for v in self.verdicts if v.verdict_id == key), None))
+
+    def show_checks(self, v: Any) -> None:
+        table = self.query_one("#checks-table", DataTable)
+        table.clear()
+        title = self.query_one("#checks-title", Static)
+        if v is None:
+            title.update("No verdicts issued yet.")
+            return
+        title.update(Text.assemble("checks of ", (v.verdict_id, "bold"), "  ", verdict_text(v.verdict)))
+        for i, c in enumerate(v.checks):
+            status = str(c.get("status", c.get("verdict", "")))
+            if not status and "passed" in c:
+                status = "PASS" if c["passed"] else "FAIL"
+            table.add_row(
+                num(str(c.get("concurrency", c.get("cell", "-")))), str(c.get("label") or c.get("metric") or "-"),
+                str(c.get("unit") or ""), verdict_text(status), *(num(CHECK_DEFS[k].format(c.get(k))) for k in
+                                        ("n_ids", "point", "bound", "margin", "base_value", "cand_value")),
+                Text(str(c.get("reason") or ""), style="dim"), key=str(i))
+
+    # -- audit ------------------------------------------------------------------------------
+    def on_audit_loaded(self, msg: AuditLoaded) -> None:
+        chain = msg.audit.chain
+        if chain.ok:
+            self.query_one("#chain", Static).update(Text.assemble(("audit chain OK", PASS_STYLE), f"  {chain.message}"))
+        else:
+            self.query_one("#chain", Static).update(Text.assemble(
+                (f"audit chain BROKEN at seq {chain.first_broken_seq}", FAIL_STYLE), f"  {chain.message}"))
+        rows = []
+        for e in reversed(msg.audit.events):
+            broken = not chain.ok and chain.first_broken_seq is not None and e["seq"] >= chain.first_broken_seq
+            cells = (num(str(e["seq"]), FAIL_STYLE if broken else None), e["time"], e["kind"], (e["plan_hash"] or "")[:12],
+                     e["subject"] or "", e["payload_json"][:120])
+            rows.append((str(e["seq"]), cells, " ".join(str(c) for c in cells).lower()))
+        self.tables["audit-table"] = TableRows(rows)
+        self._fill("audit-table")
+
+    # -- filter -----------------------------------------------------------------------------
+    def _terms(self) -> list[str]:
+        return self.query_one("#filter", Input).value.lower().split()
+
+    def _active_table(self) -> str | None:
+        return {"runs": "runs-table", "verdicts": "verdicts-table", "audit": "audit-table"}.get(
+            self.query_one(TabbedContent).active)
+
+    def action_filter(self, text: str | None = None) -> None:
+        box = self.query_one("#filter", Input)
+        box.display = True
+        box.disabled = False
+        if text is not None:
+            box.value = text
+        box.focus()
+
+    def action_close_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        if box.value or box.display:
+            box.value = ""
+            box.display = False
+            box.disabled = True
+            for table_id in self.tables:
+                self._fill(table_id)
+            table = self._active_table()
+            if table:
+                self.query_one(f"#{table}", DataTable).focus()
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self) -> None:
+        table = self._active_table()
+        if table:
+            self._fill(table)
+
+    @on(Input.Submitted, "#filter")
+    def _filter_done(self) -> None:
+        table = self._active_table()
+        if table:
+            self.query_one(f"#{table}", DataTable).focus()
+
+    @on(TabbedContent.TabActivated)
+    def _tab_changed(self) -> None:
+        table = self._active_table()
+        if table:
+            self._fill(table)
+
+    def action_tab(self, tab: str) -> None:
+        self.query_one(TabbedContent).active = tab
+
+    # -- live -------------------------------------------------------------------------------
+    def start_live(self) -> None:
+        if self._live_timer is None:
+            self._live_timer = self.set_interval(self.poll_s, self.poll_live)
+            self.poll_live()
+
+    @work(thread=True, exclusive=True, group="live", name="poll-live")
+    def poll_live(self) -> None:
+        try:
+            snap = read_snapshot(self.live_file)
+        except ValueError as exc:
+            self.call_from_thread(self.set_status, str(exc), FAIL_STYLE)
+            return
+        if snap is None:
+            return
+        key = (snap.seq, snap.updated_wall)
+        if key == self._last_seq:
+            if snap.state == "running" and not writer_alive(snap):
+                self.post_message(CampaignFinished(f"campaign process {snap.pid} is gone; its last snapshot is shown"))
+            return
+        self._last_seq = key
+        self.post_message(LiveSnapshotUpdated(snap, writer_alive(snap)))
+
+    def on_live_snapshot_updated(self, msg: LiveSnapshotUpdated) -> None:
+        self.query_one(LiveView).show(msg.snapshot, msg.writer_alive)
+        if msg.snapshot.state == "finished":
+            self.post_message(CampaignFinished("campaign finished"))
+        elif not msg.writer_alive:
+            self.post_message(CampaignFinished(f"campaign process {msg.snapshot.pid} is gone; its last snapshot is shown"))
+
+    def on_campaign_finished(self, msg: CampaignFinished) -> None:
+        if self.finished_seen:
+            return
+        self.finished_seen = True
+        if self._live_timer is not None:
+            self._live_timer.stop()
+            self._live_timer = None
+        self.set_status(f"{msg.reason}; reading {self.db_path} ...")
+        self.query_one(TabbedContent).active = "runs"
+        self.load_store()
+
+
+def plain(value: Any) -> str:
+    """Integers that are not metrics (draws, seeds) print plainly; '-' when absent."""
+    return "-" if value is None else str(value)
+
+
+def spread_cell(text: str, style: str | None = None) -> Text:
+    """The report's own 'median [min-max] cv x%' text, as the median over a dim second line
+    with the range, so the columns stay narrow."""
+    median, _, rest = text.partition(" [")
+    cell = Text(median, style=style or "", justify="right")
+    if rest:
+        cell.append("\n[" + rest, style=style or "dim")
+    return cell

@@ -1,0 +1,209 @@
+"""What the TUI shows, read from the run store: plain dataclasses built by small functions that
+run in thread workers, never on the UI thread (dolphie's split: polling apart from rendering).
+
+The store is opened read-only for one load and closed right away, so the TUI never keeps a
+campaign from opening its database. Every figure comes from stats.metrics and the report's own
+`build_report`; nothing here re-derives a metric.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from console.commands.report import ReportCell, build_report
+from data.audit import ChainResult, verify_chain
+from data.plans import Plan, plan_from_store
+from data.store import Store
+from stats.metrics import RequestMetrics, RunMetrics, load_run_records, request_metrics, run_metrics
+
+# run-level parameters a run was recorded under (params_json) and their defaults
+_METRIC_PARAMS = {"throughput_scale": 25.0, "stall_threshold_s": 0.1, "preroll_s": 0.0}
+
+
+def open_read_only(path: str | Path) -> Store:
+    """Read-only: several readers may share the file, and the TUI never migrates it."""
+    return Store(path, read_only=True)
+
+
+def metric_params(params_json: str | None) -> dict[str, float]:
+    """The metric parameters stored with a run (the plan's values), else the defaults."""
+    try:
+        params = json.loads(params_json or "{}")
+    except json.JSONDecodeError:
+        params = {}
+    return {k: float(params.get(k, d)) if isinstance(params.get(k, d), (int, float)) else d
+            for k, d in _METRIC_PARAMS.items()}
+
+
+@dataclass(frozen=True)
+class RunRow:
+    run_id: str
+    plan_hash: str | None
+    plan_name: str | None
+    engine: str
+    concurrency: int
+    kind: str
+    repeat_index: int
+    status: str
+    excluded: str | None  # the exclusion reason
+    started: str  # 'MM-DD HH:MM:SS' UTC, or ''
+    metrics: RunMetrics
+
+
+def load_runs(store: Store) -> list[RunRow]:
+    """Every run (oldest first) with its metrics."""
+    rows = store.query(
+        "SELECT r.run_id, r.plan_hash, p.name AS plan_name, r.engine, r.concurrency, r.kind, r.repeat_index, "
+        "r.status, x.reason AS excluded, strftime(r.started_at AT TIME ZONE 'UTC', '%m-%d %H:%M:%S') AS started, "
+        "r.params_json FROM runs r LEFT JOIN exclusions x USING (run_id) LEFT JOIN plans p USING (plan_hash) "
+        "ORDER BY r.started_at, r.run_id")
+    out = []
+    for r in rows:
+        m = run_metrics(store, r["run_id"], **metric_params(r["params_json"]))
+        out.append(RunRow(r["run_id"], r["plan_hash"], r["plan_name"], r["engine"], r["concurrency"], r["kind"],
+                          r["repeat_index"], r["status"], r["excluded"], r["started"] or "", m))
+    return out
+
+
+@dataclass(frozen=True)
+class RequestRow:
+    index: int
+    utt_id: str
+    warmup: bool
+    outcome: str
+    detail: str | None
+    metrics: RequestMetrics
+    arrivals: list[tuple[float, float]]  # (seconds since t_send, audio seconds) per audio chunk
+
+
+@dataclass(frozen=True)
+class GpuSeries:
+    gpu_index: int
+    t_s: list[float]  # seconds since the run's first sample
+    values: dict[str, list[float | None]]  # gpu_samples column -> values
+
+
+@dataclass(frozen=True)
+class RunDetail:
+    run: dict[str, Any]
+    metrics: RunMetrics
+    requests: list[RequestRow]
+    gpu: list[GpuSeries]
+    telemetry_status: str | None
+
+
+GPU_COLUMNS = ("util_gpu_pct", "power_w", "sm_clock_mhz")
+
+
+def load_run_detail(store: Store, run_id: str) -> RunDetail:
+    runs = store.query(
+        "SELECT r.*, x.reason AS excluded FROM runs r LEFT JOIN exclusions x USING (run_id) WHERE run_id = ?", [run_id])
+    if not runs:
+        from data.errors import CampaignError
+        raise CampaignError(f"{store.path}: no run with id {run_id!r}")
+    run = runs[0]
+    params = metric_params(run["params_json"])
+    metrics = run_metrics(store, run_id, **params)
+    requests, chunks = load_run_records(store, run_id)
+    details = {r["request_index"]: r["error_detail"] for r in store.query(
+        "SELECT request_index, error_detail FROM requests WHERE run_id = ?", [run_id])}
+    rows = []
+    for r in requests:
+        cs = chunks.get(r["request_index"], [])
+        rate = r["sample_rate"] or 0
+        arrivals = [((t - r["t_send_ns"]) / 1e9, s / rate if rate else 0.0) for t, s in cs]
+        rows.append(RequestRow(r["request_index"], r["utt_id"], bool(r["is_warmup"]), r["outcome"],
+                               details.get(r["request_index"]),
+                               request_metrics(r, cs, preroll_s=params["preroll_s"]), arrivals))
+    series = []
+    samples = store.query(
+        f"SELECT gpu_index, t_ns, {', '.join(GPU_COLUMNS)} FROM gpu_samples WHERE run_id = ? ORDER BY gpu_index, t_ns",
+        [run_id])
+    for g in sorted({s["gpu_index"] for s in samples}):
+        mine = [s for s in samples if s["gpu_index"] == g]
+        t0 = mine[0]["t_ns"]
+        series.append(GpuSeries(g, [(s["t_ns"] - t0) / 1e9 for s in mine],
+                                {c: [s[c] for s in mine] for c in GPU_COLUMNS}))
+    return RunDetail(run, metrics, rows, series, run.get("telemetry_status"))
+
+
+@dataclass(frozen=True)
+class PlanReport:
+    plan: Plan
+    frozen_at: str
+    cells: list[ReportCell]
+    left_out: list[dict[str, Any]] = field(default_factory=list)  # runs not in aggregates, by kind/status
+
+
+def load_reports(store: Store) -> list[PlanReport]:
+    """`campaign report` for every root plan in the store (the report's own build_report)."""
+    out = []
+    for p in store.query("SELECT plan_hash, strftime(frozen_at AT TIME ZONE 'UTC', '%Y-%m-%d %H:%M') AS frozen "
+                         "FROM plans WHERE kind = 'plan' ORDER BY frozen_at"):
+        plan = plan_from_store(store, p["plan_hash"])
+        cells = build_report(store, plan, pool=plan.workload.pool)
+        left_out = store.query(
+            "SELECT r.kind, r.status, (x.run_id IS NOT NULL) AS excluded, count(*) AS n FROM runs r "
+            "LEFT JOIN exclusions x USING (run_id) WHERE r.plan_hash = ? AND (r.kind <> 'measured' OR "
+            "r.status <> 'complete' OR x.run_id IS NOT NULL) GROUP BY ALL ORDER BY ALL", [plan.hash])
+        out.append(PlanReport(plan, p["frozen"] or "", cells, left_out))
+    return out
+
+
+@dataclass(frozen=True)
+class VerdictRowView:
+    verdict_id: str
+    created: str
+    kind: str
+    name: str | None
+    verdict: str
+    method: str | None
+    draws: int | None
+    seed: int | None
+    plan_hash: str | None
+    checks: list[dict[str, Any]]
+
+
+def load_verdicts(store: Store) -> list[VerdictRowView]:
+    rows = store.query(
+        "SELECT verdict_id, strftime(created_at AT TIME ZONE 'UTC', '%Y-%m-%d %H:%M:%S') AS created, kind, name, "
+        "verdict, method, draws, seed, plan_hash, checks_json FROM verdicts ORDER BY created_at, verdict_id")
+    out = []
+    for r in rows:
+        try:
+            checks = json.loads(r["checks_json"] or "[]")
+        except json.JSONDecodeError:
+            checks = [{"reason": "checks_json is not valid JSON"}]
+        out.append(VerdictRowView(r["verdict_id"], r["created"], r["kind"], r["name"], r["verdict"], r["method"],
+                                  r["draws"], r["seed"], r["plan_hash"], checks if isinstance(checks, list) else []))
+    return out
+
+
+@dataclass(frozen=True)
+class AuditView:
+    chain: ChainResult
+    events: list[dict[str, Any]]
+
+
+def load_audit(store: Store) -> AuditView:
+    events = store.query(
+        "SELECT seq, strftime(event_time AT TIME ZONE 'UTC', '%Y-%m-%d %H:%M:%S') AS time, kind, plan_hash, subject, "
+        "payload_json FROM audit_events ORDER BY seq")
+    return AuditView(verify_chain(store), events)
+
+
+@dataclass(frozen=True)
+class BrowserData:
+    runs: list[RunRow]
+    reports: list[PlanReport]
+    verdicts: list[VerdictRowView]
+    audit: AuditView
+
+
+def load_browser(path: str | Path) -> BrowserData:
+    """Everything the browser tabs show, in one short read-only session."""
+    with open_read_only(path) as store:
+        return BrowserData(load_runs(store), load_reports(store), load_verdicts(store), load_audit(store))
