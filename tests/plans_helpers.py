@@ -18,8 +18,10 @@ SENTENCES = [
     "The museum opens early on weekends.",
 ]
 
+SHORT_SENTENCES = ["Good morning.", "Thank you kindly.", "See you soon.", "Hello there."]
 
-def make_workload(root: Path, n: int = 12, n_holdout: int = 4) -> Path:
+
+def make_workload(root: Path, n: int = 12, n_holdout: int = 4, short: bool = False) -> Path:
     """A small Seed-TTS-format workload: voiced harmonic prompt wavs, tuning + holdout pools."""
     wav_dir = root / "en" / "prompt-wavs"
     wav_dir.mkdir(parents=True, exist_ok=True)
@@ -33,7 +35,8 @@ def make_workload(root: Path, n: int = 12, n_holdout: int = 4) -> Path:
         sf.write(wav_dir / f"p{i}.wav", y.astype("float32"), sr)
         utt = f"spk{i % 3}-{i:04d}"
         ids.append(utt)
-        lines.append(f"{utt}|prompt words {i}|prompt-wavs/p{i}.wav|{SENTENCES[i % len(SENTENCES)]}")
+        texts = SHORT_SENTENCES if short else SENTENCES
+        lines.append(f"{utt}|prompt words {i}|prompt-wavs/p{i}.wav|{texts[i % len(texts)]}")
     (root / "en" / "meta.lst").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (root / "pools.json").write_text(json.dumps({"tuning": ids[: n - n_holdout], "holdout": ids[n - n_holdout:]}))
     return root

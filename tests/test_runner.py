@@ -21,8 +21,8 @@ from plans_helpers import make_workload, plan_dict, write_json
 pytestmark = pytest.mark.timeout(240)
 
 
-def _plan(tmp_path, **kw):
-    wl = make_workload(tmp_path / "wl")
+def _plan(tmp_path, short=False, **kw):
+    wl = make_workload(tmp_path / "wl", short=short)
     doc = plan_dict(wl, **kw)
     for e in doc["engines"]:  # the engine's own module entry point: independent of the CLI wiring
         e["argv"] = [sys.executable, "-m", "engine_adapters.reference", "--dialect", e["dialect"],
@@ -35,11 +35,21 @@ def campaign(*args, db, **kw):
                           capture_output=True, text=True, **kw)
 
 
-def test_full_small_campaign(tmp_path):
-    plan = _plan(tmp_path, concurrencies=(1, 2, 4), requests=4, warmups=1, repeats=2,
+def inproc(capsys, *args, db):
+    """The same CLI in this process (saves an interpreter start per call on a loaded box)."""
+    from console.cli import main
+
+    capsys.readouterr()
+    rc = main([*args, "--db", str(db)])
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(args, rc, out.out, out.err)
+
+
+def test_full_small_campaign(tmp_path, capsys):
+    plan = _plan(tmp_path, short=True, concurrencies=(1, 2, 4), requests=4, warmups=1, repeats=2,
                  interleave="sequential", restart="per_cell")
     db = tmp_path / "c.duckdb"
-    fr = campaign("plan", "freeze", str(plan), db=db)
+    fr = inproc(capsys, "plan", "freeze", str(plan), db=db)
     assert fr.returncode == 0, fr.stderr
     r = campaign("run", str(plan), db=db)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -72,12 +82,12 @@ def test_full_small_campaign(tmp_path):
         no_pool = s.scalar("SELECT count(*) FROM runs WHERE pool IS DISTINCT FROM 'tuning'")
         assert no_pool == 0
 
-    again = campaign("run", str(plan), db=db)
+    again = inproc(capsys, "run", str(plan), db=db)
     assert again.returncode == 2 and "already has 18 run(s)" in again.stderr
-    resumed = campaign("run", str(plan), "--resume", db=db)
+    resumed = inproc(capsys, "run", str(plan), "--resume", db=db)
     assert resumed.returncode == 0 and "0 run(s) recorded, 18 cell(s) already complete" in resumed.stdout
 
-    rep = campaign("report", str(plan), "--format", "json", db=db)
+    rep = inproc(capsys, "report", str(plan), "--format", "json", db=db)
     assert rep.returncode == 0, rep.stderr
     cells = json.loads(rep.stdout)
     assert [(c["engine"], c["concurrency"], c["repeats"]) for c in cells] == [
@@ -86,24 +96,24 @@ def test_full_small_campaign(tmp_path):
     tput = {(c["engine"], c["concurrency"]): c["throughput_median"] for c in cells}
     # the fast profile's cheaper decode steps must show up in the measured table
     assert sum(tput["ref-fast", c] for c in (1, 2, 4)) > sum(tput["ref-baseline", c] for c in (1, 2, 4))
-    table = campaign("report", str(plan), db=db)
+    table = inproc(capsys, "report", str(plan), db=db)
     assert table.returncode == 0 and "ref-baseline" in table.stdout and "TTFA p95" in table.stdout
     assert "not in aggregates: 6 warmup/complete" in table.stdout
 
     with Store(db) as s:
         victim = s.scalar("SELECT run_id FROM runs WHERE cell_key = 'ref-fast/c2/measured/0'")
-    ex = campaign("runs", "exclude", victim, "--reason", "profiler attached", db=db)
+    ex = inproc(capsys, "runs", "exclude", victim, "--reason", "profiler attached", db=db)
     assert ex.returncode == 0, ex.stderr
-    cells = json.loads(campaign("report", str(plan), "--format", "json", db=db).stdout)
+    cells = json.loads(inproc(capsys, "report", str(plan), "--format", "json", db=db).stdout)
     assert {(c["engine"], c["concurrency"]): c["repeats"] for c in cells}[("ref-fast", 2)] == 1
     assert sum(c["repeats"] for c in cells) == 11
 
 
-def test_resume_after_sigkill_mid_cell(tmp_path):
-    plan = _plan(tmp_path, profiles=("baseline",), concurrencies=(1,), requests=8, warmups=0, repeats=3,
+def test_resume_after_sigkill_mid_cell(tmp_path, capsys):
+    plan = _plan(tmp_path, profiles=("baseline",), concurrencies=(1,), requests=6, warmups=0, repeats=3,
                  interleave="sequential", restart="per_cell")
     db = tmp_path / "c.duckdb"
-    assert campaign("plan", "freeze", str(plan), db=db).returncode == 0
+    assert inproc(capsys, "plan", "freeze", str(plan), db=db).returncode == 0
     proc = subprocess.Popen([sys.executable, "-m", "console.cli", "run", str(plan), "--db", str(db)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
@@ -113,7 +123,7 @@ def test_resume_after_sigkill_mid_cell(tmp_path):
         if line.startswith("[1/3]") or time.monotonic() > deadline:
             break
     assert lines[-1].startswith("[1/3]"), "".join(lines)
-    time.sleep(0.8)  # well inside the second run (8 requests at C=1 take a few seconds)
+    time.sleep(1.2)  # inside the second run (6 long requests at C=1 take a few seconds)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
 
@@ -125,7 +135,7 @@ def test_resume_after_sigkill_mid_cell(tmp_path):
         partial = s.query("SELECT * FROM requests WHERE run_id = ? ORDER BY request_index", [before[1]["run_id"]])
         chunks_before = s.scalar("SELECT count(*) FROM chunks")
         orphan = s.query("SELECT pid, status FROM engine_launches")[0]
-        assert orphan["status"] == "ready" and len(first) == 8 and len(partial) < 8
+        assert orphan["status"] == "ready" and len(first) == 6 and len(partial) < 6
 
     r = campaign("run", str(plan), "--resume", db=db)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -148,3 +158,45 @@ def test_resume_after_sigkill_mid_cell(tmp_path):
         assert verify_chain(s).ok
     assert not os.path.exists(f"/proc/{orphan['pid']}") or \
         open(f"/proc/{orphan['pid']}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_startup_failure_is_recorded_and_cells_skipped(tmp_path, capsys):
+    plan = _plan(tmp_path, profiles=("baseline",), concurrencies=(1, 2), requests=2, warmups=0, repeats=1)
+    doc = json.loads(plan.read_text())
+    doc["engines"][0]["argv"] = [sys.executable, "-c", "import sys; print('no GPU for you'); sys.exit(3)"]
+    plan.write_text(json.dumps(doc))
+    db = tmp_path / "c.duckdb"
+    assert inproc(capsys, "plan", "freeze", str(plan), db=db).returncode == 0
+    r = inproc(capsys, "run", str(plan), db=db)
+    assert r.returncode == 1 and "startup failed" in r.stdout and "remaining cells were skipped" in r.stdout
+    with Store(db) as s:
+        assert s.scalar("SELECT count(*) FROM runs") == 0
+        launch = s.query("SELECT * FROM engine_launches")
+        assert len(launch) == 1 and launch[0]["status"] == "startup_failed" and launch[0]["exit_code"] == 3
+        assert "no GPU for you" in launch[0]["log_tail"]
+        att = s.query("SELECT * FROM attempts")
+        assert [a["outcome"] for a in att] == ["startup_failed"] and att[0]["launch_id"] == launch[0]["launch_id"]
+        assert s.scalar("SELECT count(*) FROM audit_events WHERE kind = 'attempt_recorded'") == 1
+
+
+def test_holdout_phase_needs_opening_and_then_blocks_reuse(tmp_path, capsys):
+    plan = _plan(tmp_path, short=True, profiles=("baseline",), concurrencies=(1,), requests=2, warmups=0, repeats=1)
+    db = tmp_path / "c.duckdb"
+    assert inproc(capsys, "plan", "freeze", str(plan), db=db).returncode == 0
+    refused = inproc(capsys, "run", str(plan), "--holdout", db=db)
+    assert refused.returncode == 2 and "holdout pool 'holdout' is reserved" in refused.stderr
+    assert inproc(capsys, "plan", "open-holdout", str(plan), "--reason", "candidate chosen on tuning", db=db).returncode == 0
+    r = campaign("run", str(plan), "--holdout", db=db)
+    assert r.returncode == 0, r.stdout + r.stderr
+    with Store(db) as s:
+        runs = s.query("SELECT * FROM runs")
+        assert [(x["cell_key"], x["pool"], x["status"]) for x in runs] == [("ref-baseline/c1/measured/0@holdout", "holdout", "complete")]
+        holdout = json.loads((tmp_path / "wl" / "pools.json").read_text())["holdout"]
+        assert [u for (u,) in s.con.execute("SELECT utt_id FROM requests ORDER BY request_index").fetchall()] == holdout
+    # a new plan reserving the same (now used) holdout is refused, naming the ids and the run
+    doc = json.loads(plan.read_text())
+    doc["name"] = "round-two"
+    (tmp_path / "round2.json").write_text(json.dumps(doc))
+    again = inproc(capsys, "plan", "freeze", str(tmp_path / "round2.json"), db=db)
+    assert again.returncode == 2 and "4 of 4 holdout id(s) already appear in stored requests" in again.stderr
+    assert runs[0]["run_id"] in again.stderr
