@@ -70,17 +70,18 @@ def test_dnsmos_falls_for_noisy_copy(wavs):
 
 def test_pocketsphinx_pool_matches_in_process(wavs):
     items = [ScoreItem("r", i, k, p, TARGETS[k.split("-")[1]], None)
-             for i, (k, p) in enumerate(sorted(wavs.items())) if k != "noisy"] * 2
+             for i, (k, p) in enumerate(sorted(wavs.items())[:3])] * 2
     pooled = make_scorer("pocketsphinx", workers=2)
     single = make_scorer("pocketsphinx", workers=1)
     try:
         a = pooled.score_batch(items)
-        assert pooled._pool is not None  # 8 items >= POOL_MIN_BATCH: the worker pool ran them
-        b = single.score_batch(items[:4])
+        assert pooled._pool is not None  # 6 items >= POOL_MIN_BATCH: the worker pool ran them
+        b = single.score_batch(items[:3])
     finally:
         pooled.close()
     assert all(r.status == "ok" for r in a)
-    assert [r.hypothesis for r in a[:4]] == [r.hypothesis for r in b]  # deterministic across processes
+    # a transcript depends on its audio only: same in every worker, in-process, in any order
+    assert [r.hypothesis for r in a[:3]] == [r.hypothesis for r in a[3:]] == [r.hypothesis for r in b]
     assert all(r.wer.ref_words == 8 for r in a) and all(r.value == r.wer.errors / 8 for r in a)
 
 

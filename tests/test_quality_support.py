@@ -45,7 +45,7 @@ def make_workload(root: Path) -> Path:
             ids.append(uid)
             lines.append(f"{uid}|{PROMPTS[spk]}|prompt-wavs/{spk}.wav|{text}")
     (en / "meta.lst").write_text("\n".join(lines) + "\n")
-    (root / "pools.json").write_text(json.dumps({"holdout": ids, "tuning": ids}))
+    (root / "pools.json").write_text(json.dumps({"holdout": ids}))
     return root
 
 
@@ -55,13 +55,21 @@ def plan_for(workload_root: Path, *, baseline="ref-base", candidate="ref-cand", 
                for i, n in enumerate(dict.fromkeys([baseline, candidate]))]
     raw = {"schema": "omni-campaign-plan/1", "name": "quality-test",
            "model": {"id": "test"}, "engines": engines,
-           "workload": {"root": str(workload_root), "locale": "en", "pool": "tuning", "holdout_pool": "holdout"},
+           "workload": {"root": str(workload_root), "locale": "en", "pool": "holdout"},
            "sweep": {"concurrencies": list(concurrencies), "requests_per_run": 4, "measured_repeats": repeats},
            "quality": {"baseline": baseline, "candidate": candidate, "concurrencies": list(concurrencies),
                        "pool": "holdout",
                        "scorers": scorers or {"wer": "pocketsphinx", "sim": "resemblyzer", "mos": "dnsmos"},
                        "model_paths": model_paths or {}}}
     return plan_from_dict(raw, hash=plan_hash)
+
+
+def frozen_plan(store, path: Path, workload_root: Path, **kw):
+    """Write the plan JSON to `path`, freeze it in `store` and return the frozen Plan."""
+    from data.plans import freeze, plan_from_store
+
+    path.write_text(json.dumps(plan_for(workload_root, **kw).raw, indent=1))
+    return plan_from_store(store, freeze(store, path).hash)
 
 
 def add_run(store, plan, run_id: str, engine: str, artifacts: Path, workload, *, concurrency=1, repeat=0,

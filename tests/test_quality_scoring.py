@@ -1,0 +1,134 @@
+"""Scoring a plan's quality cells into the run store: coverage with causes, idempotency,
+the contract-7 long table, and `campaign score` end to end."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from console.cli import main
+from data.store import Store
+from data.workload import load_workload
+from stats.quality.audio import load_audio
+from stats.quality.scoring import coverage, expected_outputs, score_plan, scores_frame, FRAME_COLUMNS
+from test_quality_support import add_run, frozen_plan, make_workload
+
+
+@pytest.fixture(scope="module")
+def scored(tmp_path_factory):
+    """Baseline and candidate runs at C1 (candidate: one timed-out request, one noisy output),
+    scored once with the bundled scorers."""
+    tmp = tmp_path_factory.mktemp("scored")
+    wl_root = make_workload(tmp / "workload")
+    store = Store(tmp / "campaign.duckdb")
+    plan = frozen_plan(store, tmp / "plan.json", wl_root, repeats=1)
+    wl = load_workload(wl_root, "en")
+    art = tmp / "artifacts"
+    add_run(store, plan, "base-c1", "ref-base", art, wl)
+    clean = load_audio(art / "base-c1" / "0-spk1-t1.wav")
+    noisy = np.clip(clean + 0.1 * np.random.default_rng(3).standard_normal(len(clean)).astype(np.float32), -1, 1)
+    add_run(store, plan, "cand-c1", "ref-cand", art, wl, fail={"spk2-t2": "timeout"}, audio={"spk1-t1": noisy})
+    add_run(store, plan, "cand-prof", "ref-cand", art, wl, kind="profiled")  # never expected
+    summaries = score_plan(store, plan, artifacts_dir=art)
+    yield store, plan, art, summaries, tmp
+    store.close()
+
+
+def test_scoring_writes_every_scorable_output_once(scored):
+    store, plan, art, summaries, _ = scored
+    assert {s.scorer_id for s in summaries} == {"pocketsphinx-en", "resemblyzer", "dnsmos"}
+    for s in summaries:
+        assert s.expected == 8 and s.scored_ok == 7 and s.scored_error == 0, s
+        assert s.not_scorable == {"request failed": 1}
+    assert store.scalar("SELECT count(*) FROM quality_scores") == 21
+    assert store.scalar("SELECT count(*) FROM quality_scores WHERE run_id = 'cand-prof'") == 0
+    wer = store.query("SELECT * FROM quality_scores WHERE scorer_id = 'pocketsphinx-en' ORDER BY run_id, request_index")
+    for r in wer:
+        assert r["wer_ref_words"] == 8 and r["ref_norm"] and r["hypothesis"] is not None
+        assert r["value"] == pytest.approx((r["wer_substitutions"] + r["wer_deletions"] + r["wer_insertions"]) / 8)
+        assert len(r["model_hash"]) == 64 and r["audio_sha256"]
+    events = store.query("SELECT subject FROM audit_events WHERE kind = 'scores_recorded'")
+    assert sorted(e["subject"] for e in events) == ["dnsmos", "pocketsphinx-en", "resemblyzer"]
+
+
+def test_scoring_twice_writes_no_duplicates(scored):
+    store, plan, art, _, _ = scored
+    before = store.query("SELECT * FROM quality_scores ORDER BY run_id, request_index, scorer_id")
+    again = score_plan(store, plan, artifacts_dir=art)
+    assert all(s.existing == 7 and s.scored_ok == s.scored_error == 0 for s in again)
+    assert store.query("SELECT * FROM quality_scores ORDER BY run_id, request_index, scorer_id") == before
+    assert store.scalar("SELECT count(*) FROM audit_events WHERE kind = 'scores_recorded'") == 3
+
+
+def test_coverage_lists_failed_request_as_gap(scored):
+    store, plan, art, _, _ = scored
+    lines, gaps = coverage(store, plan, art)
+    cand = [ln for ln in lines if ln.arm == "candidate"]
+    assert {(ln.metric, ln.expected, ln.scored) for ln in cand} == {("wer", 4, 3), ("sim", 4, 3), ("mos", 4, 3)}
+    assert all(ln.gaps == {"request failed": 1} for ln in cand)
+    assert {(g["utt_id"], g["metric"], g["cause"]) for g in gaps} == {
+        ("spk2-t2", m, "request failed: timeout") for m in ("wer", "sim", "mos")}
+
+
+def test_scores_frame_contract(scored):
+    store, plan, art, _, _ = scored
+    df = scores_frame(store, plan, art)
+    assert list(df.columns) == FRAME_COLUMNS
+    assert len(df) == 8 and set(df["arm"]) == {"baseline", "candidate"}
+    failed = df[df["utt_id"].eq("spk2-t2") & df["arm"].eq("candidate")].iloc[0]
+    assert failed["gap"] == "request failed: timeout"
+    assert all(math.isnan(failed[c]) for c in ("wer_errors", "wer_words", "sim", "utmos"))
+    ok = df[df["gap"].isna()]
+    assert len(ok) == 7 and (ok["wer_words"] == 8).all() and ok["sim"].between(-100, 100.0001).all()
+    assert df.attrs["scorers"] == {"wer": "pocketsphinx-en", "sim": "resemblyzer", "mos": "dnsmos"}
+    assert df.attrs["labels"]["utmos"].startswith("DNSMOS")
+    # the noisy candidate output scores lower DNSMOS than the clean baseline of the same utterance
+    b = df[(df.arm == "baseline") & (df.utt_id == "spk1-t1")]["utmos"].item()
+    c = df[(df.arm == "candidate") & (df.utt_id == "spk1-t1")]["utmos"].item()
+    assert c < b - 0.3, (b, c)
+
+
+def test_missing_runs_audio_and_unavailable_scorer_are_gaps(scored, tmp_path):
+    store, plan, art, _, tmp = scored
+    # a plan needing two repeats at C1 and C2, whisper for WER (not on disk), same store
+    p2 = frozen_plan(store, tmp / "plan2.json", tmp / "workload", repeats=2, concurrencies=(1,),
+                     scorers={"wer": "whisper", "sim": "resemblyzer", "mos": "dnsmos"},
+                     model_paths={"whisper": str(tmp_path / "no-whisper-here")})
+    wl = load_workload(tmp / "workload", "en")
+    add_run(store, p2, "p2-base", "ref-base", art, wl)
+    (art / "p2-base" / "1-spk1-t2.wav").unlink()
+    df = scores_frame(store, p2, art)
+    assert len(df) == 16  # 2 arms x 2 repeats x 4 utterances: missing runs still have rows
+    missing = df[df["run_id"].isna()]
+    assert len(missing) == 12 and missing["gap"].str.startswith("run missing").all()
+    gone = df[(df.run_id == "p2-base") & (df.utt_id == "spk1-t2")].iloc[0]
+    assert gone["gap"].startswith("audio missing")
+    other = df[(df.run_id == "p2-base") & (df.utt_id == "spk1-t1")].iloc[0]
+    assert other["gap"].startswith("wer: scorer unavailable: model directory") and "sim: not scored yet" in other["gap"]
+    with pytest.raises(Exception, match="unavailable"):
+        score_plan(store, p2, artifacts_dir=art)
+    assert len(expected_outputs(store, p2)) == 16
+
+
+def test_cli_score_and_recheck(scored, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")  # wide enough that Rich does not wrap column titles
+    store, plan, art, _, tmp = scored
+    db = str(store.path)
+    store.close()  # the CLI opens the file itself
+    try:
+        rc = main(["score", str(tmp / "plan.json"), "--db", db, "--artifacts", str(art), "--scorer", "pocketsphinx"])
+        out = capsys.readouterr().out
+        assert rc == 0
+        assert "Seed-TTS WER" in out and "corpus WER" in out and "request failed: timeout" in out
+        assert "DNSMOS" in out
+        rc = main(["score", "--recheck", "spk1-t2", "--run", "base-c1", "--db", db, "--artifacts", str(art)])
+        out = capsys.readouterr().out
+        assert rc == 0 and "1/1 stored transcripts reproduce" in out
+        assert main(["score", "--recheck", "nobody-t9", "--db", db]) == 2
+        assert main(["score", str(tmp / "nope.json"), "--db", db]) == 2
+        assert main(["score", str(tmp / "plan.json"), "--db", db, "--scorer", "bogus"]) == 2
+    finally:
+        reopened = Store(db)
+        scored[0].con = reopened.con  # later tests (none today) keep a usable store
