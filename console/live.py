@@ -193,7 +193,8 @@ class LiveFeed:
         self.last_error: str | None = None
         self._thread = threading.Thread(target=self._writer, name="live-feed", daemon=True)
         self._thread.start()
-        self._touch()
+        with self._lock:
+            self._touch()
 
     # -- producer side (called from the store's owner) ---------------------------------------
     def campaign(self, plan_name: str | None, plan_hash: str | None, cells_total: int = 0,

@@ -85,7 +85,8 @@ class CampaignApp(App):
         self.finished_seen = False
         self._live_timer = None
         self._last_seq: tuple[int, float] | None = None
-        self.sub_title = str(self.db_path)
+        self.db_label = display_path(self.db_path)
+        self.sub_title = self.db_label
 
     # -- layout -----------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -115,10 +116,10 @@ class CampaignApp(App):
         self._columns("audit-table", AUDIT_COLUMNS, {"seq"})
         self.query_one("#filter", Input).disabled = True
         self.query_one("#runs-table", DataTable).focus()
-        self.set_status(f"reading {self.db_path} ...")
+        self.set_status(f"reading {self.db_label} ...")
         if self.live_requested:
             self.start_live()
-            self.query_one(TabbedContent).active = "live"
+            self.show_tab("live")
         self.load_store()
 
     def _columns(self, table_id: str, columns: tuple[str, ...], numeric: set[str]) -> None:
@@ -150,7 +151,7 @@ class CampaignApp(App):
         self.post_message(AuditLoaded(data.audit))
 
     def action_refresh(self) -> None:
-        self.set_status(f"reading {self.db_path} ...")
+        self.set_status(f"reading {self.db_label} ...")
         self.load_store()
 
     def on_store_locked(self, msg: StoreLocked) -> None:
@@ -164,7 +165,7 @@ class CampaignApp(App):
         self.set_status(Text.assemble(("database in use by another process", "bold yellow"),
                                       f" (a campaign is probably running): {snap_note}"))
         self.start_live()
-        self.query_one(TabbedContent).active = "live"
+        self.show_tab("live")
 
     def on_store_unavailable(self, msg: StoreUnavailable) -> None:
         self.set_status(msg.message, FAIL_STYLE)
@@ -186,7 +187,7 @@ class CampaignApp(App):
             rows.append((r.run_id, cells, text))
         self.tables["runs-table"] = TableRows(rows)
         self._fill("runs-table")
-        self.set_status(f"{self.db_path}: {len(msg.rows)} runs · metrics v{METRICS_VERSION} · "
+        self.set_status(f"{self.db_label}: {len(msg.rows)} runs · metrics v{METRICS_VERSION} · "
                         f"enter opens a run, / filters, r refreshes")
 
     def _fill(self, table_id: str) -> None:
@@ -216,7 +217,7 @@ class CampaignApp(App):
         for rep in msg.reports:
             plan = rep.plan
             widgets.append(Static(Text.assemble(
-                (plan.name, "bold"), f"   plan {plan.hash[:12]}  frozen {rep.frozen_at}  metrics v{METRICS_VERSION}  "
+                (plan.name, "bold"), f"   plan {plan.hash[:12]}  metrics v{METRICS_VERSION}  "
                 f"median [min-max] cv across measured repeats"), classes="report-title"))
             for engine in plan.engines:
                 table = DataTable(cursor_type="row", classes="report-table")
@@ -245,7 +246,7 @@ class CampaignApp(App):
     def _cell_chosen(self, event: DataTable.RowSelected) -> None:
         """Drill down from a report cell to its runs: the Runs tab filtered to engine and C."""
         engine, c = str(event.row_key.value).split("|")
-        self.query_one(TabbedContent).active = "runs"
+        self.show_tab("runs")
         self.action_filter(f"{engine} c{c} measured")
 
     # -- verdicts ---------------------------------------------------------------------------
@@ -347,7 +348,16 @@ class CampaignApp(App):
             self._fill(table)
 
     def action_tab(self, tab: str) -> None:
+        self.show_tab(tab)
+
+    MAIN_WIDGET = {"runs": "#runs-table", "report": "#report-body", "verdicts": "#verdicts-table",
+                   "audit": "#audit-table", "live": "#live-requests"}
+
+    def show_tab(self, tab: str) -> None:
+        """Activate a tab and focus its main widget (focus left in a hidden pane would pull
+        TabbedContent back to that pane)."""
         self.query_one(TabbedContent).active = tab
+        self.query_one(self.MAIN_WIDGET[tab]).focus()
 
     # -- live -------------------------------------------------------------------------------
     def start_live(self) -> None:
@@ -386,9 +396,17 @@ class CampaignApp(App):
         if self._live_timer is not None:
             self._live_timer.stop()
             self._live_timer = None
-        self.set_status(f"{msg.reason}; reading {self.db_path} ...")
-        self.query_one(TabbedContent).active = "runs"
+        self.set_status(f"{msg.reason}; reading {self.db_label} ...")
+        self.show_tab("runs")
         self.load_store()
+
+
+def display_path(path: Path) -> str:
+    """The database path as the user would type it: relative when under the working directory."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def plain(value: Any) -> str:

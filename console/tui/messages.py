@@ -55,13 +55,15 @@ class RunSelected(Message):
         self.run_id = run_id
 
 
-class RunDetailLoaded(Message):
+class RunDetailLoaded(Message, bubble=False):
+    """Posted to the run detail screen by its loader; handled there."""
+
     def __init__(self, detail: RunDetail) -> None:
         super().__init__()
         self.detail = detail
 
 
-class RunDetailFailed(Message):
+class RunDetailFailed(Message, bubble=False):
     def __init__(self, run_id: str, message: str) -> None:
         super().__init__()
         self.run_id = run_id

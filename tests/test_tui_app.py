@@ -1,0 +1,232 @@
+"""Pilot tests of `campaign tui`: message sequences, drill-down and back, filter, the locked
+database, live following, and SVG snapshots of three screens (fixed data, fixed size)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_tui_fixtures import populate
+from textual.widgets import DataTable, Input, Static, TabbedContent
+
+from console.live import LiveFeed, live_path
+from console.tui import messages as M
+from console.tui.app import CampaignApp
+from console.tui.screens import RunDetailScreen
+from data.records import ChunkRecord, RequestRecord
+from data.store import Store
+
+SIZE = (160, 45)
+OURS = tuple(v for v in vars(M).values() if isinstance(v, type) and issubclass(v, M.Message) and v is not M.Message)
+
+
+@pytest.fixture(scope="module")
+def campaign_db(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tui")
+    cwd = Path.cwd()
+    import os
+    os.chdir(root)
+    try:
+        return populate(root)
+    finally:
+        os.chdir(cwd)
+
+
+def sync(fn):
+    """No pytest-asyncio here: run the coroutine test on a fresh event loop."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return asyncio.run(fn(*args, **kwargs))
+    return wrapper
+
+
+def recorder():
+    seen: list = []
+    return seen, (lambda m: seen.append(m) if isinstance(m, OURS) else None)
+
+
+async def settle(pilot, app):
+    await pilot.pause()
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+def names(seen) -> list[str]:
+    return [type(m).__name__ for m in seen]
+
+
+@sync
+async def test_browse_drill_down_and_back(campaign_db):
+    seen, hook = recorder()
+    app = CampaignApp(campaign_db)
+    async with app.run_test(size=SIZE, message_hook=hook) as pilot:
+        await settle(pilot, app)
+        assert names(seen)[:4] == ["RunsLoaded", "ReportsLoaded", "VerdictsLoaded", "AuditLoaded"]
+        table = app.query_one("#runs-table", DataTable)
+        assert table.row_count == 10
+        # newest first: the exploratory run; move to the first measured ref-fast C2 run with a failure
+        target = "run-fast-c2-m1"
+        row = [str(k.value) for k in table.rows].index(target)
+        table.move_cursor(row=row)
+        await pilot.press("enter")
+        await settle(pilot, app)
+        assert isinstance(app.screen, RunDetailScreen)
+        after = names(seen)[4:]
+        assert after == ["RunSelected", "RunDetailLoaded"]
+        selected = next(m for m in seen if isinstance(m, M.RunSelected))
+        assert selected.run_id == target
+        detail = app.screen.detail
+        assert detail.metrics.failed == 1 and detail.metrics.failures_by_class == {"no_end_marker": 1}
+        requests = app.screen.query_one("#requests", DataTable)
+        assert requests.row_count == 4
+        assert "no_end_marker" in str(requests.get_row_at(3)[2])
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, RunDetailScreen)
+        assert app.focused is app.query_one("#runs-table", DataTable)
+
+
+@sync
+async def test_filter_and_report_drill_down(campaign_db):
+    app = CampaignApp(campaign_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await pilot.press("slash")
+        assert app.query_one("#filter", Input).has_focus
+        await pilot.press(*"fast c2")
+        await pilot.pause()
+        table = app.query_one("#runs-table", DataTable)
+        assert sorted(str(k.value) for k in table.rows) == ["run-fast-c2-m0", "run-fast-c2-m1"]
+        await pilot.press("escape")
+        await pilot.pause()
+        assert table.row_count == 10 and not app.query_one("#filter", Input).display
+        # report: enter on a cell lists its runs
+        await pilot.press("2")
+        await pilot.pause()
+        report = app.query(".report-table").last()
+        report.focus()
+        report.move_cursor(row=1)  # ref-fast, C=2
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.query_one(TabbedContent).active == "runs"
+        assert sorted(str(k.value) for k in table.rows) == ["run-fast-c2-m0", "run-fast-c2-m1"]
+
+
+@sync
+async def test_locked_database_is_reported_not_crashed(campaign_db, tmp_path):
+    db = tmp_path / "busy.duckdb"
+    Store(db).close()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from data.store import Store; s = Store(sys.argv[1]); print('ready', flush=True); "
+         "sys.stdin.read()", str(db)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        seen, hook = recorder()
+        app = CampaignApp(db, poll_s=0.05)
+        async with app.run_test(size=SIZE, message_hook=hook) as pilot:
+            await settle(pilot, app)
+            locked = [m for m in seen if isinstance(m, M.StoreLocked)]
+            assert locked and "in use by another process" in locked[0].message
+            status = str(app.query_one("#status", Static).render())
+            assert "database in use by another process" in status
+            assert app.query_one(TabbedContent).active == "live"
+            # the campaign now publishes a snapshot: the live tab follows it
+            feed = LiveFeed(db, max_hz=20, plan_name="busy-plan")
+            feed.run_started("r1", "ref-baseline", 2, "measured", 2)
+            feed.records([RequestRecord("r1", 0, "spk0-0000", False, "timeout", 1_000_000_000,
+                                        t_end_ns=2_000_000_000)])
+            deadline = time.monotonic() + 5
+            while not any(isinstance(m, M.LiveSnapshotUpdated) for m in seen) and time.monotonic() < deadline:
+                await pilot.pause(0.05)
+            snap = next(m for m in seen if isinstance(m, M.LiveSnapshotUpdated)).snapshot
+            assert snap.plan_name == "busy-plan" and snap.run.failed == {"timeout": 1}
+            counts = str(app.query_one("#live-counts", Static).render())
+            assert "timeout 1" in counts
+            feed.close()
+    finally:
+        holder.communicate("", timeout=10)
+
+
+@sync
+async def test_live_following_then_finished_switches_to_browser(campaign_db, tmp_path):
+    """A LiveFeed fed with records read back from the store; when it says finished the TUI
+    reads the store and shows the Runs tab."""
+    db = tmp_path / "c.duckdb"
+    db.write_bytes(campaign_db.read_bytes())
+    with Store(db, read_only=True) as s:
+        reqs = s.query("SELECT * EXCLUDE (text) FROM requests WHERE run_id = 'run-fast-c2-m1' ORDER BY request_index")
+        chunks = s.query("SELECT * FROM chunks WHERE run_id = 'run-fast-c2-m1' ORDER BY request_index, chunk_index")
+    feed = LiveFeed(db, max_hz=50, plan_name="test-plan")
+    feed.cell(0, 1, "ref-fast/c2/measured/1", "running")
+    feed.run_started("run-fast-c2-m1", "ref-fast", 2, "measured", 4)
+    feed.records([ChunkRecord(**c) for c in chunks] + [RequestRecord(**r) for r in reqs])
+    feed.close()
+    seen, hook = recorder()
+    app = CampaignApp(db, live=True, poll_s=0.05)
+    async with app.run_test(size=SIZE, message_hook=hook) as pilot:
+        await settle(pilot, app)
+        await pilot.pause(0.2)
+        assert app.query_one(TabbedContent).active == "live"
+        table = app.query_one("#live-requests", DataTable)
+        assert table.row_count == 4
+        seen.clear()
+        feed2 = LiveFeed(db, max_hz=50)
+        feed2.finished()
+        deadline = time.monotonic() + 5
+        while "RunsLoaded" not in names(seen) and time.monotonic() < deadline:
+            await pilot.pause(0.05)
+        order = [n for n in names(seen) if n in ("LiveSnapshotUpdated", "CampaignFinished", "RunsLoaded")]
+        assert order[:3] == ["LiveSnapshotUpdated", "CampaignFinished", "RunsLoaded"]
+        assert app.query_one(TabbedContent).active == "runs"
+
+
+@sync
+async def test_missing_database_message(tmp_path):
+    seen, hook = recorder()
+    app = CampaignApp(tmp_path / "nope.duckdb")
+    async with app.run_test(size=SIZE, message_hook=hook) as pilot:
+        await settle(pilot, app)
+        assert names(seen) == ["StoreUnavailable"]
+        assert "no such database" in str(app.query_one("#status", Static).render())
+
+
+# -- SVG snapshots ----------------------------------------------------------------------------
+def _app_in(campaign_db, monkeypatch):
+    monkeypatch.chdir(campaign_db.parent)  # relative db label: the same text in every test run
+    return CampaignApp(Path(campaign_db.name))
+
+
+async def _loaded(pilot):
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+def test_snapshot_runs(campaign_db, monkeypatch, snap_compare):
+    assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=_loaded)
+
+
+def test_snapshot_report(campaign_db, monkeypatch, snap_compare):
+    async def before(pilot):
+        await _loaded(pilot)
+        await pilot.press("2")
+        await pilot.pause()
+    assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=before)
+
+
+def test_snapshot_run_detail_with_gpu(campaign_db, monkeypatch, snap_compare):
+    async def before(pilot):
+        await _loaded(pilot)
+        table = pilot.app.query_one("#runs-table", DataTable)
+        table.move_cursor(row=[str(k.value) for k in table.rows].index("run-baseline-c1-m0"))
+        await pilot.press("enter")
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+        await pilot.app.screen.workers.wait_for_complete()
+        await pilot.pause()
+    assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=before)
