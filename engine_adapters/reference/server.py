@@ -68,10 +68,10 @@ class EmitLog:
         self._file: IO[str] = open(path, "a", encoding="utf-8")
 
     def record(self, request_id: str, chunk: int, emit_ns: int, samples: int, nbytes: int) -> None:
+        # Flushed per line (after the audio write, so the stamp is unaffected): readers can
+        # rely on a chunk's line existing once the client has received that chunk's end.
         self._file.write(json.dumps({"request_id": request_id, "chunk": chunk, "emit_ns": emit_ns,
                                      "samples": samples, "bytes": nbytes}) + "\n")
-
-    def flush(self) -> None:
         self._file.flush()
 
     def close(self) -> None:
@@ -228,8 +228,6 @@ class ReferenceEngine:
             raise
         finally:
             self.scheduler.cancel(seq)
-            if self.emit_log is not None:
-                self.emit_log.flush()
 
     async def _write(self, resp: web.StreamResponse, ctx: StreamContext, frame: Frame, chunk: int) -> None:
         data, emit_ns = stamp(frame)

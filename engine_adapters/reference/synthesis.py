@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Callable, Generic, Hashable, TypeVar
 
 import numpy as np
-import scipy.signal
 import soundfile
 import soxr
 
@@ -118,11 +117,16 @@ def to_output_rate(samples: np.ndarray, sample_rate: int) -> np.ndarray:
     return np.clip(np.round(y * 32768.0), -32768, 32767).astype(np.int16)
 
 
+def lowpass_fir(cutoff_hz: float, taps: int = 255) -> np.ndarray:
+    """Windowed-sinc low-pass FIR (Blackman window, unit DC gain) at the output rate."""
+    n = np.arange(taps) - (taps - 1) / 2
+    h = np.sinc(2 * cutoff_hz / OUTPUT_SAMPLE_RATE * n) * np.blackman(taps)
+    return h / h.sum()
+
+
 def degrade(samples: np.ndarray, band_hz: float, snr_db: float, rng: np.random.Generator) -> np.ndarray:
     """Telephone-like damage: low-pass at ``band_hz`` and white noise at ``snr_db`` below the speech."""
-    x = samples.astype(np.float64)
-    sos = scipy.signal.butter(8, band_hz, btype="low", fs=OUTPUT_SAMPLE_RATE, output="sos")
-    y = scipy.signal.sosfilt(sos, x)
+    y = np.convolve(samples.astype(np.float64), lowpass_fir(band_hz), mode="same")
     active = np.abs(y) > 0.01 * (np.abs(y).max() or 1.0)
     speech_rms = float(np.sqrt(np.mean(y[active] ** 2))) if active.any() else 0.0
     noise = rng.standard_normal(len(y)) * speech_rms / (10 ** (snr_db / 20))

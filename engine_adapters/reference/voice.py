@@ -22,8 +22,6 @@ from pathlib import Path
 
 import espeakng_loader
 import numpy as np
-import scipy.fft
-import scipy.signal
 import soxr
 
 from engine_adapters.reference import espeak as espeak_module
@@ -190,26 +188,64 @@ def _mel_filterbank(n_fft: int) -> np.ndarray:
 _MEL_BANK = _mel_filterbank(512)
 
 
+def _dct_matrix(n_in: int, n_out: int) -> np.ndarray:
+    """Orthonormal DCT-II as a matrix (rows = output coefficients)."""
+    k = np.arange(n_out)[:, None]
+    n = np.arange(n_in)[None, :]
+    m = np.cos(np.pi * k * (2 * n + 1) / (2 * n_in)) * math.sqrt(2.0 / n_in)
+    m[0] /= math.sqrt(2.0)
+    return m
+
+
+_DCT = _dct_matrix(_N_MELS, _N_MFCC)
+
+
+def _power_spectrogram(x: np.ndarray) -> np.ndarray:
+    frames = _frames(x, 400) * np.hanning(400)
+    return np.abs(np.fft.rfft(frames, 512, axis=1)) ** 2
+
+
 def mfcc(x: np.ndarray) -> np.ndarray:
     """MFCC c0..c12 per 10 ms hop (25 ms Hann window, 40 mel bands)."""
-    frames = _frames(x, 400) * np.hanning(400)
-    power = np.abs(np.fft.rfft(frames, 512, axis=1)) ** 2
-    logmel = np.log(power @ _MEL_BANK.T + 1e-10)
-    return scipy.fft.dct(logmel, type=2, norm="ortho", axis=1)[:, :_N_MFCC]
+    logmel = np.log(_power_spectrogram(x) @ _MEL_BANK.T + 1e-10)
+    return logmel @ _DCT.T
+
+
+def find_peaks(y: np.ndarray, height: float, prominence: float, distance: int) -> np.ndarray:
+    """Indices of local maxima at least ``height`` high, ``distance`` apart and ``prominence`` above
+    the higher of their two surrounding valleys (the usual definitions, as in scipy.signal)."""
+    inner = np.nonzero((y[1:-1] > y[:-2]) & (y[1:-1] >= y[2:]))[0] + 1
+    inner = inner[y[inner] >= height]
+    kept: list[int] = []
+    for i in inner[np.argsort(-y[inner], kind="stable")]:
+        if all(abs(int(i) - k) >= distance for k in kept):
+            kept.append(int(i))
+    out = []
+    for i in sorted(kept):
+        left = i
+        while left > 0 and y[left - 1] <= y[i]:
+            left -= 1
+        right = i
+        while right < len(y) - 1 and y[right + 1] <= y[i]:
+            right += 1
+        base = max(float(y[left:i + 1].min()), float(y[i:right + 1].min()))
+        if y[i] - base >= prominence:
+            out.append(i)
+    return np.array(out, dtype=int)
 
 
 def syllable_rate(x: np.ndarray) -> tuple[float, float]:
-    """(syllable nuclei per speech second, speech seconds) from band-limited energy peaks."""
-    sos = scipy.signal.butter(4, [300.0, 2500.0], btype="band", fs=ANALYSIS_RATE, output="sos")
-    band = scipy.signal.sosfiltfilt(sos, x)
-    level = frame_energy_db(band)
+    """(syllable nuclei per speech second, speech seconds) from peaks of 300-2500 Hz energy."""
+    bins = np.fft.rfftfreq(512, 1.0 / ANALYSIS_RATE)
+    band = (bins >= 300.0) & (bins <= 2500.0)
+    level = 10 * np.log10(_power_spectrogram(x)[:, band].sum(axis=1) + 1e-10)
     smooth = np.convolve(level, np.ones(5) / 5.0, mode="same")
     top = smooth.max()
     speech = smooth > top - 30.0
     speech_s = float(speech.sum()) * _HOP / ANALYSIS_RATE
-    peaks, _ = scipy.signal.find_peaks(smooth, height=top - 25.0, prominence=4.0, distance=8)
     if speech_s <= 0:
         return 0.0, 0.0
+    peaks = find_peaks(smooth, height=top - 25.0, prominence=4.0, distance=8)
     return len(peaks) / speech_s, speech_s
 
 
