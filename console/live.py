@@ -260,6 +260,13 @@ class LiveFeed:
             self._touch(force=True)
         self.close()
 
+    def __enter__(self) -> "LiveFeed":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Leaving the block means the campaign process is done with the store."""
+        self.finished()
+
     def close(self, timeout: float = 5.0) -> None:
         """Write what is pending and stop the writer thread."""
         with self._lock:
