@@ -96,3 +96,15 @@ def insert_run(store, run_id: str, *, plan_hash=None, engine="e", concurrency=1,
     for i, u in enumerate(utt_ids):
         store.insert("requests", {"run_id": run_id, "request_index": i, "utt_id": u, "is_warmup": False,
                                   "outcome": "ok", "t_send_ns": 1000 + i})
+
+
+def inproc(capsys, *args, db):
+    """Run the `campaign` CLI in this process (an interpreter start per call is slow on a loaded box)."""
+    import subprocess
+
+    from console.cli import main
+
+    capsys.readouterr()
+    rc = main([*args, "--db", str(db)])
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(args, rc, out.out, out.err)

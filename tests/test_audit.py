@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from data.audit import append_event, events, verify_chain
 from data.errors import CampaignError
 from data.queries import aggregate_runs, exclude_run
 from data.store import Store
-from plans_helpers import insert_run
+from plans_helpers import inproc, insert_run
 
 
 def _chain(store, n=5):
@@ -66,19 +63,18 @@ def test_rehashed_row_still_breaks_the_next_link(store):
     assert not res.ok and res.first_broken_seq == 3 and "prev_hash" in res.message
 
 
-def test_audit_verify_cli_names_the_seq(tmp_path):
+def test_audit_verify_cli_names_the_seq(tmp_path, capsys):
     db = tmp_path / "c.duckdb"
     with Store(db) as s:
         _chain(s)
-    cmd = [sys.executable, "-m", "console.cli", "audit"]
-    ok = subprocess.run(cmd + ["verify", "--db", str(db)], capture_output=True, text=True)
+    ok = inproc(capsys, "audit", "verify", db=db)
     assert ok.returncode == 0 and "audit chain OK" in ok.stdout
     with Store(db) as s:
         s.con.execute("UPDATE audit_events SET payload_json = '{}' WHERE seq = 4")
-    bad = subprocess.run(cmd + ["verify", "--db", str(db)], capture_output=True, text=True)
+    bad = inproc(capsys, "audit", "verify", db=db)
     assert bad.returncode == 1
     assert "BROKEN at seq 4" in bad.stdout
-    log = subprocess.run(cmd + ["log", "--format", "csv", "--db", str(db)], capture_output=True, text=True)
+    log = inproc(capsys, "audit", "log", "--format", "csv", db=db)
     assert log.returncode == 0 and log.stdout.count("run_started") == 5
 
 
@@ -109,13 +105,11 @@ def test_exclusion_leaves_aggregates_but_not_the_store(store):
     assert verify_chain(store).ok
 
 
-def test_runs_exclude_cli(tmp_path):
+def test_runs_exclude_cli(tmp_path, capsys):
     db = tmp_path / "c.duckdb"
     with Store(db) as s:
         insert_run(s, "r1", plan_hash="a" * 64)
-    r = subprocess.run([sys.executable, "-m", "console.cli", "runs", "exclude", "r1", "--reason", "profiled by accident",
-                        "--db", str(db)], capture_output=True, text=True)
+    r = inproc(capsys, "runs", "exclude", "r1", "--reason", "profiled by accident", db=db)
     assert r.returncode == 0 and "excluded from aggregates" in r.stdout
-    ls = subprocess.run([sys.executable, "-m", "console.cli", "runs", "list", "--format", "csv", "--db", str(db)],
-                        capture_output=True, text=True)
+    ls = inproc(capsys, "runs", "list", "--format", "csv", db=db)
     assert "profiled by accident" in ls.stdout

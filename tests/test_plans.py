@@ -16,7 +16,7 @@ from data.manifest import open_holdout
 from data.plans import (
     document_hash, flatten, freeze, freeze_plan, load_plan, plan_from_store, validate_plan_dict, verify_plan_file,
 )
-from plans_helpers import insert_run, make_workload, plan_dict, write_json
+from plans_helpers import inproc, insert_run, make_workload, plan_dict, write_json
 
 
 @pytest.fixture
@@ -160,8 +160,9 @@ def test_freeze_is_idempotent_and_audited(store, plan_file):
     assert verify_chain(store).ok
 
 
-def test_verify_shows_differing_fields(tmp_path, plan_file):
+def test_verify_shows_differing_fields(tmp_path, plan_file, capsys):
     db = tmp_path / "c.duckdb"
+    cli = lambda *a, db: inproc(capsys, *a, db=db)  # noqa: E731
     assert cli("plan", "freeze", str(plan_file), db=db).returncode == 0
     ok = cli("plan", "verify", str(plan_file), db=db)
     assert ok.returncode == 0 and "matches frozen plan" in ok.stdout
@@ -178,8 +179,8 @@ def test_verify_shows_differing_fields(tmp_path, plan_file):
     assert run.returncode == 2 and "altered since it was frozen" in run.stderr
 
 
-def test_unfrozen_plan_is_refused_by_run(tmp_path, plan_file):
-    r = cli("run", str(plan_file), db=tmp_path / "c.duckdb")
+def test_unfrozen_plan_is_refused_by_run(tmp_path, plan_file, capsys):
+    r = inproc(capsys, "run", str(plan_file), db=tmp_path / "c.duckdb")
     assert r.returncode == 2 and "plan is not frozen" in r.stderr
 
 

@@ -16,7 +16,7 @@ from data.audit import verify_chain
 from data.queries import aggregate_runs
 from data.store import Store
 from engine_adapters.telemetry import gpu_identity
-from plans_helpers import make_workload, plan_dict, write_json
+from plans_helpers import inproc, make_workload, plan_dict, write_json
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -33,16 +33,6 @@ def _plan(tmp_path, short=False, **kw):
 def campaign(*args, db, **kw):
     return subprocess.run([sys.executable, "-m", "console.cli", *args, "--db", str(db)],
                           capture_output=True, text=True, **kw)
-
-
-def inproc(capsys, *args, db):
-    """The same CLI in this process (saves an interpreter start per call on a loaded box)."""
-    from console.cli import main
-
-    capsys.readouterr()
-    rc = main([*args, "--db", str(db)])
-    out = capsys.readouterr()
-    return subprocess.CompletedProcess(args, rc, out.out, out.err)
 
 
 def test_full_small_campaign(tmp_path, capsys):
