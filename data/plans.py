@@ -387,13 +387,14 @@ class FreezeResult:
     plan: Plan
     manifest_hash: str | None = None
     audit_seq: int | None = None
+    name: str = ""  # the frozen document's own name (an addendum's, not its parent's)
 
     @property
     def message(self) -> str:
         what = "addendum" if self.kind == "addendum" else "plan"
         if self.created:
-            return f"froze {what} {self.plan.name!r}: {self.hash}"
-        return f"{what} {self.plan.name!r} was already frozen with identical content: {self.hash}"
+            return f"froze {what} {self.name!r}: {self.hash}"
+        return f"{what} {self.name!r} was already frozen with identical content: {self.hash}"
 
 
 def freeze(store: Store, path: str | Path, expected_parent: str | None = None) -> FreezeResult:
@@ -414,7 +415,7 @@ def freeze(store: Store, path: str | Path, expected_parent: str | None = None) -
     h = plan.hash
     existing = store.query("SELECT plan_hash FROM plans WHERE plan_hash = ?", [h])
     if existing:
-        return FreezeResult(h, False, plan.kind, plan)
+        return FreezeResult(h, False, plan.kind, plan, name=doc["name"])
     manifest = freeze_manifest(store, plan, label)
     check_holdout_unused(store, plan, manifest, label)
     kind = plan.kind
@@ -433,7 +434,7 @@ def freeze(store: Store, path: str | Path, expected_parent: str | None = None) -
             payload["reason"] = doc.get("reason")
         seq = append_event(store, "addendum_frozen" if kind == "addendum" else "plan_frozen", plan_hash=h,
                            subject=doc["name"], payload=payload)
-    return FreezeResult(h, True, kind, plan, manifest.hash if manifest else None, seq)
+    return FreezeResult(h, True, kind, plan, manifest.hash if manifest else None, seq, name=doc["name"])
 
 
 def freeze_plan(store: Store, path: str | Path) -> str:

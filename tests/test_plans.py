@@ -198,7 +198,7 @@ def test_addendum_is_bound_to_its_parent(tmp_path, store, plan_file):
            "reason": "one discarded + three measured repeats", "changes": {"sweep": {"warmup_repeats": 1, "measured_repeats": 3}}}
     path = write_json(tmp_path / "add.json", add)
     res = freeze(store, path, expected_parent=parent[:12])
-    assert res.created and res.kind == "addendum"
+    assert res.created and res.kind == "addendum" and res.message == f"froze addendum 'repeat-design': {res.hash}"
     eff = plan_from_store(store, res.hash)
     assert eff.parent_hash == parent and eff.sweep.measured_repeats == 3 and eff.sweep.warmup_repeats == 1
     assert eff.sweep.concurrencies == [1, 2]  # untouched fields come from the parent
