@@ -14,7 +14,7 @@ import pytest
 from test_tui_fixtures import populate
 from textual.widgets import DataTable, Input, Static, TabbedContent
 
-from console.live import LiveFeed, live_path
+from console.live import LiveFeed
 from console.tui import messages as M
 from console.tui.app import CampaignApp
 from console.tui.screens import RunDetailScreen
