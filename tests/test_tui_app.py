@@ -171,9 +171,11 @@ async def test_live_following_then_finished_switches_to_browser(campaign_db, tmp
     app = CampaignApp(db, live=True, poll_s=0.05)
     async with app.run_test(size=SIZE, message_hook=hook) as pilot:
         await settle(pilot, app)
-        await pilot.pause(0.2)
-        assert app.query_one(TabbedContent).active == "live"
         table = app.query_one("#live-requests", DataTable)
+        deadline = time.monotonic() + 5
+        while table.row_count < 4 and time.monotonic() < deadline:
+            await pilot.pause(0.05)
+        assert app.query_one(TabbedContent).active == "live"
         assert table.row_count == 4
         seen.clear()
         feed2 = LiveFeed(db, max_hz=50)
