@@ -68,25 +68,26 @@ def test_lossy_scores_worse_and_fast_scores_identically(store, tmp_path):
     assert any(sha[("run-lossy", u.utt_id)] != sha[("run-baseline", u.utt_id)] for u in utts)
 
     lossy_plan, fast_plan = _plan("ref-lossy", plan_hash), _plan("ref-fast", plan_hash)
-    score_plan(store, lossy_plan, artifacts_dir=art)
-    score_plan(store, fast_plan, artifacts_dir=art)  # baseline rows already exist: only fast is new
-    assert store.scalar("SELECT count(*) FROM quality_scores") == 3 * 3 * N_UTTS
+    # SIM and MOS only: pocketsphinx on espeak voices is near 90 % WER whatever the profile, and
+    # it is the slowest scorer here (the WER path is covered in test_quality_scoring.py)
+    scorers = ["resemblyzer", "dnsmos"]
+    score_plan(store, lossy_plan, artifacts_dir=art, scorers=scorers)
+    score_plan(store, fast_plan, artifacts_dir=art, scorers=scorers)  # baseline rows exist: only fast is new
+    assert store.scalar("SELECT count(*) FROM quality_scores") == 2 * 3 * N_UTTS
 
     fast = scores_frame(store, fast_plan, art)
-    assert fast["gap"].isna().all()
-    cols = ["utt_id", "wer_errors", "wer_words", "sim", "utmos"]
+    assert (fast["gap"] == "wer: not scored yet").all()
+    cols = ["utt_id", "sim", "utmos"]
     b = fast[fast.arm == "baseline"][cols].sort_values("utt_id").reset_index(drop=True)
     f = fast[fast.arm == "candidate"][cols].sort_values("utt_id").reset_index(drop=True)
     assert b.equals(f), (b, f)
 
     lossy = scores_frame(store, lossy_plan, art)
-    assert lossy["gap"].isna().all()
+    assert lossy["sim"].notna().all() and lossy["utmos"].notna().all()
     cells = {c.arm: c for c in summarise(lossy)}
     base, cand = cells["baseline"], cells["candidate"]
-    print(f"baseline: corpus WER {base.corpus_wer:.3f} SIM {base.sim:.2f} DNSMOS {base.mos:.3f}; "
-          f"lossy: corpus WER {cand.corpus_wer:.3f} SIM {cand.sim:.2f} DNSMOS {cand.mos:.3f}")
-    worse = {"wer": cand.corpus_wer - base.corpus_wer > 0.05,
-             "sim": base.sim - cand.sim > 2.0,
+    print(f"baseline: SIM {base.sim:.2f} DNSMOS {base.mos:.3f}; lossy: SIM {cand.sim:.2f} DNSMOS {cand.mos:.3f}")
+    worse = {"sim": base.sim - cand.sim > 2.0,
              "mos": base.mos - cand.mos > 0.2}
     assert any(worse.values()), (base, cand)
     assert not any(math.isnan(x) for x in (base.sim, cand.sim, base.mos, cand.mos))

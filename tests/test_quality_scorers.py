@@ -70,7 +70,7 @@ def test_dnsmos_falls_for_noisy_copy(wavs):
 
 def test_pocketsphinx_pool_matches_in_process(wavs):
     items = [ScoreItem("r", i, k, p, TARGETS[k.split("-")[1]], None)
-             for i, (k, p) in enumerate(sorted(wavs.items())[:3])] * 2
+             for i, (k, p) in enumerate(sorted((k, p) for k, p in wavs.items() if k != "noisy")[:3])] * 2
     pooled = make_scorer("pocketsphinx", workers=2)
     single = make_scorer("pocketsphinx", workers=1)
     try:
