@@ -59,6 +59,7 @@ def record_run(
     params: dict | None = None,
     telemetry: bool = True,
     on_progress: Callable[[int, int], None] | None = None,
+    live: Any = None,
 ) -> str:
     """Drive `spec` and store everything; returns the run id. Re-raises KeyboardInterrupt after
     marking the run incomplete and storing what arrived."""
@@ -86,6 +87,8 @@ def record_run(
                      payload={"engine": engine, "kind": kind, "concurrency": spec.concurrency,
                               "cell_key": cell_key, "requests_planned": total, "url": spec.url})
     Path(spec.artifacts_dir).mkdir(parents=True, exist_ok=True)
+    if live:  # console.live.LiveFeed: the TUI follows the run through its snapshot file
+        live.run_started(run_id, engine, spec.concurrency, kind, total)
     proc = DriverProcess(spec).start()
     writer = BatchWriter(store)
     stored = 0
@@ -96,7 +99,11 @@ def record_run(
                 for batch in proc.batches():
                     writer.add(batch)
                     if sampler:
-                        writer.add(sampler.drain())
+                        drained = sampler.drain()
+                        writer.add(drained)
+                        batch = batch + drained
+                    if live:
+                        live.records(batch)
                     writer.flush()
                     done = sum(1 for r in batch if isinstance(r, RequestRecord))
                     stored += done
@@ -138,6 +145,8 @@ def record_run(
                          payload={"status": status, "requests_stored": stored,
                                   "requests_sent": summary.sent if summary else None,
                                   "error": (summary.error if summary else None) or proc.fatal})
+    if live:
+        live.run_ended(run_id, status)
     if interrupted:
         raise KeyboardInterrupt
     return run_id

@@ -266,6 +266,7 @@ class RunnerOptions:
     log: Callable[[str], None] = print
     on_cell: Callable[[int, int, Cell, str], None] | None = None  # (index, total, cell, state)
     on_progress: Callable[..., None] | None = None  # passed through to record_run
+    live: Any = None  # console.live.LiveFeed, passed through to record_run
 
 
 def check_preconditions(store: Store, plan: Plan, phase: str) -> str:
@@ -370,7 +371,7 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
             rid = record_run(store, spec, engine=cell.engine, kind=cell.kind, plan_hash=plan.hash, cell_key=cell.key,
                              launch_id=launch.launch_id, pool=cell.pool, repeat_index=cell.repeat, note=note,
                              params={**params_base, "engine_profile": engine.profile}, telemetry=opts.telemetry,
-                             on_progress=opts.on_progress)
+                             on_progress=opts.on_progress, live=opts.live)
             run_ids.append(rid)
             status = store.scalar("SELECT status FROM runs WHERE run_id = ?", [rid])
             log(f"[{i + 1}/{len(todo)}] {cell.key}: run {rid} {status}")

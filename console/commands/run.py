@@ -12,7 +12,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from console.commands.db import add_db_arg
 from console.commands.plan import plan_for_arg
 from console.runner import RunnerOptions, run_plan
-from data.store import open_store
+from console.live import LiveFeed
+from data.store import open_store, resolve_db_path
 
 
 def register(sub) -> None:
@@ -33,8 +34,10 @@ def _sigterm_to_interrupt(signum, frame):  # noqa: ARG001 - signal handler signa
 def cmd_run(args) -> int:
     console = Console(stderr=False)
     signal.signal(signal.SIGTERM, _sigterm_to_interrupt)  # `kill` interrupts like Ctrl-C: runs marked incomplete
-    with open_store(args.db) as store:
+    with LiveFeed(resolve_db_path(args.db)) as feed, open_store(args.db) as store:  # feed finishes after the store closes
         plan = plan_for_arg(store, args.plan)
+        feed.campaign(plan.name, plan.hash, metrics={"throughput_scale": plan.metrics.throughput_scale,
+                      "stall_threshold_s": plan.metrics.stall_threshold_s, "preroll_s": plan.metrics.preroll_s})
         artifacts = Path(args.artifacts) if args.artifacts else store.path.resolve().parent / "artifacts"
         interactive = console.is_terminal
         progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -49,6 +52,7 @@ def cmd_run(args) -> int:
                 print(msg, flush=True)
 
         def on_cell(i: int, total: int, cell, state: str) -> None:
+            feed.cell(i, total, cell, state)
             if state == "running":
                 progress.update(cells_task, total=total, completed=i, description=f"cell {cell.key}")
                 progress.reset(req_task, total=None, description="requests")
@@ -59,7 +63,7 @@ def cmd_run(args) -> int:
             progress.update(req_task, total=total, completed=done)
 
         opts = RunnerOptions(artifacts_dir=artifacts, resume=args.resume, phase="holdout" if args.holdout else "sweep",
-                             telemetry=not args.no_telemetry, log=log, on_cell=on_cell, on_progress=on_progress)
+                             telemetry=not args.no_telemetry, log=log, on_cell=on_cell, on_progress=on_progress, live=feed)
         try:
             with progress:
                 res = run_plan(store, plan, opts)
