@@ -165,6 +165,21 @@ def _parse_sse(body: bytes, arrivals: list[tuple[int, int]]) -> tuple[list[str],
     return events, stamps
 
 
+_shared_client: httpx.Client | None = None
+_client_lock = threading.Lock()
+
+
+def _client() -> httpx.Client:
+    """One thread-safe client for all test requests: building a client (and its TLS context) per
+    request costs tens of milliseconds of CPU, enough to smear a burst of "simultaneous" requests.
+    No keep-alive, so every request gets a fresh connection as a load generator's would."""
+    global _shared_client
+    with _client_lock:
+        if _shared_client is None:
+            _shared_client = httpx.Client(limits=httpx.Limits(max_connections=256, max_keepalive_connections=0))
+        return _shared_client
+
+
 def stream(url: str, body: dict[str, Any] | bytes, headers: dict[str, str] | None = None,
            timeout_s: float = 30.0, sse: bool = True) -> StreamResult:
     """POST to /v1/chat/completions and read the whole stream, recording transport failures."""
@@ -173,24 +188,25 @@ def stream(url: str, body: dict[str, Any] | bytes, headers: dict[str, str] | Non
     received = bytearray()
     arrivals: list[tuple[int, int]] = []  # (bytes received so far, perf_counter_ns)
     result = StreamResult(status=0, headers={}, body=b"", t_send_ns=0, arrivals_ns=[])
-    with httpx.Client(timeout=httpx.Timeout(timeout_s, connect=5.0)) as client:
-        request = client.build_request("POST", f"{url}/v1/chat/completions", content=content, headers=hdrs)
-        result.t_send_ns = time.perf_counter_ns()
+    client = _client()
+    request = client.build_request("POST", f"{url}/v1/chat/completions", content=content, headers=hdrs,
+                                   timeout=httpx.Timeout(timeout_s, connect=5.0))
+    result.t_send_ns = time.perf_counter_ns()
+    try:
+        response = client.send(request, stream=True)
         try:
-            response = client.send(request, stream=True)
-            try:
-                result.status = response.status_code
-                result.headers = dict(response.headers)
-                for piece in response.iter_raw():
-                    received.extend(piece)
-                    arrivals.append((len(received), time.perf_counter_ns()))
-            finally:
-                response.close()
-        except httpx.TimeoutException as exc:
-            result.timed_out = True
-            result.transport_error = type(exc).__name__
-        except httpx.TransportError as exc:
-            result.transport_error = type(exc).__name__
+            result.status = response.status_code
+            result.headers = dict(response.headers)
+            for piece in response.iter_raw():
+                received.extend(piece)
+                arrivals.append((len(received), time.perf_counter_ns()))
+        finally:
+            response.close()
+    except httpx.TimeoutException as exc:
+        result.timed_out = True
+        result.transport_error = type(exc).__name__
+    except httpx.TransportError as exc:
+        result.transport_error = type(exc).__name__
     result.body = bytes(received)
     result.arrivals_ns = [t for _, t in arrivals]
     if sse and result.status == 200 and result.headers.get("content-type", "").startswith("text/event-stream"):

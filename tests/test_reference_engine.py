@@ -39,8 +39,8 @@ inherits = "baseline"
 description = "tiny steps for the scheduler-model test"
 max_num_seqs = 4
 prefill_s = 0.0
-step_base_s = 0.1
-step_per_seq_s = 0.025
+step_base_s = 0.06
+step_per_seq_s = 0.015
 chunk_frames = 25
 """
 
@@ -88,6 +88,9 @@ def engines(engine_tmp: Path, monkeypatch_module: pytest.MonkeyPatch):
     finally:
         for name, (proc, dialect, profile) in procs.items():
             stop_engine(running.get(name) or EngineProcess(proc, "", dialect, profile))
+    # Faults, aborted connections and impatient clients are all expected; none may crash a handler.
+    for name, engine in running.items():
+        assert not any("Traceback" in line for line in engine.output), (name, engine.output)
 
 
 def _ok(dialect: str, engine: EngineProcess, text: str = TEXT, speaker: str | None = "spk01",
@@ -391,12 +394,14 @@ def test_scheduler_throughput_saturates_at_max_num_seqs(engines):
     import httpx
 
     url = engines["sched"].url
-    body = chat_body("pcm", "We should plant the seeds once the last frost has passed.", "spk05")
+    # a long sentence (about six 1 s chunks) in the default voice: small bodies, many steps per request
+    body = chat_body("pcm", "The volunteers planted two hundred trees along the river bank before the first "
+                            "heavy rain of the autumn arrived.", None)
     stream(url, body, sse=False)  # render once so every level measures scheduling only
     levels = {c: max((_burst(url, c, body) for _ in range(2)), key=lambda v: v[0]) for c in (1, 2, 4, 8)}
     thr = {c: round(v[0], 2) for c, v in levels.items()}
     rtf = {c: round(v[1], 4) for c, v in levels.items()}
-    # model: each step gives every active sequence 1 s of audio and lasts (100 + 25 * active) ms;
+    # model: each step gives every active sequence 1 s of audio and lasts (60 + 15 * active) ms;
     # at most 4 sequences are active, so 8 requests run in two waves
     assert thr[2] > 1.3 * thr[1] and thr[4] > 1.3 * thr[2], thr
     assert 0.8 * thr[4] < thr[8] < 1.2 * thr[4], thr  # saturated: no gain past max_num_seqs

@@ -37,7 +37,7 @@ class Profile:
     name: str
     description: str = ""
     max_num_seqs: int = 16
-    prefill_s: float = 0.05
+    prefill_s: float = 0.025
     step_base_s: float = 0.07
     step_per_seq_s: float = 0.004
     chunk_frames: int = 25
