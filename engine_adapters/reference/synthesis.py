@@ -59,11 +59,13 @@ class Rendered:
 
 
 class LruCache(Generic[K, V]):
-    """Thread-safe LRU cache bounded by an item count."""
+    """Thread-safe LRU cache bounded by a total size (``size_of`` each value; default 1 per item)."""
 
-    def __init__(self, max_items: int) -> None:
+    def __init__(self, capacity: int, size_of: Callable[[V], int] = lambda _: 1) -> None:
         self._items: OrderedDict[K, V] = OrderedDict()
-        self._max = max_items
+        self._capacity = capacity
+        self._size_of = size_of
+        self._used = 0
         self._lock = threading.Lock()
 
     def get_or_compute(self, key: K, compute: Callable[[], V]) -> V:
@@ -71,12 +73,15 @@ class LruCache(Generic[K, V]):
             if key in self._items:
                 self._items.move_to_end(key)
                 return self._items[key]
-        value = compute()
+        value = compute()  # outside the lock: two threads may compute the same pure value once each
         with self._lock:
-            self._items[key] = value
+            if key not in self._items:
+                self._items[key] = value
+                self._used += self._size_of(value)
             self._items.move_to_end(key)
-            while len(self._items) > self._max:
-                self._items.popitem(last=False)
+            while self._used > self._capacity and len(self._items) > 1:
+                _, evicted = self._items.popitem(last=False)
+                self._used -= self._size_of(evicted)
         return value
 
 
@@ -136,11 +141,14 @@ def degrade(samples: np.ndarray, band_hz: float, snr_db: float, rng: np.random.G
 class Synthesizer:
     """Renders requests with espeak-ng, caching prompt voices and espeak output."""
 
-    def __init__(self, espeak: EspeakSynth, catalog: VoiceCatalog, cache_items: int = 2048) -> None:
+    def __init__(self, espeak: EspeakSynth, catalog: VoiceCatalog, voice_cache_items: int = 4096,
+                 speech_cache_bytes: int = 256 * 1024 * 1024) -> None:
         self._espeak = espeak
         self._catalog = catalog
-        self._voices: LruCache[str, VoiceParams] = LruCache(cache_items)
-        self._speech: LruCache[tuple[str, VoiceParams], np.ndarray] = LruCache(cache_items)
+        self._voices: LruCache[str, VoiceParams] = LruCache(voice_cache_items)
+        # 256 MiB holds about 1,300 four-second utterances: a whole Seed-TTS test set.
+        self._speech: LruCache[tuple[str, VoiceParams], np.ndarray] = LruCache(
+            speech_cache_bytes, size_of=lambda a: a.nbytes)
 
     def voice_for(self, prompt: PromptAudio | None) -> VoiceParams:
         """espeak parameters matched to the prompt (cached by the prompt file's digest)."""
