@@ -210,3 +210,49 @@ def test_scheduler_batches_queues_and_chunks():
     assert isinstance(first[0], Admitted) and [len(c.samples) for c in first[1:]] == [960, 960, 80]
     assert np.array_equal(np.concatenate([c.samples for c in first[1:]]), np.arange(2000, dtype=np.int16))
     assert [len(c.samples) for c in second[1:]] == [960] and [len(c.samples) for c in third[1:]] == [100]
+
+
+# ---- command line and sample workload ------------------------------------------------------------
+
+def test_campaign_engine_commands(capsys):
+    from console.cli import build_parser, main
+
+    assert main(["engine", "profiles"]) == 0
+    assert "baseline" in capsys.readouterr().out
+    args = build_parser().parse_args(["engine", "reference", "--dialect", "sglang-omni", "--profile", "whole",
+                                      "--port", "0", "--device", "cpu"])
+    assert (args.dialect, args.profile, args.port, args.host) == ("sglang-omni", "whole", 0, "127.0.0.1")
+    assert main(["engine", "reference", "--dialect", "pcm", "--profile", "no-such-profile"]) == 2
+    assert "no profile named 'no-such-profile'" in capsys.readouterr().err
+
+
+def test_device_cuda_without_gpu_fails_in_one_line():
+    import subprocess
+    import sys
+
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is present; bench/reference_cuda_check.py exercises --device cuda")
+    done = subprocess.run([sys.executable, "-m", "engine_adapters.reference", "--dialect", "pcm", "--device", "cuda",
+                           "--port", "0"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--device cuda: no CUDA GPU is visible" in lines[0]
+
+
+def test_sample_workload_is_reproducible():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(repo / "scripts" / "make_sample_workload.py"), "--check"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    from data.workload import load_workload
+
+    workload = load_workload(repo / "data" / "sample_workload")
+    assert len(workload.utterances) == 128 and len(workload.speakers) >= 16 and not workload.errors
+    assert set(workload.pools["tuning"]).isdisjoint(workload.pools["holdout"])
+    assert {u.speaker for u in workload.pool("holdout")} == set(workload.speakers)

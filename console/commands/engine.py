@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from data.errors import CampaignError
 from engine_adapters.reference.config import add_arguments, config_from_args
 from engine_adapters.reference.profiles import ProfileError, load_profiles
 from engine_adapters.reference.server import ReferenceEngineError, run_engine
-
-from data.errors import CampaignError
 
 
 def register(sub) -> None:

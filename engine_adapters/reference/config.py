@@ -16,6 +16,8 @@ DEFAULT_MODEL_NAME = "reference-tts"
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
+    """How to run one engine process (see :func:`add_arguments` for each option's meaning)."""
+
     dialect: str
     profile: str
     host: str = DEFAULT_HOST
@@ -49,6 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> EngineConfig:
+    """The :class:`EngineConfig` for arguments parsed with :func:`add_arguments`."""
     return EngineConfig(
         dialect=args.dialect, profile=args.profile, host=args.host, port=args.port, device=args.device,
         profiles_file=args.profiles_file, model_name=args.model_name, emit_log=args.emit_log,
