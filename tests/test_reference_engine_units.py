@@ -256,3 +256,20 @@ def test_sample_workload_is_reproducible():
     assert len(workload.utterances) == 128 and len(workload.speakers) >= 16 and not workload.errors
     assert set(workload.pools["tuning"]).isdisjoint(workload.pools["holdout"])
     assert {u.speaker for u in workload.pool("holdout")} == set(workload.speakers)
+
+
+def test_gpu_step_work_scales_with_the_batch():
+    """The --device cuda bookkeeping, run on the CPU with tiny matrices."""
+    from engine_adapters.reference.gpu import CudaStepWorker
+
+    worker = CudaStepWorker(busy_fraction=0.8, max_num_seqs=16, dim=64, rows=32, device="cpu")
+    try:
+        assert worker.stats.matmul_ms > 0
+        assert worker.matmuls_for(0, 0.1) == 0
+        one, full, over = (worker.matmuls_for(n, 0.1) for n in (1, 16, 32))
+        assert 1 <= one < full == over  # grows with the batch up to max_num_seqs, flat beyond
+        assert abs(full - round(80 / worker.stats.matmul_ms)) <= 1
+        asyncio.run(worker.step(4, 0.01))
+        assert worker.stats.steps == 1 and worker.stats.per_batch_matmuls == {4: worker.matmuls_for(4, 0.01)}
+    finally:
+        worker.close()

@@ -44,36 +44,45 @@ def check_cuda() -> str:
 class CudaStepWorker:
     """Runs each step's matmuls on one dedicated thread (CUDA calls release the GIL)."""
 
-    def __init__(self, busy_fraction: float, max_num_seqs: int, dim: int = 4096, rows: int = 2048) -> None:
+    def __init__(self, busy_fraction: float, max_num_seqs: int, dim: int = 4096, rows: int = 2048,
+                 device: str = "cuda") -> None:
         import torch
 
         self._torch = torch
         self._busy_fraction = busy_fraction
         self._max_num_seqs = max_num_seqs
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reference-cuda")
-        self._device = torch.device("cuda", 0)
+        # device="cpu" exists for tests of the bookkeeping on machines without a GPU.
+        self._device = torch.device("cuda", 0) if device == "cuda" else torch.device(device)
         gen = torch.Generator(device=self._device).manual_seed(0)
         self._x = torch.randn(rows, dim, device=self._device, dtype=torch.bfloat16, generator=gen)
         self._w = torch.randn(dim, dim, device=self._device, dtype=torch.bfloat16, generator=gen) / dim**0.5
         self._out = torch.empty(rows, dim, device=self._device, dtype=torch.bfloat16)
-        self.stats = GpuStats(device_name=torch.cuda.get_device_name(0), matmul_ms=self._measure_ms())
+        # Measure on the worker thread itself, so its cuBLAS handle exists before the first step.
+        matmul_ms = self._executor.submit(self._measure_ms).result()
+        name = torch.cuda.get_device_name(0) if self._device.type == "cuda" else str(self._device)
+        self.stats = GpuStats(device_name=name, matmul_ms=matmul_ms)
+
+    def _sync(self) -> None:
+        if self._device.type == "cuda":
+            self._torch.cuda.synchronize()
 
     def _measure_ms(self, reps: int = 50) -> float:
         torch = self._torch
         for _ in range(5):
             torch.matmul(self._x, self._w, out=self._out)
-        torch.cuda.synchronize()
+        self._sync()
         start = time.perf_counter()
         for _ in range(reps):
             torch.matmul(self._x, self._w, out=self._out)
-        torch.cuda.synchronize()
+        self._sync()
         return (time.perf_counter() - start) * 1000 / reps
 
     def _run(self, matmuls: int) -> float:
         start = time.perf_counter()
         for _ in range(matmuls):
             self._torch.matmul(self._x, self._w, out=self._out)
-        self._torch.cuda.synchronize()
+        self._sync()
         return time.perf_counter() - start
 
     def matmuls_for(self, active: int, step_s: float) -> int:
