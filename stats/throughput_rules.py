@@ -130,21 +130,15 @@ def evaluate_rule(rule: Any, values: Mapping[tuple[str, int], Sequence[RepeatVal
 def collect_values(store: Any, plan: Any, rule: Any) -> dict[tuple[str, int], list[RepeatValue]]:
     """Throughput of every aggregate run of the rule's two engines at its concurrencies."""
     from data.errors import CampaignError
-    from data.queries import aggregate_runs
-    from stats.metrics import run_metrics
+    from stats.metrics import cell_runs
 
     get = rule.get if isinstance(rule, Mapping) else lambda k, d=None: getattr(rule, k, d)
     metric = get("metric", "throughput") or "throughput"
     if metric != "throughput":
         raise CampaignError(f"decision rule {get('name')!r}: metric {metric!r} is not supported (throughput only)")
-    m = plan.metrics
     out: dict[tuple[str, int], list[RepeatValue]] = {}
     for engine in (get("candidate"), get("reference")):
         for c in get("concurrencies"):
-            vals = []
-            for run in aggregate_runs(store, plan.hash, engine=engine, concurrency=int(c)):
-                rm = run_metrics(store, run["run_id"], throughput_scale=m.throughput_scale,
-                                 stall_threshold_s=m.stall_threshold_s, preroll_s=m.preroll_s)
-                vals.append(RepeatValue(int(run["repeat_index"]), run["run_id"], rm.throughput))
-            out[(engine, int(c))] = vals
+            out[(engine, int(c))] = [RepeatValue(x.repeat, x.run_id, x.metrics.throughput)
+                                     for x in cell_runs(store, plan, engine, int(c))]
     return out

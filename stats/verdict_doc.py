@@ -77,19 +77,16 @@ def cells_section(frame, result) -> list[dict[str, Any]]:
 
 def throughput_table(store: Store, plan) -> list[dict[str, Any]]:
     """Every engine × every sweep concurrency: per-repeat metrics of the aggregate runs + spreads."""
-    from data.queries import aggregate_runs
-    from stats.metrics import run_metrics, spread
+    from stats.metrics import cell_runs, spread
 
-    m = plan.metrics
     rows = []
     for engine in [e.name for e in plan.engines]:
         for c in plan.sweep.concurrencies:
             repeats = []
-            for run in aggregate_runs(store, plan.hash, engine=engine, concurrency=int(c)):
-                rm = run_metrics(store, run["run_id"], throughput_scale=m.throughput_scale,
-                                 stall_threshold_s=m.stall_threshold_s, preroll_s=m.preroll_s)
+            for x in cell_runs(store, plan, engine, int(c)):
+                rm = x.metrics
                 repeats.append({
-                    "run_id": run["run_id"], "repeat": int(run["repeat_index"]), "throughput": rm.throughput,
+                    "run_id": x.run_id, "repeat": x.repeat, "throughput": rm.throughput,
                     "ttfa_p50_s": rm.ttfa_p50_s, "ttfa_p95_s": rm.ttfa_p95_s, "rtf_mean": rm.rtf_mean,
                     "requests": rm.requests, "completed": rm.completed, "failed": rm.failed,
                     "failures_by_class": dict(rm.failures_by_class), "stall_count": rm.stall_count,

@@ -175,10 +175,11 @@ def test_rule_pass_fail_inconclusive_and_boundary():
     assert r.cells[0].status == "FAIL"
 
 
-def _add_run(store, plan_hash, engine, c, rep, audio_s_per_req, wall_s, kind="measured", status="complete"):
-    run_id = f"{engine}-c{c}-{kind}-{rep}"
+def _add_run(store, plan_hash, engine, c, rep, audio_s_per_req, wall_s, kind="measured", status="complete",
+             pool="tuning"):
+    run_id = f"{engine}-c{c}-{kind}-{rep}" + ("" if pool == "tuning" else f"-{pool}")
     store.insert("runs", {"run_id": run_id, "plan_hash": plan_hash, "engine": engine, "dialect": "vllm-omni",
-                          "concurrency": c, "repeat_index": rep, "kind": kind, "status": status})
+                          "concurrency": c, "repeat_index": rep, "kind": kind, "status": status, "pool": pool})
     for i in range(2):
         t0 = 1_000_000_000
         end = t0 + int(wall_s * 1e9)
@@ -211,6 +212,8 @@ def test_gate_plan_issues_rule_verdict_with_throughput_table(tmp_path, capsys):
                 _add_run(s, plan_hash, rule["reference"], c, rep, 2.0, 1.5 + 0.01 * rep)
         _add_run(s, plan_hash, rule["reference"], 16, 9, 2.0, 0.1, kind="profiled")  # never aggregated
         excluded = _add_run(s, plan_hash, rule["reference"], 32, 7, 2.0, 0.1)
+        # a holdout-phase quality run is another workload: never a throughput repeat
+        _add_run(s, plan_hash, rule["reference"], 16, 0, 2.0, 0.1, pool="holdout")
     assert main(["runs", "exclude", excluded, "--reason", "stack snapshots during run", "--db", str(db)]) == 0
     capsys.readouterr()
     code = main(["gate", str(plan_path), "--db", str(db)])

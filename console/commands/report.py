@@ -16,9 +16,8 @@ from console.commands.db import add_db_arg
 from console.commands.plan import plan_for_arg
 from console.output import FORMATS, print_rows
 from data.plans import Plan
-from data.queries import aggregate_runs
 from data.store import Store, open_store
-from stats.metrics import METRICS_BY_NAME, METRICS_VERSION, Spread, run_metrics, spread
+from stats.metrics import METRICS_BY_NAME, METRICS_VERSION, SWEEP_POOL, Spread, cell_runs, spread
 
 # (RunMetrics field, column label) in table order
 COLUMNS = (
@@ -40,17 +39,14 @@ class ReportCell:
     spreads: dict[str, Spread]
 
 
-def build_report(store: Store, plan: Plan, pool: str | None = None) -> list[ReportCell]:
+def build_report(store: Store, plan: Plan, pool: Any = SWEEP_POOL) -> list[ReportCell]:
     """One cell per engine x sweep concurrency (empty cells kept so gaps show)."""
-    m = plan.metrics
     out = []
     for engine in plan.engines:
         for c in plan.sweep.concurrencies:
-            runs = aggregate_runs(store, plan.hash, engine=engine.name, concurrency=c, pool=pool)
-            metrics = [run_metrics(store, r["run_id"], throughput_scale=m.throughput_scale,
-                                   stall_threshold_s=m.stall_threshold_s, preroll_s=m.preroll_s) for r in runs]
-            spreads = {f: spread(getattr(x, f) for x in metrics) for f, _ in COLUMNS}
-            out.append(ReportCell(engine.name, c, [r["run_id"] for r in runs], spreads))
+            runs = cell_runs(store, plan, engine.name, c, pool)
+            spreads = {f: spread(getattr(x.metrics, f) for x in runs) for f, _ in COLUMNS}
+            out.append(ReportCell(engine.name, c, [x.run_id for x in runs], spreads))
     return out
 
 
@@ -88,7 +84,7 @@ def register(sub) -> None:
 def cmd_report(args) -> int:
     with open_store(args.db) as store:
         plan = plan_for_arg(store, args.plan)
-        cells = build_report(store, plan, pool=plan.workload.pool)
+        cells = build_report(store, plan)
         others = store.query(
             "SELECT r.kind, r.status, (x.run_id IS NOT NULL) AS excluded, count(*) AS n FROM runs r "
             "LEFT JOIN exclusions x USING (run_id) WHERE r.plan_hash = ? GROUP BY ALL ORDER BY ALL", [plan.hash])

@@ -144,7 +144,7 @@ def load_reports(store: Store) -> list[PlanReport]:
     for p in store.query("SELECT plan_hash, strftime(frozen_at AT TIME ZONE 'UTC', '%Y-%m-%d %H:%M') AS frozen "
                          "FROM plans WHERE kind = 'plan' ORDER BY frozen_at"):
         plan = plan_from_store(store, p["plan_hash"])
-        cells = build_report(store, plan, pool=plan.workload.pool)
+        cells = build_report(store, plan)
         left_out = store.query(
             "SELECT r.kind, r.status, (x.run_id IS NOT NULL) AS excluded, count(*) AS n FROM runs r "
             "LEFT JOIN exclusions x USING (run_id) WHERE r.plan_hash = ? AND (r.kind <> 'measured' OR "
