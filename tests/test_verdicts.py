@@ -248,4 +248,4 @@ def test_gate_plan_issues_rule_verdict_with_throughput_table(tmp_path, capsys):
         assert main(["export", "runs", "--format", fmt, "-o", str(f), "--plan", plan_hash[:12], "--db", str(db)]) == 0
         import pandas as pd
         df = pd.read_csv(f) if fmt == "csv" else pd.read_parquet(f)
-        assert len(df) == 2 * 14 and {"engine", "concurrency", "kind", "excluded_reason", "t_send_ns"} <= set(df.columns)
+        assert len(df) == 2 * 15 and {"engine", "concurrency", "kind", "excluded_reason", "t_send_ns"} <= set(df.columns)
