@@ -39,11 +39,11 @@ from stats.metrics import METRICS_BY_NAME, METRICS_VERSION
 LOCK_MARK = "in use by another process"
 LIVE_POLL_S = 0.25
 
-RUN_COLUMNS = ("engine", "C", "kind", "rep", "status", "excluded",
+RUN_COLUMNS = ("engine", "C", "kind", "pool", "rep", "status", "excluded",
                header(METRICS_BY_NAME["throughput"]), header(METRICS_BY_NAME["ttfa_p50_s"]),
                header(METRICS_BY_NAME["ttfa_p95_s"]), header(METRICS_BY_NAME["rtf_mean"]), "stalls", "failed",
                "started (UTC)", "plan", "run id")
-RUN_NUMERIC = {"C", "rep"} | set(RUN_COLUMNS[6:12])
+RUN_NUMERIC = {"C", "rep"} | set(RUN_COLUMNS[7:13])
 VERDICT_COLUMNS = ("issued (UTC)", "kind", "name", "verdict", "method", "draws", "seed", "plan", "verdict id")
 CHECK_COLUMNS = ("C", "metric", "unit", "status", "ids", "estimate", "upper bound", "margin", "baseline", "candidate", "reason")
 AUDIT_COLUMNS = ("seq", "time (UTC)", "kind", "plan", "subject", "payload")
@@ -177,7 +177,7 @@ class CampaignApp(App):
         for r in reversed(msg.rows):  # newest first
             m = r.metrics
             cells = (
-                r.engine, num(str(r.concurrency)), r.kind, num(str(r.repeat_index)),
+                r.engine, num(str(r.concurrency)), r.kind, r.pool or "", num(str(r.repeat_index)),
                 status_text(r.status), Text("excluded", style="yellow") if r.excluded else "",
                 num(fmt("throughput", m.throughput)), num(fmt("ttfa_p50_s", m.ttfa_p50_s)),
                 num(fmt("ttfa_p95_s", m.ttfa_p95_s)), num(fmt("rtf_mean", m.rtf_mean)),

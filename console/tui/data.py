@@ -46,6 +46,7 @@ class RunRow:
     engine: str
     concurrency: int
     kind: str
+    pool: str | None  # workload pool: the sweep's tuning pool or the reserved holdout
     repeat_index: int
     status: str
     excluded: str | None  # the exclusion reason
@@ -56,7 +57,7 @@ class RunRow:
 def load_runs(store: Store) -> list[RunRow]:
     """Every run (oldest first) with its metrics."""
     rows = store.query(
-        "SELECT r.run_id, r.plan_hash, p.name AS plan_name, r.engine, r.concurrency, r.kind, r.repeat_index, "
+        "SELECT r.run_id, r.plan_hash, p.name AS plan_name, r.engine, r.concurrency, r.kind, r.pool, r.repeat_index, "
         "r.status, x.reason AS excluded, strftime(r.started_at AT TIME ZONE 'UTC', '%m-%d %H:%M:%S') AS started, "
         "r.params_json FROM runs r LEFT JOIN exclusions x USING (run_id) LEFT JOIN plans p USING (plan_hash) "
         "ORDER BY r.started_at, r.run_id")
@@ -64,7 +65,7 @@ def load_runs(store: Store) -> list[RunRow]:
     for r in rows:
         m = run_metrics(store, r["run_id"], **metric_params(r["params_json"]))
         out.append(RunRow(r["run_id"], r["plan_hash"], r["plan_name"], r["engine"], r["concurrency"], r["kind"],
-                          r["repeat_index"], r["status"], r["excluded"], r["started"] or "", m))
+                          r["pool"], r["repeat_index"], r["status"], r["excluded"], r["started"] or "", m))
     return out
 
 
