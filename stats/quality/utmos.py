@@ -1,24 +1,200 @@
-"""`utmos22`: UTMOS22 strong (the UTokyo-SaruLab VoiceMOS 2022 system) from a local checkpoint.
+"""`utmos22`: UTMOS22 strong (UTokyo-SaruLab, VoiceMOS 2022) from a local TorchScript export.
 
-Honest limitation: UTMOS22 strong is a fairseq wav2vec 2.0 SSL front end plus domain and
-listener embeddings, a BLSTM and a projection head, distributed as a Lightning checkpoint
-together with its own model code (sarulab-speech/UTMOS22, or tarepan/SpeechMOS's
-`utmos22_strong`). That model code is not installed here and is not on the package index this
-project may use, and re-implementing its layer layout without the checkpoint to verify it
-against would produce numbers nobody could trust. So this scorer never scores: it reports
-"unavailable: <why>" (the MOS gates become INCONCLUSIVE) and docs/quality.md says what to
-install. DNSMOS (`dnsmos`) is the bundled MOS scorer and is labelled as DNSMOS, never UTMOS.
+UTMOS22 strong needs its model code (a fairseq-style wav2vec 2.0 front end, BLSTM and head) to
+load the published state dict; that code is not shipped with the console and fetching it at run
+time is forbidden. So the scorer loads a *TorchScript export* instead: a self-contained program
+plus weights, made once on a machine with network from tarepan/SpeechMOS's `utmos22_strong`
+(`predictor(wave[B, T], sr) -> MOS[B]`) with `export_torchscript` below (docs/utmos22.md has the
+recipe). The folder (quality.model_paths.utmos22 or $CAMPAIGN_UTMOS_DIR) must hold
+`utmos22_strong.torchscript.pt`; a folder with only a raw `.ckpt`/`.pt` is "unavailable".
+
+Scoring: every output is read with the project's loader (mono, soxr HQ to 16 kHz, float32 in
+[-1, 1]) and scored in fp32. UTMOS averages frame scores over the whole clip (and its first conv
+layer normalises over time), so zero padding would change a clip's score: clips are never padded;
+only clips of exactly equal length share a forward call, everything else runs one per call.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
+import warnings
+import zipfile
+from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
-from stats.quality.base import ScoreItem, ScoreResult, Scorer
+import numpy as np
 
-NEEDS = ("the UTMOS22 strong model code (sarulab-speech/UTMOS22 `lightning_module.py` or "
-         "tarepan/SpeechMOS `utmos22_strong`), which this console does not ship")
+from data.errors import CampaignError
+from stats.quality.audio import AudioError, SCORER_RATE, load_audio
+from stats.quality.base import ScoreItem, ScoreResult, Scorer, one_line
+
+EXPORT_NAME = "utmos22_strong.torchscript.pt"   # the one file name the scorer loads
+META_NAME = "utmos22_export.json"                # export metadata stored inside the archive
+META_FORMAT = "omni-campaign-utmos22/1"
+RAW_SUFFIXES = (".ckpt", ".pt", ".pth")
+RECIPE = "export it to TorchScript with docs/utmos22.md"
+
+
+@contextmanager
+def _quiet_jit():
+    """torch 2.x marks torch.jit deprecated; it still loads and runs exports, and the warning
+    would only bury the progress bar."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        yield
+
+
+def equal_length_groups(lengths: Sequence[int], max_batch: int) -> list[list[int]]:
+    """Indexes grouped by exactly equal length (first-seen order), each group cut to max_batch.
+
+    Only equal lengths may share a forward call: padding would change a UTMOS score."""
+    groups: dict[int, list[int]] = {}
+    for i, n in enumerate(lengths):
+        groups.setdefault(int(n), []).append(i)
+    step = max(1, int(max_batch))
+    return [idx[s:s + step] for idx in groups.values() for s in range(0, len(idx), step)]
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def state_sha256(module: Any) -> str:
+    """SHA-256 over the module's state dict (sorted names, dtypes, shapes and bytes): identifies
+    the weights independently of where torch.hub cached the downloaded checkpoint."""
+    import torch
+
+    h = hashlib.sha256()
+    for name, t in sorted(module.state_dict().items()):
+        arr = t.detach().cpu().contiguous()
+        h.update(f"{name}\0{arr.dtype}\0{tuple(arr.shape)}\n".encode())
+        if arr.numel():
+            h.update(arr.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def torchscript_problem(path: Path) -> str | None:
+    """Why `path` is not a TorchScript archive (None if it looks like one), without loading it.
+
+    torch.jit.save writes a zip holding `<name>/code/...`; torch.save writes a zip without code."""
+    try:
+        if not zipfile.is_zipfile(path):
+            return f"{path} is not a TorchScript archive (not a zip file)"
+        with zipfile.ZipFile(path) as z:
+            names = z.namelist()
+    except OSError as exc:
+        return f"{path}: unreadable ({one_line(exc)})"
+    if not any("/code/" in n for n in names):
+        return f"{path} is a plain PyTorch checkpoint (torch.save), not a TorchScript export"
+    return None
+
+
+def read_export_meta(path: Path) -> dict:
+    """The export metadata stored in the archive ({} when absent), read without loading torch."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            name = next((n for n in z.namelist() if n.endswith(f"/extra/{META_NAME}")), None)
+            return json.loads(z.read(name)) if name else {}
+    except (OSError, ValueError, zipfile.BadZipFile):
+        return {}
+
+
+def script_error(exc: BaseException) -> str:
+    """One line for a model failure; TorchScript puts the real cause on the message's last line."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    if len(lines) > 1 and lines[0].startswith("The following operation failed"):
+        return lines[-1]
+    return one_line(exc)
+
+
+class _Fixed16k:
+    """Builds the exported wrapper: forward(wave[B, T]) -> MOS[B], the rate fixed to 16 kHz."""
+
+    @staticmethod
+    def build(predictor: Any):
+        import torch
+
+        class Utmos22At16k(torch.nn.Module):
+            def __init__(self, inner: torch.nn.Module):
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, wave: torch.Tensor) -> torch.Tensor:
+                return self.inner(wave, 16000)
+
+        return Utmos22At16k(predictor).eval()
+
+
+def _check_waves(seconds: Sequence[float]) -> list[np.ndarray]:
+    """Deterministic speech-like test signals (harmonics with vibrato plus a little noise)."""
+    rng = np.random.default_rng(20220401)
+    out = []
+    for s in seconds:
+        t = np.arange(int(s * SCORER_RATE)) / SCORER_RATE
+        f0 = 140.0 + 20.0 * np.sin(2 * np.pi * 3.0 * t)
+        phase = 2 * np.pi * np.cumsum(f0) / SCORER_RATE
+        w = sum(np.sin(k * phase) / k for k in range(1, 6)) * (0.5 + 0.5 * np.sin(2 * np.pi * 1.7 * t) ** 2)
+        out.append((0.25 * w + 0.01 * rng.standard_normal(len(t))).astype(np.float32))
+    return out
+
+
+def export_torchscript(predictor: Any, out_dir: Path, *, source: str, method: str = "auto",
+                       check_seconds: Sequence[float] = (1.3, 3.7, 8.2), tolerance: float = 1e-4) -> Path:
+    """Export a `predictor(wave, sr) -> MOS[B]` (SpeechMOS utmos22_strong) to
+    `<out_dir>/utmos22_strong.torchscript.pt` with the rate fixed to 16 kHz.
+
+    Tries torch.jit.script, falls back to torch.jit.trace, then checks the export against the
+    eager predictor on clips of several lengths (and one equal-length batch of two) and refuses
+    to write it if any score differs by more than `tolerance`. Metadata (source, weight hash,
+    method, torch version, max difference) is stored inside the archive as utmos22_export.json."""
+    import torch
+
+    predictor = predictor.eval()
+    wrapper = _Fixed16k.build(predictor)
+    waves = [torch.from_numpy(w)[None] for w in _check_waves(check_seconds)]
+    exported, used = None, method
+    if method in ("auto", "script"):
+        try:
+            with _quiet_jit():
+                exported, used = torch.jit.script(wrapper), "script"
+        except Exception as exc:  # fairseq-style code often is not scriptable; trace instead
+            if method == "script":
+                raise
+            print(f"torch.jit.script failed ({one_line(exc)}); tracing instead")
+    if exported is None:
+        with torch.no_grad(), _quiet_jit():
+            exported, used = torch.jit.trace(wrapper, (waves[len(waves) // 2],), check_trace=False), "trace"
+    worst = 0.0
+    with torch.no_grad():
+        cases = waves + [torch.cat([waves[0], 0.5 * waves[0]], dim=0)]
+        for w in cases:
+            want = predictor(w, 16000).reshape(-1)
+            got = exported(w).reshape(-1)
+            if got.shape != want.shape:
+                raise RuntimeError(f"export returns shape {tuple(got.shape)} for input {tuple(w.shape)}, eager {tuple(want.shape)}")
+            worst = max(worst, float((got - want).abs().max()))
+    if not math.isfinite(worst) or worst > tolerance:
+        raise RuntimeError(f"TorchScript export ({used}) differs from the eager model by {worst:.3g} (> {tolerance}); not saved")
+    meta = {"format": META_FORMAT, "source": source, "state_sha256": state_sha256(predictor),
+            "sample_rate": SCORER_RATE, "method": used, "torch": torch.__version__,
+            "max_abs_diff_vs_eager": worst, "check_seconds": list(check_seconds),
+            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / (EXPORT_NAME + ".tmp")
+    with _quiet_jit():
+        torch.jit.save(exported, str(tmp), _extra_files={META_NAME: json.dumps(meta, indent=1)})
+    final = out_dir / EXPORT_NAME
+    tmp.replace(final)
+    return final
 
 
 class Utmos22Scorer(Scorer):
@@ -26,28 +202,134 @@ class Utmos22Scorer(Scorer):
     scorer_id = "utmos22"
     metric = "mos"
     label = "UTMOS22 strong"
+    default_batch = 16
+
+    def __init__(self, model_dir: Path | None = None, **kw):
+        super().__init__(model_dir, **kw)
+        self._module = None
+        self._takes_sr = False
+        self._file_sha: str | None = None
+        self._meta: dict | None = None
+        self.last_calls: list[int] = []  # batch size of each forward call of the last score_waves()
+
+    @property
+    def export_path(self) -> Path | None:
+        return self.model_dir / EXPORT_NAME if self.model_dir else None
+
+    @property
+    def meta(self) -> dict:
+        """Export metadata (source, weight hash, method...) from the archive; {} if none."""
+        if self._meta is None:
+            p = self.export_path
+            self._meta = read_export_meta(p) if p is not None and p.is_file() else {}
+        return self._meta
 
     @property
     def version(self) -> str:
-        return "utmos22-strong (no loader)"
+        """Export file name and SHA-256 prefix (what `sha256sum` prints), plus its source if known."""
+        p = self.export_path
+        if p is None or not p.is_file():
+            return f"{EXPORT_NAME} (missing)"
+        if self._file_sha is None:
+            self._file_sha = file_sha256(p)
+        src = f" {self.meta['source']}" if self.meta.get("source") else ""
+        return f"{EXPORT_NAME} sha256:{self._file_sha[:12]}{src}"
 
     def model_files(self) -> list[Path]:
-        if self.model_dir is None or not self.model_dir.is_dir():
-            return []
-        return sorted(p for p in self.model_dir.rglob("*") if p.is_file() and p.suffix in (".ckpt", ".pt", ".pth"))
+        p = self.export_path
+        return [p] if p is not None and p.is_file() else []
 
     def available(self) -> tuple[bool, str]:
-        if self.model_dir is None:
-            return False, "no UTMOS22 checkpoint directory configured (quality.model_paths.utmos22 or $CAMPAIGN_UTMOS_DIR)"
-        if not self.model_dir.is_dir():
-            return False, f"model directory {self.model_dir} does not exist"
-        if not self.model_files():
-            return False, f"{self.model_dir} holds no .ckpt/.pt checkpoint"
-        return False, f"checkpoint found in {self.model_dir}, but loading it needs {NEEDS}"
+        d = self.model_dir
+        if d is None:
+            return False, ("no UTMOS22 model directory configured (set quality.model_paths.utmos22 in the plan "
+                           f"or $CAMPAIGN_UTMOS_DIR to a folder holding {EXPORT_NAME})")
+        if d.is_file():
+            return False, f"{d} is a file; point the path at the folder holding {EXPORT_NAME}"
+        if not d.is_dir():
+            return False, f"model directory {d} does not exist"
+        p = d / EXPORT_NAME
+        if not p.is_file():
+            raw = sorted(f.name for f in d.iterdir() if f.is_file() and f.suffix in RAW_SUFFIXES)
+            if raw:
+                return False, (f"{d} holds {raw[0]} but no {EXPORT_NAME}: a raw UTMOS22 checkpoint needs the "
+                               f"UTMOS22 model code, which is not shipped; {RECIPE}")
+            return False, f"{d} has no {EXPORT_NAME}; {RECIPE}"
+        problem = torchscript_problem(p)
+        if problem:
+            return False, f"{problem}; {RECIPE}"
+        try:
+            import torch  # noqa: F401
+        except ImportError as exc:
+            return False, f"torch is not installed ({exc})"
+        return True, "ok"
 
     def load(self) -> None:
-        raise RuntimeError(self.available()[1])
+        import torch
+
+        p = self.export_path
+        try:
+            with _quiet_jit():
+                module = torch.jit.load(str(p), map_location=self.device)
+        except Exception as exc:
+            raise CampaignError(f"utmos22: cannot load {p}: {script_error(exc)}; {RECIPE}") from None
+        rate = self.meta.get("sample_rate", SCORER_RATE)
+        if rate != SCORER_RATE:
+            raise CampaignError(f"utmos22: {p} was exported for {rate} Hz, the scorer feeds {SCORER_RATE} Hz; {RECIPE}")
+        # forward(wave) for our export (rate fixed), or forward(wave, sr) for a scripted SpeechMOS predictor
+        n_args = len(module.forward.schema.arguments) - 1
+        if n_args not in (1, 2):
+            raise CampaignError(f"utmos22: {p}: forward takes {n_args} arguments, expected (wave) or (wave, sr)")
+        self._takes_sr = n_args == 2
+        self._module = module.eval()
+
+    def _forward(self, batch: np.ndarray) -> np.ndarray:
+        import torch
+
+        wave = torch.from_numpy(np.ascontiguousarray(batch, dtype=np.float32)).to(self.device)
+        with torch.inference_mode():
+            out = self._module(wave, SCORER_RATE) if self._takes_sr else self._module(wave)
+        return out.detach().float().reshape(-1).cpu().numpy()
+
+    def score_waves(self, wavs: Sequence[np.ndarray]) -> list[float | str]:
+        """MOS per 16 kHz mono waveform, or an error string for a clip the model rejects."""
+        self.ensure_loaded()
+        self.last_calls = []
+        out: list[float | str] = [""] * len(wavs)
+        for idx in equal_length_groups([len(w) for w in wavs], self.batch_size):
+            self.last_calls.append(len(idx))
+            try:
+                vals = self._forward(np.stack([wavs[i] for i in idx]))
+                if vals.shape != (len(idx),):
+                    raise ValueError(f"model returned {vals.shape[0]} scores for {len(idx)} clips")
+            except Exception as exc:  # e.g. a clip shorter than the first conv window
+                for i in idx:
+                    out[i] = f"utmos22 failed: {script_error(exc)}"
+                continue
+            for i, v in zip(idx, vals):
+                out[i] = float(v) if math.isfinite(float(v)) else f"utmos22 gave a non-finite score ({v})"
+        return out
 
     def score_batch(self, items: Sequence[ScoreItem]) -> list[ScoreResult]:
-        why = self.available()[1]
-        return [ScoreResult.failed(f"utmos22 unavailable: {why}") for _ in items]
+        self.ensure_loaded()
+        loaded: list[np.ndarray | str] = []
+        for it in items:
+            try:
+                loaded.append(load_audio(it.audio_path))
+            except AudioError as exc:
+                loaded.append(str(exc))
+        good = [i for i, w in enumerate(loaded) if not isinstance(w, str)]
+        scores = dict(zip(good, self.score_waves([loaded[i] for i in good]))) if good else {}
+        results = []
+        for i in range(len(items)):
+            v = loaded[i] if isinstance(loaded[i], str) else scores[i]
+            results.append(ScoreResult.failed(v) if isinstance(v, str) else ScoreResult("ok", value=v))
+        return results
+
+    def describe(self) -> dict:
+        return super().describe() | {"export": str(self.export_path), "source": self.meta.get("source"),
+                                     "batching": "equal-length clips only, never padded"}
+
+    def close(self) -> None:
+        self._module = None
+        self._loaded = False
