@@ -147,13 +147,15 @@ def _check_waves(seconds: Sequence[float]) -> list[np.ndarray]:
 
 
 def export_torchscript(predictor: Any, out_dir: Path, *, source: str, method: str = "auto",
-                       check_seconds: Sequence[float] = (1.3, 3.7, 8.2), tolerance: float = 1e-4) -> Path:
+                       check_seconds: Sequence[float] = (1.3, 3.7, 3.72, 8.2), tolerance: float = 1e-4) -> Path:
     """Export a `predictor(wave, sr) -> MOS[B]` (SpeechMOS utmos22_strong) to
     `<out_dir>/utmos22_strong.torchscript.pt` with the rate fixed to 16 kHz.
 
     Tries torch.jit.script, falls back to torch.jit.trace, then checks the export against the
     eager predictor on clips of several lengths (and one equal-length batch of two) and refuses
-    to write it if any score differs by more than `tolerance`. Metadata (source, weight hash,
+    to write it if any score differs by more than `tolerance`. 3.7 s and 3.72 s differ by 320
+    samples, i.e. exactly one wav2vec 2.0 frame, so both frame-count parities are compared:
+    SpeechMOS pads the frame sequence to an even length in a Python branch that a trace freezes. Metadata (source, weight hash,
     method, torch version, max difference) is stored inside the archive as utmos22_export.json."""
     import torch
 
