@@ -41,6 +41,8 @@ def test_scoring_writes_every_scorable_output_once(scored):
     assert {s.scorer_id for s in summaries} == {"pocketsphinx-en", "resemblyzer", "dnsmos"}
     for s in summaries:
         assert s.expected == 8 and s.scored_ok == 7 and s.scored_error == 0, s
+        # spk1-t2 and spk2-t1 are the same bytes in both runs: computed once each
+        assert (s.computed, s.reused_pass, s.reused_stored) == (5, 2, 0), s
         assert s.not_scorable == {"request failed": 1}
     assert store.scalar("SELECT count(*) FROM quality_scores") == 21
     assert store.scalar("SELECT count(*) FROM quality_scores WHERE run_id = 'cand-prof'") == 0
@@ -122,7 +124,7 @@ def test_cli_score_and_recheck(scored, capsys, monkeypatch):
         out = capsys.readouterr().out
         assert rc == 0
         assert "Seed-TTS WER" in out and "corpus WER" in out and "request failed: timeout" in out
-        assert "DNSMOS" in out
+        assert "DNSMOS" in out and "reused (this pass)" in out
         rc = main(["score", "--recheck", "spk1-t2", "--run", "base-c1", "--db", db, "--artifacts", str(art)])
         out = capsys.readouterr().out
         assert rc == 0 and "1/1 stored transcripts reproduce" in out

@@ -9,6 +9,10 @@ Scoring is idempotent and resumable: rows are keyed (run_id, request_index, scor
 ones (ok or error) are skipped, and each batch commits on its own, so an interrupted pass loses
 at most one batch. Failed requests and missing audio get no rows; they are coverage gaps
 computed from `requests`, never dropped.
+
+Each distinct content (audio bytes + reference text / prompt wav) is scored once per pass and the
+result copied to every row with that content, and to later passes' rows (see `content_key`);
+`ScoreSummary` says how many rows were computed and how many reused.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from data.store import Store, utcnow
 from stats.quality.base import METRICS, ScoreItem, ScoreResult, Scorer
 from stats.quality.registry import (UnknownScorer, make_scorer, plan_quality, plan_scorers, scorer_class,
                                     scorer_status)
+from stats.quality.text import normalize_text
 
 ARMS = ("baseline", "candidate")
 FRAME_COLUMNS = ["arm", "engine", "concurrency", "repeat", "run_id", "utt_id", "wer_errors", "wer_words",
@@ -56,6 +61,9 @@ class ScoreSummary:
     scored_error: int = 0
     not_scorable: dict[str, int] = field(default_factory=dict)  # cause -> count (no row written)
     seconds: float = 0.0
+    computed: int = 0       # distinct content keys the model scored in this pass
+    reused_pass: int = 0    # rows that copied a result computed earlier in this pass
+    reused_stored: int = 0  # rows that copied an ok row stored by an earlier pass
 
 
 # -- plan access ------------------------------------------------------------------------------
@@ -161,10 +169,76 @@ def existing_rows(store: Store, scorer_id: str) -> dict[tuple[str, int], str | N
     return {(r, i): h for r, i, h in rows}
 
 
+# -- reuse by content ---------------------------------------------------------------------------
+# A score is a pure function of (scorer id, model hash, audio bytes, and the normalised reference
+# text for WER / the prompt wav bytes for SIM). Lossless engines return byte-identical audio across
+# repeats, concurrencies and profiles, so each distinct content key is computed once per pass and
+# copied to every (run, request) row that has it; ok rows stored by earlier passes with the same
+# scorer id and model hash are copied too. Rows stay one per (run, request, scorer).
+_COPIED = ("status", "error", "value", "wer_substitutions", "wer_deletions", "wer_insertions", "wer_ref_words",
+           "hypothesis", "ref_norm", "hyp_norm", "scorer_version", "model_hash", "scored_at")
+
+
+def content_key(metric: str, audio_sha: str, target_text: str, prompt_sha: str | None) -> tuple:
+    """What a score depends on besides the scorer and its model (which are fixed within a pass)."""
+    if metric == "wer":
+        return ("wer", audio_sha, normalize_text(target_text))
+    if metric == "sim":
+        return ("sim", audio_sha, prompt_sha)
+    return (metric, audio_sha)
+
+
+def _stored_key(metric: str, audio_sha: str, target_text: str, utt_id: str, plan_hash: str | None) -> tuple:
+    """Key to match rows of earlier passes. Stored rows keep the normalised reference (ref_norm) but not
+    the prompt wav's hash, so SIM rows match only within the same plan and utterance (same prompt)."""
+    if metric == "sim":
+        return ("sim", audio_sha, utt_id, plan_hash)
+    return content_key(metric, audio_sha, target_text, None)
+
+
+def stored_results(store: Store, scorer: Scorer, shas: set[str]) -> dict[tuple, dict]:
+    """Ok rows of earlier passes made by this scorer and model, keyed like `_stored_key`."""
+    if not shas:
+        return {}
+    rows = store.query(
+        "SELECT q.*, r.plan_hash AS run_plan_hash FROM quality_scores q LEFT JOIN runs r USING (run_id) "
+        "WHERE q.scorer_id = ? AND q.model_hash = ? AND q.status = 'ok' AND q.audio_sha256 IS NOT NULL "
+        "ORDER BY q.scored_at, q.run_id, q.request_index", [scorer.scorer_id, scorer.model_hash])
+    out: dict[tuple, dict] = {}
+    for r in rows:
+        if r["audio_sha256"] not in shas:
+            continue
+        if scorer.metric == "wer":
+            key = ("wer", r["audio_sha256"], r["ref_norm"] or "")
+        elif scorer.metric == "sim":
+            key = ("sim", r["audio_sha256"], r["utt_id"], r["run_plan_hash"])
+        else:
+            key = (scorer.metric, r["audio_sha256"])
+        out.setdefault(key, r)
+    return out
+
+
+def _copied_row(e: Expected, scorer: Scorer, src: dict) -> dict:
+    return {"run_id": e.run_id, "request_index": e.request_index, "utt_id": e.utt_id, "metric": scorer.metric,
+            "scorer_id": scorer.scorer_id, "audio_sha256": src["audio_sha256"], **{k: src[k] for k in _COPIED}}
+
+
+def _file_hash_cached(cache: dict[Path, str], path: Path | None) -> str | None:
+    if path is None:
+        return None
+    if path not in cache:
+        try:
+            cache[path] = _sha256(path)
+        except OSError:
+            cache[path] = f"unreadable:{path}"  # the scorer reports the error; equal paths share it
+    return cache[path]
+
+
 def score_expected(store: Store, expected: Sequence[Expected], scorer: Scorer, *, workload: Any,
                    artifacts_dir: Path, plan_hash: str | None = None,
                    on_progress: Callable[[int, int], None] | None = None) -> ScoreSummary:
-    """Score what is scorable and not yet stored for this scorer; one transaction per batch."""
+    """Score what is scorable and not yet stored for this scorer, computing each distinct content
+    key once (see `content_key`); one transaction per batch of computations."""
     import time
 
     t0 = time.perf_counter()
@@ -192,40 +266,65 @@ def score_expected(store: Store, expected: Sequence[Expected], scorer: Scorer, *
         raise CampaignError(
             f"scorer {scorer.scorer_id}: stored rows were made with model hash {sorted(stale)[0][:12]}, this model is "
             f"{scorer.model_hash[:12]}; refusing to mix models under one scorer id (use the original model folder)")
-    total = len(todo)
+
+    # rows that need no model: bad input (error rows) and copies of earlier passes' rows
+    direct: list[dict] = []
+    ready: list[tuple[Expected, ScoreItem, str]] = []
+    for e, item in todo:
+        if by_id and e.utt_id not in by_id:
+            direct.append(_row(e, scorer, ScoreResult.failed(f"utterance {e.utt_id} not in the workload"), None))
+            continue
+        sha = _sha256(item.audio_path)
+        if e.audio_sha256 and sha != e.audio_sha256:
+            direct.append(_row(e, scorer, ScoreResult.failed(
+                f"audio hash mismatch: file {sha[:12]} != recorded {e.audio_sha256[:12]}"), sha))
+            continue
+        ready.append((e, ScoreItem(item.run_id, item.request_index, item.utt_id, item.audio_path, item.target_text,
+                                   item.prompt_wav, sha), sha))
+    stored = stored_results(store, scorer, {sha for _, _, sha in ready})
+    prompt_shas: dict[Path, str] = {}
+    groups: dict[tuple, list[tuple[Expected, ScoreItem, str]]] = {}
+    for e, item, sha in ready:
+        src = stored.get(_stored_key(scorer.metric, sha, item.target_text, e.utt_id, plan_hash))
+        if src is not None:
+            direct.append(_copied_row(e, scorer, src))
+            summary.reused_stored += 1
+            continue
+        prompt_sha = _file_hash_cached(prompt_shas, item.prompt_wav) if scorer.metric == "sim" else None
+        groups.setdefault(content_key(scorer.metric, sha, item.target_text, prompt_sha), []).append((e, item, sha))
+    if direct:
+        with store.transaction():
+            for row in direct:
+                store.insert("quality_scores", row)
+        _count(summary, direct)
+
+    keys = list(groups)
+    total = len(keys)
     if on_progress:
         on_progress(0, total)
-    done = 0
-    if todo:
+    if keys:
         scorer.ensure_loaded()
     for start in range(0, total, scorer.batch_size):
-        batch = todo[start:start + scorer.batch_size]
-        rows = []
-        ready: list[tuple[Expected, ScoreItem, str]] = []
-        for e, item in batch:
-            if by_id and e.utt_id not in by_id:
-                rows.append(_row(e, scorer, ScoreResult.failed(f"utterance {e.utt_id} not in the workload"), None))
-                continue
-            sha = _sha256(item.audio_path)
-            if e.audio_sha256 and sha != e.audio_sha256:
-                rows.append(_row(e, scorer, ScoreResult.failed(
-                    f"audio hash mismatch: file {sha[:12]} != recorded {e.audio_sha256[:12]}"), sha))
-                continue
-            ready.append((e, item, sha))
-        results = scorer.score_batch([it for _, it, _ in ready]) if ready else []
-        rows += [_row(e, scorer, res, sha) for (e, _, sha), res in zip(ready, results)]
+        batch = keys[start:start + scorer.batch_size]
+        results = scorer.score_batch([groups[k][0][1] for k in batch])
+        rows = [_row(e, scorer, res, sha) for k, res in zip(batch, results) for e, _, sha in groups[k]]
         with store.transaction():
             for row in rows:
                 store.insert("quality_scores", row)
-        summary.scored_ok += sum(r["status"] == "ok" for r in rows)
-        summary.scored_error += sum(r["status"] == "error" for r in rows)
-        done += len(batch)
+        _count(summary, rows)
+        summary.computed += len(batch)
+        summary.reused_pass += len(rows) - len(batch)
         if on_progress:
-            on_progress(done, total)
+            on_progress(start + len(batch), total)
     summary.seconds = time.perf_counter() - t0
     if rows_written := summary.scored_ok + summary.scored_error:
         _audit(store, plan_hash, scorer, summary, rows_written)
     return summary
+
+
+def _count(summary: ScoreSummary, rows: Sequence[dict]) -> None:
+    summary.scored_ok += sum(r["status"] == "ok" for r in rows)
+    summary.scored_error += sum(r["status"] == "error" for r in rows)
 
 
 def _audit(store: Store, plan_hash: str | None, scorer: Scorer, s: ScoreSummary, written: int) -> None:
@@ -233,7 +332,9 @@ def _audit(store: Store, plan_hash: str | None, scorer: Scorer, s: ScoreSummary,
     append_event(store, "scores_recorded", plan_hash=plan_hash, subject=scorer.scorer_id,
                  payload={"scorer_id": scorer.scorer_id, "metric": scorer.metric, "version": scorer.version,
                           "model_hash": scorer.model_hash, "rows_ok": s.scored_ok, "rows_error": s.scored_error,
-                          "rows_written": written, "skipped_existing": s.existing, "not_scorable": s.not_scorable})
+                          "rows_written": written, "computed": s.computed, "reused_in_pass": s.reused_pass,
+                          "reused_stored": s.reused_stored, "skipped_existing": s.existing,
+                          "not_scorable": s.not_scorable})
 
 
 def score_plan(store: Store, plan: Any, *, scorers: Iterable[str] | None = None, artifacts_dir: Path | None = None,
