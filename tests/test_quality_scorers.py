@@ -68,6 +68,19 @@ def test_dnsmos_falls_for_noisy_copy(wavs):
     assert s.label.startswith("DNSMOS") and "utmos" not in s.scorer_id
 
 
+def test_dnsmos_ovrl_equals_speechmos(wavs):
+    """Our DNSMOS keeps one session and skips the unused P.808 branch; the OVRL value must stay
+    exactly speechmos' (short clips are looped; a 10.5 s clip takes the multi-window path)."""
+    from speechmos import dnsmos as speechmos_dnsmos
+    from stats.quality.dnsmos import dnsmos_ovrl
+
+    clips = [load_audio(wavs[k]) for k in ("spk1-t1", "spk2-t2", "noisy")]
+    clips.append(np.concatenate([clips[0], clips[1], clips[0], clips[1]])[:168000])
+    ours = [dnsmos_ovrl(c) for c in clips]
+    theirs = [float(speechmos_dnsmos.run(c, 16000)["ovrl_mos"]) for c in clips]
+    assert ours == pytest.approx(theirs, abs=1e-9, rel=0), (ours, theirs)
+
+
 def test_pocketsphinx_pool_matches_in_process(wavs):
     items = [ScoreItem("r", i, k, p, TARGETS[k.split("-")[1]], None)
              for i, (k, p) in enumerate(sorted((k, p) for k, p in wavs.items() if k != "noisy")[:3])] * 2
