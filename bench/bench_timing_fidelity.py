@@ -4,7 +4,10 @@ stamp-before-parse) and for a plain aiohttp client written the way `vllm bench s
 streams (iterate response.content lines, stamp after line splitting/decoding), measured in the
 same run against the same reference engine (which stamps `emit_ns` right before each write).
 
-    .venv/bin/python bench/bench_timing_fidelity.py [--concurrencies 1,8,32,128] [--client httpx|aiohttp]
+    .venv/bin/python bench/bench_timing_fidelity.py [--concurrencies 1,8,32,128] [--client aiohttp|httpx] [--repeats N]
+
+With --repeats N every C is measured N times (driver and plain alternate) and the table shows the
+median of each figure over the repeats, which steadies it on a shared, noisy box.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine_adapters.dialects import get_dialect  # noqa: E402
 from engine_adapters.driver import DriverProcess, DriveSpec, RequestSpec  # noqa: E402
 from engine_adapters.lifecycle import EngineProcess  # noqa: E402
+from engine_adapters.transport import DEFAULT_TRANSPORT, TRANSPORTS  # noqa: E402
 from engine_adapters.specs import EngineSpec  # noqa: E402
 from data.records import ChunkRecord  # noqa: E402
 
@@ -135,9 +139,10 @@ def pct(d: list[int]) -> tuple[float, float, int]:
     return float(np.percentile(a, 50)), float(np.percentile(a, 99)), a.size
 
 
-def measure(concurrencies: list[int], client: str = "httpx", requests_per_c=None,
-            plain: bool = True) -> dict[int, dict[str, tuple]]:
-    results = {}
+def measure(concurrencies: list[int], client: str = DEFAULT_TRANSPORT, requests_per_c=None,
+            plain: bool = True, repeats: int = 1) -> dict[int, dict[str, tuple]]:
+    """Per C: {"driver": (p50, p99, n), "plain": ...}, each figure the median over `repeats`."""
+    runs: dict[int, dict[str, list[tuple]]] = {}
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
         prof = tmp / "profiles.toml"
@@ -145,29 +150,32 @@ def measure(concurrencies: list[int], client: str = "httpx", requests_per_c=None
         prompt = prompt_wav(tmp / "prompt.wav")
         eng = start_engine(tmp, profiles_file=prof)
         try:
-            for c in concurrencies:
-                n = (requests_per_c or {}).get(c, max(8, c))
-                ours = driver_deltas(eng.spec.url, c, n, prompt, tmp, client)
-                results[c] = {"driver": pct(ours)}
-                if plain:
-                    results[c]["plain"] = pct(plain_deltas(eng.spec.url, c, n, prompt))
+            for _ in range(repeats):
+                for c in concurrencies:
+                    n = (requests_per_c or {}).get(c, max(8, c))
+                    got = runs.setdefault(c, {})
+                    got.setdefault("driver", []).append(pct(driver_deltas(eng.spec.url, c, n, prompt, tmp, client)))
+                    if plain:
+                        got.setdefault("plain", []).append(pct(plain_deltas(eng.spec.url, c, n, prompt)))
         finally:
             eng.stop()
-    return results
+    return {c: {who: tuple(float(np.median(col)) for col in zip(*vals)) for who, vals in got.items()}
+            for c, got in runs.items()}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--concurrencies", default="1,8,32,128")
-    ap.add_argument("--client", default="httpx", choices=("httpx", "aiohttp"))
+    ap.add_argument("--client", default=DEFAULT_TRANSPORT, choices=tuple(TRANSPORTS))
+    ap.add_argument("--repeats", type=int, default=1)
     args = ap.parse_args()
     cs = [int(x) for x in args.concurrencies.split(",")]
-    res = measure(cs, args.client)
-    print(f"arrival - emit (ms), audio events; driver client = {args.client}")
+    res = measure(cs, args.client, repeats=args.repeats)
+    print(f"arrival - emit (ms), audio events; driver client = {args.client}; median of {args.repeats} repeat(s)")
     print(f"{'C':>5} {'driver p50':>11} {'driver p99':>11} {'plain p50':>10} {'plain p99':>10} {'events':>8} {'p99 ratio':>9}")
     for c, r in res.items():
         (dp50, dp99, dn), (pp50, pp99, pn) = r["driver"], r["plain"]
-        print(f"{c:>5} {dp50:>11.3f} {dp99:>11.3f} {pp50:>10.3f} {pp99:>10.3f} {dn:>8} {dp99 / pp99 if pp99 else float('nan'):>9.2f}")
+        print(f"{c:>5} {dp50:>11.3f} {dp99:>11.3f} {pp50:>10.3f} {pp99:>10.3f} {int(dn):>8} {dp99 / pp99 if pp99 else float('nan'):>9.2f}")
     return 0
 
 

@@ -3,7 +3,12 @@ process with its own event loop, so nothing else in the console can delay its ti
 
 Timing: `t_send_ns` is stamped just before the request is handed to the client; every body
 read is stamped with `perf_counter_ns()` before any parsing and events take the stamp of the
-read that delivered their first byte (see dialects/base.py).
+read that delivered their first byte (see dialects/base.py). The hot path is "read -> stamp ->
+append (stamp, bytes)" plus two C-speed tail checks (end marker, event-size guard); SSE framing,
+JSON, base64 and WAV decoding all happen in the parent process. Batches leave the driver process
+through a pipe written by a sender thread with `os.writev` (the GIL is released while the kernel
+copies the audio bytes); pickling them on a multiprocessing.Queue held the GIL for milliseconds
+per batch and showed up as arrival-stamp delay (bench/bench_timing_fidelity.py).
 
 Closed loop: C workers each take the next request as soon as their previous one ends, so exactly
 C requests are in flight until the list is exhausted. Warmup requests (flagged `is_warmup`) run
@@ -16,13 +21,17 @@ transport failure, cancellation), so requests sent = requests stored.
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import json
 import multiprocessing as mp
 import os
+import pickle
 import queue as queue_mod
 import re
 import signal
+import struct
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,13 +39,15 @@ from typing import Any, Callable, Iterator
 
 from data.records import AudioFileRecord, ChunkRecord, RequestRecord
 from engine_adapters.dialects import get_dialect
-from engine_adapters.dialects.base import MAX_EVENT_BYTES, FrameCollector
+from engine_adapters.dialects.base import MAX_EVENT_BYTES
 from engine_adapters.dialects.wav import encode_wav
-from engine_adapters.transport import TRANSPORTS, TransportError
+from engine_adapters.transport import DEFAULT_TRANSPORT, TRANSPORTS, TransportError, describe
 
 TICK_S = 0.010  # event-loop lag ticker period
 FLUSH_S = 0.100  # how often the child ships a batch of records
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+# an SSE end-marker event closing the bytes read so far (checked on the last 64 bytes only)
+_DONE_TAIL = re.compile(rb"(?:\A|\n)data: ?\[DONE\]\r?\n\r?\n\Z")
 
 
 @dataclass(frozen=True)
@@ -97,18 +108,21 @@ class RawResult:
     failure: tuple[str, str] | None = None  # transport-level: http_status, transport, timeout, cancelled
     clean_eof: bool = False
     bytes_received: int = 0
-    frames: list[tuple[int, bytes, int]] = field(default_factory=list)
+    reads: list[tuple[int, bytes]] = field(default_factory=list)  # (stamp, bytes) per body read
     overflow: str | None = None
 
 
 def decode_result(spec: DriveSpec, raw: RawResult) -> list[Any]:
     """Records for one sent request: decode its frames, classify its outcome (the first cause
     wins; an HTTP error status always wins), save its audio WAV with SHA-256."""
-    dialect = get_dialect(spec.dialect)
-    parser = dialect.new_parser(spec.request_options)
-    collector = FrameCollector(dialect.name != "pcm")
-    collector.frames, collector.overflow = raw.frames, raw.overflow
-    events = collector.replay(parser)
+    parser = get_dialect(spec.dialect).new_parser(spec.request_options)
+    events = []
+    for t, data in raw.reads:  # the parser frames events with the stamps the reads carry
+        if parser.done:
+            break
+        events += parser.feed(data, t)
+    if raw.overflow:
+        parser.fail("decode_error", raw.overflow)
     if raw.clean_eof:
         parser.eof()
     st = parser.state
@@ -170,6 +184,7 @@ class _Run:
         self.sent = 0
         self.cancelled = False
         self.max_event_bytes = int(opts.get("max_event_bytes", MAX_EVENT_BYTES))
+        self.sse = self.dialect.name != "pcm"
         # bodies built before the clock starts: JSON-encoding a base64 prompt is not send lag
         self._bodies: dict[str, bytes] = {}
         for r in spec.requests:
@@ -185,13 +200,14 @@ class _Run:
         return warm + [(w + i, r, False) for i, r in enumerate(reqs)]
 
     async def one(self, transport: Any, index: int, req: RequestSpec, warm: bool) -> None:
-        """Send one request and collect its stamped frames; decoding happens later, elsewhere."""
+        """Send one request and collect its stamped reads; decoding happens later, elsewhere."""
         spec = self.spec
         raw = RawResult(index=index, utt_id=req.utt_id, is_warmup=warm, t_send_ns=0)
-        collector = FrameCollector(self.dialect.name != "pcm", self.max_event_bytes)
+        reads = raw.reads
+        now = time.perf_counter_ns
 
         def stamp_send() -> None:
-            raw.t_send_ns = time.perf_counter_ns()
+            raw.t_send_ns = now()
 
         try:
             async with asyncio.timeout(spec.timeout_s):
@@ -200,21 +216,30 @@ class _Run:
                     raw.http_status = resp.status
                     if not 200 <= resp.status < 300:
                         body = await resp.read_error_body()
-                        raw.t_end_ns = time.perf_counter_ns()
+                        raw.t_end_ns = now()
                         raw.failure = ("http_status", f"HTTP {resp.status}: {_error_text(body)}")
                     else:
-                        async for data in resp.chunks():
-                            t = time.perf_counter_ns()
-                            if raw.t_first_byte_ns is None:
-                                raw.t_first_byte_ns = t
-                            raw.bytes_received += len(data)
-                            if collector.add(data, t):
-                                break
+                        read, sse, limit = resp.read, self.sse, self.max_event_bytes
+                        open_bytes = 0  # bytes since the last newline: a lower bound on the open event's size
+                        tail = b""
+                        while data := await read():
+                            reads.append((now(), data))
+                            if sse:
+                                k = data.rfind(b"\n")
+                                open_bytes = open_bytes + len(data) if k < 0 else len(data) - k - 1
+                                if open_bytes > limit:
+                                    raw.overflow = f"SSE event exceeds {limit} bytes"
+                                    break
+                                tail = data[-64:] if len(data) >= 64 else (tail + data)[-64:]
+                                if tail[-1] == 10 and _DONE_TAIL.search(tail):
+                                    break
                         else:
                             raw.clean_eof = True
-                        raw.t_end_ns = time.perf_counter_ns()
+                        raw.t_end_ns = now()
         except TransportError as exc:
             raw.failure = ("transport", str(exc))
+        except transport.errors as exc:
+            raw.failure = ("transport", describe(exc))
         except TimeoutError:
             raw.failure = ("timeout", f"no completion within {spec.timeout_s:g} s")
         except asyncio.CancelledError:
@@ -223,10 +248,12 @@ class _Run:
             raise
         finally:
             if raw.t_send_ns == 0:
-                raw.t_send_ns = time.perf_counter_ns()
+                raw.t_send_ns = now()
             if raw.t_end_ns is None:
-                raw.t_end_ns = time.perf_counter_ns()
-            raw.frames, raw.overflow = collector.frames, collector.overflow
+                raw.t_end_ns = now()
+            if reads:
+                raw.t_first_byte_ns = reads[0][0]
+                raw.bytes_received = sum(len(d) for _, d in reads)
             self.sent += 1
             self.pending.append(raw)
 
@@ -273,7 +300,7 @@ class _Run:
         spec = self.spec
         anchor_perf = time.perf_counter_ns()
         anchor_wall = time.time_ns()
-        transport_cls = TRANSPORTS[spec.request_options.get("client", "httpx")]
+        transport_cls = TRANSPORTS[spec.request_options.get("client", DEFAULT_TRANSPORT)]
         transport = transport_cls(spec.concurrency, spec.request_options.get("headers"))
         items = self.schedule()
         warm = [x for x in items if x[2]]
@@ -372,7 +399,10 @@ def drive_raw(spec: DriveSpec, emit_raw: Callable[[list[RawResult]], None],
     try:
         return loop.run_until_complete(_Run(spec, emit_raw).main(cancel))
     finally:
-        loop.close()
+        try:  # finalise any async generator a library left open, while the loop still runs
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
 
 
 def drive_in_process(spec: DriveSpec, emit: Callable[[list[Any]], None],
@@ -381,14 +411,90 @@ def drive_in_process(spec: DriveSpec, emit: Callable[[list[Any]], None],
     return drive_raw(spec, lambda raws: emit(decode_batch(spec, raws)), cancel)
 
 
-def _child_main(spec: DriveSpec, out: Any, cancel_evt: Any) -> None:
+# -- shipping batches from the driver process to the parent --------------------------------------
+# One message = header (meta length, blob length) + pickled metadata + the reads' bytes back to
+# back. Only the small metadata is pickled; the audio bytes go to the kernel by os.writev from a
+# sender thread, which releases the GIL while they are copied, so the driver's event loop thread
+# is never held up by a big pickle (a 6 MB batch took ~4-6 ms of GIL on the 2-core dev box).
+
+_HEADER = struct.Struct("<QQ")
+_IOV_MAX = 512
+
+
+def _pack(kind: str, payload: Any) -> list[bytes]:
+    blobs: list[bytes] = []
+    if kind == "raw":
+        metas = []
+        for r in payload:
+            m = copy.copy(r)
+            m.reads = [(t, len(d)) for t, d in r.reads]
+            blobs += [d for _, d in r.reads]
+            metas.append(m)
+        payload = metas
+    meta = pickle.dumps((kind, payload), protocol=pickle.HIGHEST_PROTOCOL)
+    return [_HEADER.pack(len(meta), sum(len(b) for b in blobs)), meta, *blobs]
+
+
+def _unpack(meta: memoryview, blob: memoryview) -> tuple[str, Any]:
+    kind, payload = pickle.loads(meta)
+    if kind == "raw":
+        off = 0
+        for r in payload:
+            reads = []
+            for t, n in r.reads:
+                reads.append((t, bytes(blob[off:off + n])))
+                off += n
+            r.reads = reads
+    return kind, payload
+
+
+def _write_all(fd: int, bufs: list[bytes]) -> None:
+    """os.writev until every byte is out (a pipe write may be partial)."""
+    views = [memoryview(b) for b in bufs if len(b)]
+    i = 0
+    while i < len(views):
+        n = os.writev(fd, views[i:i + _IOV_MAX])
+        while n:
+            if n >= len(views[i]):
+                n -= len(views[i])
+                i += 1
+            else:
+                views[i], n = views[i][n:], 0
+
+
+class _Sender:
+    """Writes messages to the parent's pipe on its own thread, in order."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.queue: queue_mod.SimpleQueue = queue_mod.SimpleQueue()
+        self.thread = threading.Thread(target=self._run, name="driver-sender", daemon=True)
+        self.thread.start()
+
+    def put(self, kind: str, payload: Any) -> None:
+        self.queue.put((kind, payload))
+
+    def close(self) -> None:
+        self.queue.put(None)
+        self.thread.join()
+
+    def _run(self) -> None:
+        while (item := self.queue.get()) is not None:
+            _write_all(self.fd, _pack(*item))
+
+
+def _child_main(spec: DriveSpec, conn: Any, cancel_evt: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and asks via cancel_evt
+    sender = _Sender(conn.fileno())
     try:
-        summary = drive_raw(spec, lambda batch: out.put(("raw", batch)), cancel_evt.is_set)
+        summary = drive_raw(spec, lambda batch: sender.put("raw", batch), cancel_evt.is_set)
     except BaseException as exc:  # report, never hang the parent
-        out.put(("fatal", f"{type(exc).__name__}: {exc}"))
-        return
-    out.put(("summary", summary))
+        sender.put("fatal", f"{type(exc).__name__}: {exc}")
+    else:
+        sender.put("summary", summary)
+    finally:
+        sender.close()
+        conn.close()
 
 
 class DriverProcess:
@@ -401,48 +507,77 @@ class DriverProcess:
         spec.validate()
         self.spec = spec
         ctx = mp.get_context("spawn")
-        self._queue = ctx.Queue()
+        self._recv, self._send = ctx.Pipe(duplex=False)
         self._cancel = ctx.Event()
-        self._proc = ctx.Process(target=_child_main, args=(spec, self._queue, self._cancel),
+        self._proc = ctx.Process(target=_child_main, args=(spec, self._send, self._cancel),
                                  name=f"driver-{spec.run_id}", daemon=True)
         self.summary: DriveSummary | None = None
         self.fatal: str | None = None
+        self._buf = bytearray()
 
     def start(self) -> "DriverProcess":
         self._proc.start()
+        self._send.close()  # the child holds the write end now: EOF here means the child is gone
         return self
 
     def cancel(self) -> None:
         self._cancel.set()
 
     def batches(self, poll_s: float = 0.2) -> Iterator[list[Any]]:
-        """Record batches as the child ships them, until it reports its summary or dies."""
+        """Record batches as the child ships them, until it reports its summary or dies.
+
+        A message leaves the buffer only once decoded, so a KeyboardInterrupt in here (the caller
+        then cancels and iterates again) loses nothing."""
         while True:
-            try:
-                kind, payload = self._queue.get(timeout=poll_s)
-            except queue_mod.Empty:
-                if not self._proc.is_alive():
-                    # drain anything shipped right before exit
-                    try:
-                        kind, payload = self._queue.get(timeout=1.0)
-                    except queue_mod.Empty:
-                        self.fatal = self.fatal or f"driver process exited with code {self._proc.exitcode}"
-                        return
-                else:
-                    continue
+            msg = self._message()
+            if msg is None:
+                if not self._fill(poll_s):
+                    self._proc.join(5.0)
+                    self.fatal = self.fatal or f"driver process exited with code {self._proc.exitcode}"
+                    return
+                continue
+            size, (kind, payload) = msg
             if kind == "raw":
-                # decoding (JSON, base64, WAV) and WAV writing happen here, in the store owner's
-                # process, so they never delay the driver's arrival stamps
-                yield decode_batch(self.spec, payload)
-            elif kind == "summary":
+                # decoding (SSE framing, JSON, base64, WAV) and WAV writing happen here, in the
+                # store owner's process, so they never delay the driver's arrival stamps
+                records = decode_batch(self.spec, payload)
+                del self._buf[:size]
+                yield records
+                continue
+            del self._buf[:size]
+            if kind == "summary":
                 self.summary = payload
-                return
             else:
                 self.fatal = payload
-                return
+            return
+
+    def _message(self) -> tuple[int, tuple[str, Any]] | None:
+        """The first complete message in the buffer (without consuming it), else None."""
+        buf = self._buf
+        if len(buf) < _HEADER.size:
+            return None
+        meta_len, blob_len = _HEADER.unpack_from(buf)
+        end_meta = _HEADER.size + meta_len
+        size = end_meta + blob_len
+        if len(buf) < size:
+            return None
+        view = memoryview(buf)
+        try:
+            return size, _unpack(view[_HEADER.size:end_meta], view[end_meta:size])
+        finally:
+            view.release()
+
+    def _fill(self, poll_s: float) -> bool:
+        """Read what the pipe holds into the buffer; False at EOF (the child is gone)."""
+        while not self._recv.poll(poll_s):
+            pass
+        data = os.read(self._recv.fileno(), 8 << 20)
+        self._buf += data
+        return bool(data)
 
     def join(self, timeout: float = 10.0) -> None:
         self._proc.join(timeout)
         if self._proc.is_alive():
             self._proc.kill()
             self._proc.join(5.0)
+        self._recv.close()

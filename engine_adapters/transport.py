@@ -1,8 +1,15 @@
 """HTTP transports for the load driver behind one small interface.
 
-httpx is the default client (design card); aiohttp is the same interface on a faster stack,
-selectable with `request_options["client"] = "aiohttp"`. Both hand the driver raw body bytes as
-they are read (no decompression, no line splitting) so it can stamp each read before parsing.
+aiohttp is the default: measured with bench/bench_timing_fidelity.py, httpx's pure-Python HTTP
+stack (h11 chunked decoding, httpcore and anyio layers per read) costs enough CPU per 64 KB event
+that a burst of synchronised events at C >= 32 delays the later streams' arrival stamps by
+milliseconds, while aiohttp decodes HTTP/1.1 in C (llhttp). httpx (the design card's client) stays
+selectable with `request_options["client"] = "httpx"`.
+
+Both hand the driver raw body bytes as they are read (no decompression, no line splitting) through
+a plain `read()` coroutine (b"" at the end): no async generator sits in the timing path, and the
+driver stamps each read before any parsing. Exceptions a read may raise are listed in
+`transport.errors`; the driver maps them to the `transport` failure class with `describe()`.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from typing import AsyncIterator, Awaitable, Callable
 HEADERS = {"content-type": "application/json", "accept": "text/event-stream, audio/pcm, */*",
            "accept-encoding": "identity"}
 ERROR_BODY_LIMIT = 64 * 1024
+DEFAULT_TRANSPORT = "aiohttp"
 
 
 class TransportError(Exception):
@@ -23,7 +31,7 @@ class TransportError(Exception):
 @dataclass
 class StreamResponse:
     status: int
-    chunks: Callable[[], AsyncIterator[bytes]]
+    read: Callable[[], Awaitable[bytes]]  # the next body bytes as read; b"" once the body is complete
     read_error_body: Callable[[], Awaitable[bytes]]
 
 
@@ -34,6 +42,7 @@ class HttpxTransport:
         import httpx
 
         self._httpx = httpx
+        self.errors: tuple[type[BaseException], ...] = (httpx.TransportError,)
         self.version = f"httpx {httpx.__version__}"
         limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency,
                               keepalive_expiry=30.0)
@@ -49,30 +58,30 @@ class HttpxTransport:
         try:
             resp = await self.client.send(req, stream=True)
         except httpx.TransportError as exc:
-            raise TransportError(_describe(exc)) from None
+            raise TransportError(describe(exc)) from None
+        # one generator per response, closed below whatever happens: an abandoned one would be
+        # finalised by the loop later ("Task was destroyed but it is pending!")
+        raw = resp.aiter_raw()
 
-        async def chunks() -> AsyncIterator[bytes]:
-            try:
-                async for data in resp.aiter_raw():
-                    yield data
-            except httpx.TransportError as exc:
-                raise TransportError(_describe(exc)) from None
+        def read() -> Awaitable[bytes]:
+            return anext(raw, b"")
 
         async def error_body() -> bytes:
             out = bytearray()
             try:
-                async for data in resp.aiter_raw():
+                while len(out) < ERROR_BODY_LIMIT and (data := await read()):
                     out += data
-                    if len(out) >= ERROR_BODY_LIMIT:
-                        break
             except httpx.TransportError:
-                return bytes(out)  # the status code is the failure; a broken error body adds nothing
+                pass  # the status code is the failure; a broken error body adds nothing
             return bytes(out[:ERROR_BODY_LIMIT])
 
         try:
-            yield StreamResponse(resp.status_code, chunks, error_body)
+            yield StreamResponse(resp.status_code, read, error_body)
         finally:
-            await resp.aclose()
+            try:
+                await raw.aclose()
+            finally:
+                await resp.aclose()
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -85,6 +94,7 @@ class AiohttpTransport:
         import aiohttp
 
         self._aiohttp = aiohttp
+        self.errors = (aiohttp.ClientError,)
         self.version = f"aiohttp {aiohttp.__version__}"
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency),
@@ -100,14 +110,7 @@ class AiohttpTransport:
         try:
             resp = await self.session.post(url, data=body, headers=headers)
         except aiohttp.ClientError as exc:
-            raise TransportError(_describe(exc)) from None
-
-        async def chunks() -> AsyncIterator[bytes]:
-            try:
-                async for data in resp.content.iter_any():
-                    yield data
-            except aiohttp.ClientError as exc:
-                raise TransportError(_describe(exc)) from None
+            raise TransportError(describe(exc)) from None
 
         async def error_body() -> bytes:
             try:
@@ -116,7 +119,8 @@ class AiohttpTransport:
                 return b""
 
         try:
-            yield StreamResponse(resp.status, chunks, error_body)
+            # StreamReader.readany: whatever the connection has delivered, straight from its buffer
+            yield StreamResponse(resp.status, resp.content.readany, error_body)
         finally:
             resp.close()
 
@@ -124,10 +128,11 @@ class AiohttpTransport:
         await self.session.close()
 
 
-TRANSPORTS = {"httpx": HttpxTransport, "aiohttp": AiohttpTransport}
+TRANSPORTS = {"aiohttp": AiohttpTransport, "httpx": HttpxTransport}
 
 
-def _describe(exc: BaseException) -> str:
+def describe(exc: BaseException) -> str:
+    """One line naming the exception class and its first message line."""
     text = str(exc).strip()
     line = text.splitlines()[0] if text else ""
     return f"{type(exc).__name__}: {line}" if line else type(exc).__name__

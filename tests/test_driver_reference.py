@@ -96,6 +96,6 @@ def test_timing_fidelity_loose_bound(tmp_path):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
     import bench_timing_fidelity as b
 
-    res = b.measure([8], "httpx", {8: 16}, plain=False)
+    res = b.measure([8], requests_per_c={8: 16}, plain=False)
     p50, p99, n = res[8]["driver"]
     assert n >= 16 and p99 < 20.0, res
