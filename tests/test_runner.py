@@ -190,3 +190,35 @@ def test_holdout_phase_needs_opening_and_then_blocks_reuse(tmp_path, capsys):
     again = inproc(capsys, "plan", "freeze", str(tmp_path / "round2.json"), db=db)
     assert again.returncode == 2 and "4 of 4 holdout id(s) already appear in stored requests" in again.stderr
     assert runs[0]["run_id"] in again.stderr
+
+
+def test_detached_run_survives_the_terminal_going_away(tmp_path):
+    """`run --detach` puts the campaign in its own session: a hang-up of the launching terminal's
+    process group (what an SSH drop delivers) does not reach it, and it completes on its own."""
+    plan = _plan(tmp_path, short=True, profiles=("baseline",), concurrencies=(1,), requests=2, warmups=0, repeats=1)
+    db = tmp_path / "c.duckdb"
+    assert campaign("plan", "freeze", str(plan), db=db).returncode == 0
+    # the launcher runs in a process group of its own, standing in for the login shell's
+    launcher = subprocess.Popen([sys.executable, "-m", "console.cli", "run", str(plan), "--detach", "--db", str(db)],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    out, _ = launcher.communicate(timeout=60)
+    assert launcher.returncode == 0, out
+    pid = int(out.split("pid ")[1].split(")")[0])
+    try:
+        os.killpg(launcher.pid, signal.SIGHUP)  # the "terminal" hangs up; the launcher's group is gone already
+    except ProcessLookupError:
+        pass
+    assert os.getsid(pid) == pid  # its own session: no controlling terminal to lose
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        if open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
+            break  # exited; reaped by whoever adopted it
+        time.sleep(0.3)
+    log = (tmp_path / "c.duckdb.run.log").read_text()
+    assert "1 run(s) recorded" in log, log
+    with Store(db) as s:
+        assert s.query("SELECT status FROM runs") == [{"status": "complete"}]

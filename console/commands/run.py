@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -23,6 +25,8 @@ def register(sub) -> None:
     p.add_argument("--holdout", action="store_true", help="run the quality arms on the opened holdout pool")
     p.add_argument("--artifacts", help="folder for output audio and engine logs (default: next to the database)")
     p.add_argument("--no-telemetry", action="store_true", help="do not sample the GPU")
+    p.add_argument("--detach", action="store_true",
+                   help="run in the background in its own session (survives an SSH drop); follow with `campaign tui`")
     add_db_arg(p)
     p.set_defaults(func=cmd_run)
 
@@ -31,7 +35,26 @@ def _sigterm_to_interrupt(signum, frame):  # noqa: ARG001 - signal handler signa
     raise KeyboardInterrupt
 
 
+def detach(args) -> int:
+    """Re-run this command in a new session with no terminal: closing the SSH connection sends no
+    SIGHUP to it, and its output goes to `<db>.run.log`. Progress is followed through the live file."""
+    db = resolve_db_path(args.db).resolve()
+    log_path = db.with_name(db.name + ".run.log")
+    argv = [sys.executable, "-m", "console.cli", "run", args.plan, "--db", str(db)]
+    argv += ["--resume"] * args.resume + ["--holdout"] * args.holdout + ["--no-telemetry"] * args.no_telemetry
+    argv += ["--artifacts", str(Path(args.artifacts).resolve())] if args.artifacts else []
+    with open(log_path, "ab") as log, open(os.devnull, "rb") as null:
+        proc = subprocess.Popen(argv, stdin=null, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                cwd=os.getcwd())
+    print(f"campaign running in the background (pid {proc.pid}); log {log_path}\n"
+          f"follow it with `campaign tui --db {db}`; stop it with `kill {proc.pid}` (the current run is marked "
+          f"incomplete; `--resume` continues)")
+    return 0
+
+
 def cmd_run(args) -> int:
+    if args.detach:
+        return detach(args)
     console = Console(stderr=False)
     signal.signal(signal.SIGTERM, _sigterm_to_interrupt)  # `kill` interrupts like Ctrl-C: runs marked incomplete
     with LiveFeed(resolve_db_path(args.db)) as feed, open_store(args.db) as store:  # feed finishes after the store closes
