@@ -50,7 +50,7 @@ def build_report(store: Store, plan: Plan, pool: Any = SWEEP_POOL) -> list[Repor
     return out
 
 
-def _fmt(field: str, s: Spread) -> str:
+def format_spread(field: str, s: Spread) -> str:
     if s.n == 0:
         return "-"
     d = METRICS_BY_NAME[field]
@@ -68,7 +68,7 @@ def _fmt(field: str, s: Spread) -> str:
     return text
 
 
-def _label(field: str, label: str) -> str:
+def column_label(field: str, label: str) -> str:
     unit = METRICS_BY_NAME[field].unit
     return f"{label} ({unit})" if unit else label
 
@@ -104,9 +104,9 @@ def cmd_report(args) -> int:
                   f"throughput = {plan.metrics.throughput_scale:g} x audio s / wall s  "
                   f"(median \\[min-max] cv across measured repeats)", highlight=False)
     for engine in plan.engines:
-        rows = [[c.concurrency, c.spreads["throughput"].n] + [_fmt(f, c.spreads[f]) for f, _ in COLUMNS]
+        rows = [[c.concurrency, c.spreads["throughput"].n] + [format_spread(f, c.spreads[f]) for f, _ in COLUMNS]
                 for c in cells if c.engine == engine.name]
-        print_rows(["C", "n"] + [_label(f, lbl) for f, lbl in COLUMNS], rows, console=console,
+        print_rows(["C", "n"] + [column_label(f, lbl) for f, lbl in COLUMNS], rows, console=console,
                    title=f"{engine.name} ({engine.adapter}, profile {engine.profile or '-'})")
     left_out = [o for o in others if o["kind"] != "measured" or o["status"] != "complete" or o["excluded"]]
     if left_out:

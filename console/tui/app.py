@@ -20,8 +20,8 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Footer, Header, Input, Static, TabbedContent, TabPane
 
 from console.commands.report import COLUMNS as REPORT_COLUMNS
-from console.commands.report import _fmt as report_cell
-from console.commands.report import _label as report_label
+from console.commands.report import format_spread as report_cell
+from console.commands.report import column_label as report_label
 from console.live import live_path, read_snapshot, writer_alive
 from console.tui.data import load_browser
 from console.tui.messages import (
