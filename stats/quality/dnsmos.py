@@ -33,6 +33,7 @@ SR = 16000
 INPUT_LENGTH = 9.01  # seconds per DNSMOS window (speechmos.dnsmos.INPUT_LENGTH)
 OVRL_POLY = np.poly1d([-0.06766283, 1.11546468, 0.04602535])  # speechmos get_polyfit_val, not personalised
 _SESSION = None
+_THREADS = os.cpu_count() or 1  # in-process: all cores; pool workers set 1 (one session per core)
 POOL_MIN_BATCH = 8  # below this, worker start-up costs more than it saves
 
 
@@ -57,10 +58,15 @@ def _session(threads: int):
     return _SESSION
 
 
-def dnsmos_ovrl(wav: np.ndarray, threads: int = 1) -> float:
+def _worker_init() -> None:
+    global _THREADS
+    _THREADS = 1
+
+
+def dnsmos_ovrl(wav: np.ndarray, threads: int | None = None) -> float:
     """OVRL MOS of one 16 kHz clip in [-1, 1] (runs in a worker or in-process); the same arithmetic
     as speechmos, including its window bounds (a window whose float end rounds short is skipped)."""
-    sess = _session(threads)
+    sess = _session(threads or _THREADS)
     audio = np.clip(wav, -1.0, 1.0).astype(np.float32)
     fs = SR
     len_samples = int(INPUT_LENGTH * fs)
@@ -124,14 +130,14 @@ class DnsmosScorer(Scorer):
 
     def score_wave(self, wav: np.ndarray) -> float:
         self.ensure_loaded()
-        return dnsmos_ovrl(wav, threads=os.cpu_count() or 1)
+        return dnsmos_ovrl(wav)
 
     def score_batch(self, items: Sequence[ScoreItem]) -> list[ScoreResult]:
         self.ensure_loaded()
         paths = [str(it.audio_path) for it in items]
         if self.workers > 1 and len(paths) >= POOL_MIN_BATCH and self._pool is None:
             ctx = multiprocessing.get_context("spawn")  # no fork of a process holding torch threads
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx, initializer=_worker_init)
         if self._pool is None or len(paths) == 1:
             outs = [_score_path(p) for p in paths]
         else:
