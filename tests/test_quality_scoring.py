@@ -124,7 +124,7 @@ def test_cli_score_and_recheck(scored, capsys, monkeypatch):
         out = capsys.readouterr().out
         assert rc == 0
         assert "Seed-TTS WER" in out and "corpus WER" in out and "request failed: timeout" in out
-        assert "DNSMOS" in out and "reused (this pass)" in out
+        assert "DNSMOS" in out and "copied from earlier" in out
         rc = main(["score", "--recheck", "spk1-t2", "--run", "base-c1", "--db", db, "--artifacts", str(art)])
         out = capsys.readouterr().out
         assert rc == 0 and "1/1 stored transcripts reproduce" in out

@@ -71,15 +71,15 @@ def cmd_score(args) -> int:
 
             summaries = score_plan(store, plan, scorers=args.scorer, artifacts_dir=artifacts, device=args.device,
                                    batch_size=args.batch_size, on_start=on_start, on_progress=on_progress)
-        print_rows(["scorer", "metric", "expected", "already stored", "computed", "reused (this pass)",
-                    "reused (earlier pass)", "rows ok", "rows error", "not scorable", "s"],
+        print_rows(["scorer", "metric", "expected", "stored before", "computed", "reused", "copied from earlier",
+                    "ok", "errors", "not scorable", "s"],
                    [(s.scorer_id, s.metric, s.expected, s.existing, s.computed, s.reused_pass, s.reused_stored,
                      s.scored_ok, s.scored_error,
                      ", ".join(f"{k} {v}" for k, v in sorted(s.not_scorable.items())) or "-", f"{s.seconds:.1f}")
                     for s in summaries], title="scoring pass", console=console)
-        console.print("computed: distinct audio (with its reference text / prompt) run through the model; reused: rows "
-                      "copied from an identical computation (same scorer, model, audio bytes and reference/prompt)",
-                      highlight=False)
+        console.print("computed: distinct outputs (audio bytes + reference text / prompt) run through the model; "
+                      "reused: rows copied from an identical computation in this pass; copied from earlier: rows "
+                      "copied from an earlier pass's identical score (same scorer and model)", highlight=False)
         return _print_coverage(console, store, plan, artifacts, args.gaps, args.strict)
 
 
