@@ -222,3 +222,24 @@ def test_probe_command_stores_an_exploratory_run(server, prompt, tmp_path, capsy
         assert s.scalar("SELECT count(*) FROM requests") == 4
     assert main(["probe", "--url", "localhost:1", "--dialect", "pcm", "--db", str(db)]) == 2
     assert "expected http://HOST:PORT" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("client", ["httpx", "aiohttp"])
+def test_driver_process_leaves_no_pending_tasks(server, prompt, tmp_path, capfd, client):
+    """The driver process end to end (batches over its pipe) with early exits (timeout, dropped
+    connection, HTTP error, end marker): every record arrives, the child exits 0, and its stderr
+    is clean. The reference-engine tests are the ones that caught the unclosed-stream warning."""
+    from engine_adapters.driver import DriverProcess
+
+    cases = ["stall", "drop", "http500"] + ["ok"] * 13  # the run ends on end-marker exits, 8 at a time
+    reqs = [RequestSpec(f"spk-{i}", f"case:{c}", prompt) for i, c in enumerate(cases)]
+    spec = DriveSpec(f"clean-{client}", f"http://127.0.0.1:{server.port}", "vllm-omni", 8, reqs, timeout_s=0.5,
+                     artifacts_dir=tmp_path, request_options={"client": client})
+    proc = DriverProcess(spec).start()
+    records = [r for batch in proc.batches() for r in batch]
+    proc.join()
+    assert proc.summary is not None and proc.fatal is None and proc._proc.exitcode == 0
+    outcomes = sorted(r.outcome for r in records if type(r).__name__ == "RequestRecord")
+    assert outcomes == sorted(EXPECT[c] for c in cases)
+    err = capfd.readouterr().err
+    assert "Task was destroyed" not in err and "Traceback" not in err, err[-2000:]

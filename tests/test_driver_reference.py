@@ -47,7 +47,7 @@ def _engine(store, tmp_path, dialect, profile, extra=()):
 
 
 @pytest.mark.parametrize("dialect", ["vllm-omni", "sglang-omni", "pcm"])
-def test_reference_engine_all_dialects(store, tmp_path, prompt, dialect):
+def test_reference_engine_all_dialects(store, tmp_path, prompt, dialect, capfd):
     eng = _engine(store, tmp_path, dialect, "fast")
     try:
         reqs = [RequestSpec(f"spk-{i}", t, prompt, "prompt") for i, t in enumerate(TEXTS)]
@@ -66,6 +66,9 @@ def test_reference_engine_all_dialects(store, tmp_path, prompt, dialect):
     if dialect != "pcm":  # SSE dialects carry the engine's emit stamp on audio events
         assert store.scalar("SELECT count(*) FROM chunks WHERE run_id = ? AND kind = 'audio' AND server_emit_ns IS NULL", [run_id]) == 0
     assert store.scalar("SELECT status FROM engine_launches WHERE launch_id = ?", [eng.launch_id]) == "stopped"
+    # every response stream was closed before the driver's loop shut down
+    err = capfd.readouterr().err
+    assert "Task was destroyed" not in err and "Traceback" not in err, err[-2000:]
 
 
 FAULTS = {"in_stream_error": "in_stream_error", "drop": "transport", "http_500": "http_status", "stall": "timeout"}
@@ -91,11 +94,14 @@ def test_flaky_faults_land_in_their_class(store, tmp_path, prompt, dialect):
     assert [r["outcome"] for r in rows] == expected, rows
 
 
-def test_timing_fidelity_loose_bound(tmp_path):
-    """Gross-regression guard: p99 of (driver arrival - engine emit) under 20 ms at C=8."""
+def test_timing_fidelity_loose_bound(tmp_path, capfd):
+    """Gross-regression guard: p99 of (driver arrival - engine emit) under 20 ms at C=8; and the
+    driver process closes every response stream before its loop shuts down."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
     import bench_timing_fidelity as b
 
     res = b.measure([8], requests_per_c={8: 16}, plain=False)
     p50, p99, n = res[8]["driver"]
     assert n >= 16 and p99 < 20.0, res
+    err = capfd.readouterr().err
+    assert "Task was destroyed" not in err and "Traceback" not in err, err[-2000:]

@@ -210,8 +210,7 @@ class SSEJsonParser(StreamParser):
         return self.feed_frames(frames)
 
     def feed_frames(self, frames: list[tuple[int, bytes, int]]) -> list[Event]:
-        """Decode already-framed events (arrival_ns, raw block, wire bytes), e.g. frames a
-        FrameCollector gathered on the timing path."""
+        """Decode already-framed events (arrival_ns, raw block, wire bytes)."""
         events: list[Event] = []
         for arrival, raw, wire in frames:
             if self.done:
@@ -276,51 +275,3 @@ def prompt_data_uri(path: str | os.PathLike) -> str:
     prompt many times)."""
     st = os.stat(path)
     return _data_uri_cached(str(path), st.st_size, st.st_mtime_ns)
-
-
-def is_done_frame(raw: bytes) -> bool:
-    """Cheap end-marker test that never decodes a large (audio) frame."""
-    return len(raw) < 64 and b"[DONE]" in raw and sse_data(raw)[1] == "[DONE]"
-
-
-class FrameCollector:
-    """The timing-path half of a parser: frames bytes into events and spots the end marker,
-    but leaves JSON/base64/WAV decoding for later (off the event loop that stamps arrivals).
-    For raw PCM every read is one frame."""
-
-    def __init__(self, sse: bool, max_event_bytes: int = MAX_EVENT_BYTES):
-        self.framer = SSEFramer(max_event_bytes) if sse else None
-        self.frames: list[tuple[int, bytes, int]] = []
-        self.overflow: str | None = None
-        self.done = False
-
-    def add(self, data: bytes, t_ns: int) -> bool:
-        """Take one read; True once the stream needs no more reading (end marker or overflow)."""
-        if self.framer is None:
-            self.frames.append((t_ns, data, len(data)))
-            return False
-        try:
-            new = self.framer.feed(data, t_ns)
-        except OverflowError as exc:
-            self.overflow = str(exc)
-            self.done = True
-            return True
-        for f in new:
-            self.frames.append(f)
-            if is_done_frame(f[1]):
-                self.done = True
-                return True
-        return False
-
-    def replay(self, parser: "StreamParser") -> list[Event]:
-        """Decode the collected frames with `parser` (same events as feeding the bytes live)."""
-        if self.overflow:
-            events = parser.feed_frames(self.frames) if self.framer is not None else []
-            parser.fail("decode_error", self.overflow)
-            return events
-        if self.framer is None:
-            events = []
-            for t, data, _ in self.frames:
-                events += parser.feed(data, t)
-            return events
-        return parser.feed_frames(self.frames)
