@@ -14,7 +14,7 @@ from data.store import open_store
 from data.workload import load_workload
 from engine_adapters.dialects import DIALECTS
 from engine_adapters.driver import DriveSpec, RequestSpec
-from engine_adapters.transport import TRANSPORTS
+from engine_adapters.transport import DEFAULT_TRANSPORT, TRANSPORTS
 from stats.metrics import METRICS, RunMetrics, run_metrics
 
 
@@ -33,7 +33,8 @@ def register(sub) -> None:
     p.add_argument("--json", dest="json_out", help="also write the metrics as JSON to this file")
     p.add_argument("--engine", default="probe", help="engine name to store the run under (default 'probe')")
     p.add_argument("--timeout", type=float, default=120.0, help="per-request timeout in seconds")
-    p.add_argument("--client", choices=tuple(TRANSPORTS), default="httpx", help="HTTP client (default httpx)")
+    p.add_argument("--client", choices=tuple(TRANSPORTS), default=DEFAULT_TRANSPORT,
+                   help=f"HTTP client (default {DEFAULT_TRANSPORT}: measured to timestamp more faithfully than httpx)")
     p.add_argument("--audio-format", choices=("wav", "pcm"), help="ask for WAV-per-delta or raw s16le deltas")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--temperature", type=float, default=0.0)
