@@ -81,9 +81,10 @@ def items(paths):
     return [ScoreItem("r", i, p.stem, p, "", None) for i, p in enumerate(paths)]
 
 
-def direct(module, wav: np.ndarray) -> float:
+def direct(module, wav: np.ndarray, device: str = "cpu") -> float:
+    """The module called by hand on the scorer's device (GPU and CPU kernels differ in the last bits)."""
     with torch.no_grad():
-        return float(module(torch.from_numpy(wav)[None], 16000)[0])
+        return float(module(torch.from_numpy(wav)[None].to(device), 16000)[0])
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -92,12 +93,12 @@ def test_scores_equal_the_module_on_16k_audio(model_dir, wavs, device):
     assert isinstance(s, Utmos22Scorer) and s.available() == (True, "ok")
     assert s.label == "UTMOS22 strong" and s.scorer_id == "utmos22" and s.metric == "mos"
     res = s.score_batch(items(wavs))
-    ref = torch.jit.load(str(model_dir / EXPORT_NAME), map_location="cpu")
+    ref = torch.jit.load(str(model_dir / EXPORT_NAME), map_location=device)
     for r, p in zip(res[:3], wavs[:3]):
         assert r.status == "ok" and math.isfinite(r.value)
-        assert r.value == pytest.approx(direct(ref, sf.read(str(p), dtype="float32")[0]), abs=1e-5)
+        assert r.value == pytest.approx(direct(ref, sf.read(str(p), dtype="float32")[0], device), abs=1e-5)
     # 24 kHz stereo: resampled to 16 kHz mono by the loader, scored as the module scores that
-    assert res[3].value == pytest.approx(direct(ref, load_audio(wavs[3])), abs=1e-5)
+    assert res[3].value == pytest.approx(direct(ref, load_audio(wavs[3]), device), abs=1e-5)
     assert res[3].value == pytest.approx(res[0].value, abs=2e-3)  # and close to the 16 kHz original
     assert res[4].value == pytest.approx(res[1].value, abs=1e-5)
     assert res[5].status == "error" and "Kernel size" in res[5].error  # one bad clip, the rest scored
@@ -187,11 +188,12 @@ def test_score_plan_writes_utmos22_rows(tmp_path, model_dir):
         rows = store.query("SELECT q.*, r.audio_path FROM quality_scores q JOIN requests r USING (run_id, request_index) "
                            "WHERE q.scorer_id = 'utmos22' ORDER BY q.run_id, q.request_index")
         assert len(rows) == 7 and store.scalar("SELECT count(*) FROM quality_scores") == 7
-        ref = torch.jit.load(str(model_dir / EXPORT_NAME))
+        device = "cuda" if torch.cuda.is_available() else "cpu"  # where the scorer ran
+        ref = torch.jit.load(str(model_dir / EXPORT_NAME), map_location=device)
         for r in rows:
             assert r["status"] == "ok" and r["metric"] == "mos" and len(r["model_hash"]) == 64
             assert r["scorer_version"].startswith(f"{EXPORT_NAME} sha256:")
-            assert r["value"] == pytest.approx(direct(ref, load_audio(art / r["audio_path"])), abs=1e-5)
+            assert r["value"] == pytest.approx(direct(ref, load_audio(art / r["audio_path"]), device), abs=1e-5)
         again = score_plan(store, plan, scorers=["utmos22"], artifacts_dir=art)
         assert again[0].existing == 7 and store.scalar("SELECT count(*) FROM quality_scores") == 7
         df = scores_frame(store, plan, art)
