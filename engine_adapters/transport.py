@@ -71,8 +71,8 @@ class HttpxTransport:
             try:
                 while len(out) < ERROR_BODY_LIMIT and (data := await read()):
                     out += data
-            except httpx.TransportError:
-                pass  # the status code is the failure; a broken error body adds nothing
+            except httpx.TransportError:  # the status code is the failure; a broken error body adds nothing
+                return bytes(out[:ERROR_BODY_LIMIT])
             return bytes(out[:ERROR_BODY_LIMIT])
 
         try:
