@@ -193,10 +193,13 @@ def error_detail(err: Any) -> str:
 
 class SSEJsonParser(StreamParser):
     """Base for the OpenAI-style SSE dialects: `data: {json}` events closed by `data: [DONE]`.
-    Subclasses implement `on_json(obj, t_ns, wire_bytes, emit_ns) -> Event`."""
+    Subclasses implement `on_json(obj, t_ns, wire_bytes, emit_ns) -> Event`; `audio_format` is what
+    the request asked the engine for ("wav": a standalone WAV per delta, "pcm": raw s16le)."""
 
-    def __init__(self, sample_rate: int = DEFAULT_SAMPLE_RATE, max_event_bytes: int = MAX_EVENT_BYTES):
+    def __init__(self, audio_format: str = "wav", sample_rate: int = DEFAULT_SAMPLE_RATE,
+                 max_event_bytes: int = MAX_EVENT_BYTES):
         super().__init__(sample_rate, max_event_bytes)
+        self.audio_format = audio_format
         self.framer = SSEFramer(max_event_bytes)
 
     def feed(self, data: bytes, t_ns: int) -> list[Event]:

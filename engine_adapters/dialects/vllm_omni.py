@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine_adapters.dialects.base import DEFAULT_SAMPLE_RATE, MAX_EVENT_BYTES, Event, SSEJsonParser
+from engine_adapters.dialects.base import Event, SSEJsonParser
 
 NAME = "vllm-omni"
 PATH = "/v1/chat/completions"
@@ -38,11 +38,6 @@ def build_body(text: str, prompt_uri: str | None, prompt_text: str | None, *, mo
 
 class Parser(SSEJsonParser):
     name = NAME
-
-    def __init__(self, audio_format: str = "wav", sample_rate: int = DEFAULT_SAMPLE_RATE,
-                 max_event_bytes: int = MAX_EVENT_BYTES):
-        super().__init__(sample_rate, max_event_bytes)
-        self.audio_format = audio_format
 
     def on_json(self, obj: dict[str, Any], t_ns: int, wire: int, emit_ns: int | None) -> Event:
         choices = obj.get("choices")
