@@ -17,9 +17,7 @@ pool with one single-threaded session per worker."""
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
 from importlib import metadata
 from pathlib import Path
 from typing import Sequence
@@ -28,13 +26,13 @@ import numpy as np
 
 from stats.quality.audio import AudioError, load_audio
 from stats.quality.base import ScoreItem, ScoreResult, Scorer, one_line
+from stats.quality.pool import ProcessPoolMixin
 
 SR = 16000
 INPUT_LENGTH = 9.01  # seconds per DNSMOS window (speechmos.dnsmos.INPUT_LENGTH)
 OVRL_POLY = np.poly1d([-0.06766283, 1.11546468, 0.04602535])  # speechmos get_polyfit_val, not personalised
 _SESSION = None
 _THREADS = os.cpu_count() or 1  # in-process: all cores; pool workers set 1 (one session per core)
-POOL_MIN_BATCH = 8  # below this, worker start-up costs more than it saves
 
 
 def _models_dir() -> Path:
@@ -92,18 +90,19 @@ def _score_path(path: str) -> tuple[str, float | str]:
         return "error", f"dnsmos failed: {one_line(exc)}"
 
 
-class DnsmosScorer(Scorer):
+class DnsmosScorer(ProcessPoolMixin, Scorer):
     name = "dnsmos"
     scorer_id = "dnsmos"
     metric = "mos"
     label = "DNSMOS OVRL (P.835)"
     default_batch = 32
+    pool_min_batch = 8
+    pool_initializer = staticmethod(_worker_init)
 
     def __init__(self, model_dir: Path | None = None, *, device: str | None = None,
                  batch_size: int | None = None, workers: int | None = None):
         super().__init__(model_dir, device="cpu", batch_size=batch_size)
-        self.workers = workers if workers is not None else (os.cpu_count() or 1)
-        self._pool: ProcessPoolExecutor | None = None
+        self.init_pool(workers)
 
     @property
     def version(self) -> str:
@@ -134,21 +133,12 @@ class DnsmosScorer(Scorer):
 
     def score_batch(self, items: Sequence[ScoreItem]) -> list[ScoreResult]:
         self.ensure_loaded()
-        paths = [str(it.audio_path) for it in items]
-        if self.workers > 1 and len(paths) >= POOL_MIN_BATCH and self._pool is None:
-            ctx = multiprocessing.get_context("spawn")  # no fork of a process holding torch threads
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx, initializer=_worker_init)
-        if self._pool is None or len(paths) == 1:
-            outs = [_score_path(p) for p in paths]
-        else:
-            outs = list(self._pool.map(_score_path, paths))
+        outs = self.map_in_pool(_score_path, [str(it.audio_path) for it in items])
         return [ScoreResult("ok", value=v) if st == "ok" else ScoreResult.failed(v) for st, v in outs]
 
     def describe(self) -> dict:
         return super().describe() | {"workers": self.workers}
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        self.close_pool()
         self._loaded = False

@@ -9,9 +9,6 @@ en-us model on formant synthesis, so the defaults stay as shipped; use `whisper`
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-from concurrent.futures import ProcessPoolExecutor
 from importlib import metadata
 from pathlib import Path
 from typing import Sequence
@@ -19,9 +16,9 @@ from typing import Sequence
 import numpy as np
 
 from stats.quality.asr import AsrScorer
+from stats.quality.pool import ProcessPoolMixin
 
 _DECODER = None
-POOL_MIN_BATCH = 6  # below this, worker start-up costs more than it saves
 
 
 def _model_root() -> Path:
@@ -55,17 +52,17 @@ def _to_pcm16(wav: np.ndarray) -> bytes:
     return (np.clip(wav, -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
 
 
-class PocketsphinxScorer(AsrScorer):
+class PocketsphinxScorer(ProcessPoolMixin, AsrScorer):
     name = "pocketsphinx"
     scorer_id = "pocketsphinx-en"
     label = "WER (pocketsphinx en-us)"
     default_batch = 16
+    pool_min_batch = 6
 
     def __init__(self, model_dir: Path | None = None, *, device: str | None = None,
                  batch_size: int | None = None, workers: int | None = None):
         super().__init__(model_dir, device="cpu", batch_size=batch_size)
-        self.workers = workers if workers is not None else (os.cpu_count() or 1)
-        self._pool: ProcessPoolExecutor | None = None
+        self.init_pool(workers)
 
     @property
     def version(self) -> str:
@@ -91,19 +88,11 @@ class PocketsphinxScorer(AsrScorer):
         self._pool = None
 
     def transcribe(self, wavs: Sequence[np.ndarray]) -> list[str]:
-        pcms = [_to_pcm16(w) for w in wavs]
-        if self.workers > 1 and len(pcms) >= POOL_MIN_BATCH and self._pool is None:
-            ctx = multiprocessing.get_context("spawn")  # no fork of a process holding torch threads
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
-        if self._pool is None or len(pcms) == 1:
-            return [decode_pcm16(p) for p in pcms]
-        return list(self._pool.map(decode_pcm16, pcms))
+        return self.map_in_pool(decode_pcm16, [_to_pcm16(w) for w in wavs])
 
     def describe(self) -> dict:
         return super().describe() | {"workers": self.workers}
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        self.close_pool()
         self._loaded = False
