@@ -32,9 +32,9 @@ def cmd_show(args) -> int:
     rows += [(f"pool {name}", len(ids)) for name, ids in sorted(wl.pools.items())]
     print_rows(["item", "count"], rows, "table", console=console)
     for u in missing[:20]:
-        console.print(f"[yellow]missing prompt wav[/yellow] {u.utt_id}: {u.prompt_wav}")
+        console.print(f"[yellow]missing prompt wav[/yellow] {u.utt_id}: {u.prompt_wav}", soft_wrap=True)
     if len(missing) > 20:
         console.print(f"... and {len(missing) - 20} more missing prompt wavs")
     for err in wl.errors:
-        console.print(f"[red]bad line[/red] {err}", highlight=False)
+        console.print(f"[red]bad line[/red] {err}", highlight=False, soft_wrap=True)  # paths stay greppable
     return 1 if wl.errors or missing else 0
