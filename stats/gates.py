@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Mapping
 
 import numpy as np
@@ -27,6 +27,16 @@ METRICS = ("wer", "sim", "utmos")
 COLUMNS = ("arm", "concurrency", "repeat", "utt_id", "wer_errors", "wer_words", "sim", "utmos")
 UNITS = {"wer": "pp", "sim": "x100", "utmos": "MOS"}
 LABELS = {"wer": "WER degradation", "sim": "SIM drop", "utmos": "UTMOS drop"}
+
+
+def metric_labels(scorer_labels: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Check labels that name what filled each slot: the MOS slot may hold DNSMOS scores (the bundled
+    scorer), which must never be reported as UTMOS."""
+    labels = dict(LABELS)
+    mos = (scorer_labels or {}).get("utmos")
+    if mos and "UTMOS" not in mos.upper():
+        labels["utmos"] = f"MOS drop ({mos})"
+    return labels
 PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
 # plan `quality.margins` / `quality.scorers` keys -> our metric names
 PLAN_METRIC_KEYS = {"wer": ("wer_pp", "wer"), "sim": ("sim",), "utmos": ("mos", "utmos")}
@@ -94,11 +104,12 @@ class Check:
     cand_value: float | None
     reason: str = ""
     diagnostic_only: bool = False  # True when the figures cover fewer ids than expected
+    label: str = ""  # what the check measures, naming the scorer where it matters (see metric_labels)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["unit"] = UNITS[self.metric]
-        d["label"] = LABELS[self.metric]
+        d["label"] = self.label or LABELS[self.metric]
         for k in ("point", "bound", "base_value", "cand_value"):
             v = d[k]
             d[k] = None if v is None or not math.isfinite(v) else float(v)
@@ -116,6 +127,10 @@ class GateResult:
 
     def checks_dicts(self) -> list[dict[str, Any]]:
         return [c.as_dict() for c in self.checks]
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {**LABELS, **{c.metric: c.label for c in self.checks if c.label}}
 
 
 # -- input validation -------------------------------------------------------------------------
@@ -387,4 +402,6 @@ def evaluate_gates(frame: pd.DataFrame, config: GateConfig, *, scorer_status: Ma
         "source": source,
     }
     verdict = combine([ch.status for ch in checks])
+    labels = metric_labels(frame.attrs.get("labels"))
+    checks = [replace(ch, label=labels[ch.metric]) for ch in checks]
     return GateResult(verdict, checks, config, inputs, attributions, ids_by_c)

@@ -153,7 +153,7 @@ def reproduce_section(verdict_id: str, plan, source: str | None, config) -> dict
 def quality_document(*, verdict_id: str, created_at, result, frame, plan=None, store: Store | None = None,
                      metrics_version: str | None = None, controls=None, source: str | None = None,
                      scorer_status: dict | None = None, scorers: dict | None = None) -> dict[str, Any]:
-    from stats.gates import HASH_RECIPE, LABELS, UNITS
+    from stats.gates import HASH_RECIPE, UNITS
 
     cfg = result.config
     runs, exclusions = runs_section(store, plan.hash) if (store is not None and plan is not None) else ([], [])
@@ -183,7 +183,7 @@ def quality_document(*, verdict_id: str, created_at, result, frame, plan=None, s
                            "SIM and UTMOS averaged",
         },
         "margins": {m: float(cfg.margins[m]) for m in ("wer", "sim", "utmos")},
-        "units": UNITS, "labels": LABELS,
+        "units": UNITS, "labels": result.labels,
         "checks": finite(result.checks_dicts()),
         "attribution": finite(result.attribution),
         "inputs": finite({**result.inputs, "hash_recipe": HASH_RECIPE, "scorer_status": scorer_status or {},

@@ -127,3 +127,15 @@ def test_config_from_plan():
     assert cfg.concurrencies == (1, 16) and cfg.draws == 100 and cfg.seed == 9
     with pytest.raises(CampaignError, match="margin for sim"):
         GateConfig.from_plan({"quality": {"margins": {"wer_pp": 0.2}}})
+
+
+def test_mos_slot_filled_by_dnsmos_is_never_labelled_utmos():
+    data = baseline_table(n_ids=12)
+    data.attrs["labels"] = {"wer": "WER (pocketsphinx en-us)", "sim": "SIM (resemblyzer)",
+                            "utmos": "DNSMOS OVRL (P.835)"}
+    res = evaluate_gates(data, CFG)
+    mos = [c.as_dict()["label"] for c in res.checks if c.metric == "utmos"]
+    assert mos == ["MOS drop (DNSMOS OVRL (P.835))"] * 3
+    assert "UTMOS" not in res.labels["utmos"]
+    data.attrs["labels"] = {"utmos": "UTMOS22 strong"}
+    assert evaluate_gates(data, CFG).labels["utmos"] == "UTMOS drop"

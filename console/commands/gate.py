@@ -71,7 +71,7 @@ def print_checks(console: Console, result, title: str) -> None:
         unit = {"wer": "pp", "sim": "", "utmos": ""}[c.metric]
         base = "-" if c.base_value is None else f"{c.base_value:.3f}{'%' if c.metric == 'wer' else ''}"
         cand = "-" if c.cand_value is None else f"{c.cand_value:.3f}{'%' if c.metric == 'wer' else ''}"
-        t.add_row(str(c.concurrency), {"wer": "WER Δ", "sim": "SIM drop", "utmos": "UTMOS drop"}[c.metric],
+        t.add_row(str(c.concurrency), {"wer": "WER Δ", "sim": "SIM drop"}.get(c.metric, c.label or "UTMOS drop"),
                   base, cand, _fmt(c.point) + unit, _fmt(c.bound) + unit, f"{c.margin:g}{unit}",
                   f"{c.n_ids}/{c.n_expected}", f"[{STYLE[c.status]}]{c.status}[/]",
                   ("diagnostic: " if c.diagnostic_only else "") + c.reason)
