@@ -23,8 +23,9 @@ from rich.rule import Rule
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "demo"
-DB = DEMO / "campaign.duckdb"
-PLAN = DEMO / "plan.json"
+# commands run from the repository root, so they read as a user would type them
+DB = Path("demo") / "campaign.duckdb"
+PLAN = Path("demo") / "plan.json"
 
 console = Console()
 
@@ -51,7 +52,7 @@ def campaign(*args: str, ok_codes: tuple[int, ...] = (0,)) -> str:
 def write_plan() -> None:
     """The demo plan: `campaign plan init --demo`, kept as generated."""
     campaign("plan", "init", "--demo", "-o", str(PLAN))
-    plan = json.loads(PLAN.read_text())
+    plan = json.loads((REPO / PLAN).read_text())
     console.print(f"[dim]plan: {plan['name']}: engines {[e['name'] for e in plan['engines']]}, "
                   f"C={plan['sweep']['concurrencies']}, {plan['sweep']['requests_per_run']} requests/run, "
                   f"{plan['sweep']['warmup_repeats']} warmup + {plan['sweep']['measured_repeats']} measured repeats, "
@@ -75,13 +76,13 @@ def main() -> int:
     gate = campaign("gate", str(PLAN), *db, ok_codes=(0, 1, 3))
     campaign("report", str(PLAN), *db)
     for verdict_id in re.findall(r"verdict issued: (\S+)", gate):
-        campaign("export", "verdict", verdict_id, "-o", str(DEMO / f"{verdict_id}.json"), *db)
+        campaign("export", "verdict", verdict_id, "-o", str(Path("demo") / f"{verdict_id}.json"), *db)
     campaign("audit", "verify", *db)
     console.print(Rule("[bold green]demo complete[/bold green]", style="green"))
-    console.print(f"{time.perf_counter() - t0:.0f} s. Everything is in {DB.relative_to(REPO)}; try:\n"
-                  f"  .venv/bin/campaign tui --db {DB.relative_to(REPO)}\n"
-                  f"  .venv/bin/campaign sql \"SELECT engine, concurrency, kind, count(*) FROM runs GROUP BY ALL ORDER BY ALL\" --db {DB.relative_to(REPO)}\n"
-                  f"  .venv/bin/campaign audit log --db {DB.relative_to(REPO)}")
+    console.print(f"{time.perf_counter() - t0:.0f} s. Everything is in {DB}; try:\n"
+                  f"  .venv/bin/campaign tui --db {DB}\n"
+                  f"  .venv/bin/campaign sql \"SELECT engine, concurrency, kind, count(*) FROM runs GROUP BY ALL ORDER BY ALL\" --db {DB}\n"
+                  f"  .venv/bin/campaign audit log --db {DB}", soft_wrap=True)
     return 0
 
 
