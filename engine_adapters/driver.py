@@ -21,9 +21,7 @@ transport failure, cancellation), so requests sent = requests stored.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
-import fcntl
 import hashlib
 import json
 import multiprocessing as mp
@@ -464,22 +462,11 @@ def _write_all(fd: int, bufs: list[bytes]) -> None:
                 views[i], n = views[i][n:], 0
 
 
-PIPE_BYTES = 1 << 20  # Linux's default pipe-max-size; a 64 KiB pipe splits one flush into ~100 writes
-
-
-def _grow_pipe(fd: int) -> None:
-    """Fewer, larger writes: each partial write costs the sender a GIL round trip with the loop thread."""
-    if hasattr(fcntl, "F_SETPIPE_SZ"):
-        with contextlib.suppress(OSError):  # capped by /proc/sys/fs/pipe-max-size; the default still works
-            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-
-
 class _Sender:
     """Writes messages to the parent's pipe on its own thread, in order."""
 
     def __init__(self, fd: int):
         self.fd = fd
-        _grow_pipe(fd)
         self.queue: queue_mod.SimpleQueue = queue_mod.SimpleQueue()
         self.thread = threading.Thread(target=self._run, name="driver-sender", daemon=True)
         self.thread.start()
