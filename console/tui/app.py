@@ -30,8 +30,8 @@ from console.tui.messages import (
 )
 from console.tui.screens import RunDetailScreen
 from console.tui.widgets import (
-    CHECK_DEFS, FAIL_STYLE, PASS_STYLE, LiveView, failed_cell, fmt, header, num, stalls_cell, status_text,
-    verdict_text,
+    CHECK_DEFS, FAIL_STYLE, PASS_STYLE, LiveView, failed_cell, fmt, header, num, rule_cell_as_check, stalls_cell,
+    status_text, verdict_text,
 )
 from data.errors import CampaignError
 from stats.metrics import METRICS_BY_NAME, METRICS_VERSION
@@ -45,7 +45,7 @@ RUN_COLUMNS = ("engine", "C", "kind", "pool", "rep", "status", "excluded",
                "started (UTC)", "plan", "run id")
 RUN_NUMERIC = {"C", "rep"} | set(RUN_COLUMNS[7:13])
 VERDICT_COLUMNS = ("issued (UTC)", "kind", "name", "verdict", "method", "draws", "seed", "plan", "verdict id")
-CHECK_COLUMNS = ("C", "metric", "unit", "status", "ids", "estimate", "upper bound", "margin", "baseline", "candidate", "reason")
+CHECK_COLUMNS = ("C", "metric", "unit", "status", "ids", "estimate", "bound", "margin", "baseline", "candidate", "reason")
 AUDIT_COLUMNS = ("seq", "time (UTC)", "kind", "plan", "subject", "payload")
 
 
@@ -112,7 +112,7 @@ class CampaignApp(App):
     def on_mount(self) -> None:
         self._columns("runs-table", RUN_COLUMNS, RUN_NUMERIC)
         self._columns("verdicts-table", VERDICT_COLUMNS, {"draws", "seed"})
-        self._columns("checks-table", CHECK_COLUMNS, {"C", "ids", "estimate", "upper bound", "margin", "baseline", "candidate"})
+        self._columns("checks-table", CHECK_COLUMNS, {"C", "ids", "estimate", "bound", "margin", "baseline", "candidate"})
         self._columns("audit-table", AUDIT_COLUMNS, {"seq"})
         self.query_one("#filter", Input).disabled = True
         self.query_one("#runs-table", DataTable).focus()
@@ -275,6 +275,8 @@ class CampaignApp(App):
             return
         title.update(Text.assemble("checks of ", (v.verdict_id, "bold"), "  ", verdict_text(v.verdict)))
         for i, c in enumerate(v.checks):
+            if v.kind == "throughput":
+                c = rule_cell_as_check(c)
             status = str(c.get("status", c.get("verdict", "")))
             if not status and "passed" in c:
                 status = "PASS" if c["passed"] else "FAIL"

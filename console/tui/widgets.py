@@ -38,6 +38,20 @@ CHECK_DEFS: dict[str, MetricDef] = {
     "n_ids": MetricDef("n_ids", "ids", "", "d", None, False),
 }
 TIME_DEF = MetricDef("t", "time", "s", ".1f", None, False)
+
+
+def rule_cell_as_check(cell: dict) -> dict:
+    """A throughput decision-rule cell in the checks table's columns: ids = paired repeats,
+    estimate = geometric-mean candidate/reference ratio, bound = its one-sided LOWER bound,
+    margin = the minimum ratio it must exceed, baseline/candidate = median throughput."""
+    spread = lambda k: (cell.get(k) or {}).get("median")  # noqa: E731 - a local accessor
+    return {
+        "concurrency": cell.get("concurrency"), "label": "throughput ratio (lower bound)", "unit": "cand/ref",
+        "status": cell.get("status"), "n_ids": cell.get("n_pairs"), "point": cell.get("geo_mean_ratio"),
+        "bound": cell.get("lower_bound_ratio"), "margin": cell.get("min_ratio"),
+        "base_value": spread("reference_spread"), "cand_value": spread("candidate_spread"),
+        "reason": cell.get("reason") or "pass iff lower bound > margin",
+    }
 COUNT_DEF = MetricDef("n", "count", "", "d", None, False)
 SECONDS_DEF = MetricDef("s", "seconds", "s", ".2f", None, False)
 
