@@ -353,8 +353,8 @@ async def _serve(config: EngineConfig, profile: Profile) -> None:
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):
+    if sys.platform != "win32":  # Windows event loops have no signal handlers; Ctrl-C still stops it there
+        for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
     warm = asyncio.create_task(engine.warm_up())
     stopped = asyncio.create_task(stop.wait())
