@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import socket
 import sys
-import wave
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from console.recording import launch_engine, record_run, stop_engine
@@ -29,13 +27,10 @@ def _port():
 
 @pytest.fixture(scope="module")
 def prompt(tmp_path_factory):
-    path = tmp_path_factory.mktemp("p") / "prompt.wav"
-    t = np.arange(int(1.5 * 24000)) / 24000
-    x = sum(np.sin(2 * np.pi * 130 * k * t) / k for k in range(1, 8)) * 0.2
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1), w.setsampwidth(2), w.setframerate(24000)
-        w.writeframes((x * 32767).astype("<i2").tobytes())
-    return path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from bench_timing_fidelity import prompt_wav  # one voiced test prompt for the bench and the tests
+
+    return prompt_wav(tmp_path_factory.mktemp("p") / "prompt.wav")
 
 
 def _engine(store, tmp_path, dialect, profile, extra=()):

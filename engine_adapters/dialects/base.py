@@ -202,6 +202,15 @@ class SSEJsonParser(StreamParser):
         self.audio_format = audio_format
         self.framer = SSEFramer(max_event_bytes)
 
+    @staticmethod
+    def first_delta(obj: dict[str, Any], t_ns: int, wire: int, emit_ns: int | None) -> tuple[dict[str, Any], Event | None]:
+        """choices[0].delta, or the event for a chunk without choices (the final usage chunk)."""
+        choices = obj.get("choices")
+        if not choices:
+            kind = "usage" if obj.get("usage") is not None else "other"
+            return {}, Event(t_ns, kind, wire, server_emit_ns=emit_ns)
+        return choices[0].get("delta") or {}, None
+
     def feed(self, data: bytes, t_ns: int) -> list[Event]:
         if self.done:
             return []

@@ -35,11 +35,9 @@ class Parser(SSEJsonParser):
     name = NAME
 
     def on_json(self, obj: dict[str, Any], t_ns: int, wire: int, emit_ns: int | None) -> Event:
-        choices = obj.get("choices")
-        if not choices:
-            kind = "usage" if obj.get("usage") is not None else "other"
-            return Event(t_ns, kind, wire, server_emit_ns=emit_ns)
-        delta = choices[0].get("delta") or {}
+        delta, event = self.first_delta(obj, t_ns, wire, emit_ns)
+        if event is not None:
+            return event
         audio = delta.get("audio")
         if audio:
             data = audio.get("data")

@@ -99,11 +99,6 @@ class DnsmosScorer(ProcessPoolMixin, Scorer):
     pool_min_batch = 8
     pool_initializer = staticmethod(_worker_init)
 
-    def __init__(self, model_dir: Path | None = None, *, device: str | None = None,
-                 batch_size: int | None = None, workers: int | None = None):
-        super().__init__(model_dir, device="cpu", batch_size=batch_size)
-        self.init_pool(workers)
-
     @property
     def version(self) -> str:
         # unchanged since OVRL never depended on model_v8 (P.808): rows from before stay comparable

@@ -59,11 +59,6 @@ class PocketsphinxScorer(ProcessPoolMixin, AsrScorer):
     default_batch = 16
     pool_min_batch = 6
 
-    def __init__(self, model_dir: Path | None = None, *, device: str | None = None,
-                 batch_size: int | None = None, workers: int | None = None):
-        super().__init__(model_dir, device="cpu", batch_size=batch_size)
-        self.init_pool(workers)
-
     @property
     def version(self) -> str:
         return f"pocketsphinx {metadata.version('pocketsphinx')} en-us"

@@ -17,10 +17,15 @@ R = TypeVar("R")
 
 
 class ProcessPoolMixin:
-    """Mix into a `Scorer` subclass: `init_pool(workers)` in `__init__`, then `map_in_pool(...)`."""
+    """Mix into a `Scorer` subclass (before it in the bases): CPU-only construction, then `map_in_pool(...)`."""
 
     pool_min_batch: int = 8  # below this, worker start-up costs more than it saves
     pool_initializer: Callable[[], Any] | None = None
+
+    def __init__(self, model_dir=None, *, device: str | None = None, batch_size: int | None = None,
+                 workers: int | None = None):
+        super().__init__(model_dir, device="cpu", batch_size=batch_size)  # CPU-only by construction
+        self.init_pool(workers)
 
     def init_pool(self, workers: int | None) -> None:
         self.workers = workers if workers is not None else (os.cpu_count() or 1)
