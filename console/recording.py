@@ -89,22 +89,28 @@ def record_run(
     Path(spec.artifacts_dir).mkdir(parents=True, exist_ok=True)
     if live:  # console.live.LiveFeed: the TUI follows the run through its snapshot file
         live.run_started(run_id, engine, spec.concurrency, kind, total)
-    proc = DriverProcess(spec).start()
     writer = BatchWriter(store)
+
+    def consume(batch: list[Any]) -> list[Any]:
+        """Store a decoded batch (with the GPU samples so far) and feed the live view; this runs
+        on the driver's decode thread at idle priority, so storing never competes with the
+        driver for a core (engine_adapters/driver.py, DriverProcess)."""
+        drained = sampler.drain() if sampler else []
+        writer.add(batch)
+        writer.add(drained)
+        writer.flush()
+        batch = batch + drained
+        if live:
+            live.records(batch)
+        return batch
+
+    proc = DriverProcess(spec, consume).start()
     stored = 0
     interrupted = False
     try:
         while True:
             try:
                 for batch in proc.batches():
-                    writer.add(batch)
-                    if sampler:
-                        drained = sampler.drain()
-                        writer.add(drained)
-                        batch = batch + drained
-                    if live:
-                        live.records(batch)
-                    writer.flush()
                     done = sum(1 for r in batch if isinstance(r, RequestRecord))
                     stored += done
                     if on_progress and done:
@@ -115,8 +121,8 @@ def record_run(
                 interrupted = True
                 proc.cancel()
     finally:
+        proc.join()  # the decode thread has finished with the writer once this returns
         writer.flush()
-        proc.join()
         samples = sampler.stop() if sampler else []
         if samples:
             writer.add(samples)

@@ -1,27 +1,41 @@
 """HTTP transports for the load driver behind one small interface.
 
-aiohttp is the default: measured with bench/bench_timing_fidelity.py, httpx's pure-Python HTTP
-stack (h11 chunked decoding, httpcore and anyio layers per read) costs enough CPU per 64 KB event
-that a burst of synchronised events at C >= 32 delays the later streams' arrival stamps by
-milliseconds, while aiohttp decodes HTTP/1.1 in C (llhttp). httpx (the design card's client) stays
-selectable with `request_options["client"] = "httpx"`.
+The driver hands `post()` a *sink*, `sink(stamp_ns, body_bytes) -> stop?`, and every transport
+feeds it each body read as early as its layers allow, stamped before any parsing of the payload:
 
-Both hand the driver raw body bytes as they are read (no decompression, no line splitting) through
-a plain `read()` coroutine (b"" at the end): no async generator sits in the timing path, and the
-driver stamps each read before any parsing. Exceptions a read may raise are listed in
-`transport.errors`; the driver maps them to the `transport` failure class with `describe()`.
+- `stamped` (default): an asyncio Protocol per connection with the llhttp parser from httptools.
+  `data_received` takes `perf_counter_ns()` the moment the event loop hands over the socket
+  bytes, before HTTP parsing, and the sink runs inside that same callback: no future, no task
+  wake-up, no coroutine step per chunk. Measured with bench/bench_timing_fidelity.py: aiohttp's
+  path (C parser, then a StreamReader feed that wakes the reading task, which stamps when it next
+  runs) puts every other ready stream's wake-up between the socket read and the stamp, which is
+  what made the driver only at parity with a plain client at C=128. No library exposes the
+  protocol-level read, so this small client is hand-written (keep-alive pool, Content-Length
+  requests, chunked / length / close-delimited responses: what streaming engines send).
+- `aiohttp`: llhttp too, but stamped when the reading coroutine resumes (readany).
+- `httpx` (the design card's client): pure-Python h11 chunked decoding, httpcore and anyio layers
+  per read; a burst of synchronised 64 KB events at C >= 32 delays later streams by milliseconds.
+
+Failures surface as `TransportError` (plus `transport.errors`, which the driver maps to the
+`transport` failure class with `describe()`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import ssl
+import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import AsyncIterator, Awaitable, Callable
+from urllib.parse import urlsplit
 
 HEADERS = {"content-type": "application/json", "accept": "text/event-stream, audio/pcm, */*",
            "accept-encoding": "identity"}
 ERROR_BODY_LIMIT = 64 * 1024
-DEFAULT_TRANSPORT = "aiohttp"
+DEFAULT_TRANSPORT = "stamped"
+
+Sink = Callable[[int, bytes], bool]  # (perf_counter_ns stamp, body bytes) -> True to stop reading
 
 
 class TransportError(Exception):
@@ -31,8 +45,32 @@ class TransportError(Exception):
 @dataclass
 class StreamResponse:
     status: int
-    read: Callable[[], Awaitable[bytes]]  # the next body bytes as read; b"" once the body is complete
-    read_error_body: Callable[[], Awaitable[bytes]]
+    # feed every body read to the sink until it says stop (-> False) or the body ends (-> True)
+    body: Callable[[Sink], Awaitable[bool]]
+
+    async def read_error_body(self, errors: tuple[type[BaseException], ...] = ()) -> bytes:
+        """Up to ERROR_BODY_LIMIT bytes of a non-2xx body; a broken error body adds nothing to
+        the failure (the status code is the failure), so what arrived is returned as is."""
+        out = bytearray()
+
+        def sink(_t: int, data: bytes) -> bool:
+            out.extend(data)
+            return len(out) >= ERROR_BODY_LIMIT
+
+        try:
+            await self.body(sink)
+        except (TransportError, *errors):
+            pass
+        return bytes(out[:ERROR_BODY_LIMIT])
+
+
+async def _pump(read: Callable[[], Awaitable[bytes]], sink: Sink) -> bool:
+    """Pull-style clients: stamp each read as the reading coroutine resumes."""
+    now = time.perf_counter_ns
+    while data := await read():
+        if sink(now(), data):
+            return False
+    return True
 
 
 class HttpxTransport:
@@ -66,17 +104,8 @@ class HttpxTransport:
         def read() -> Awaitable[bytes]:
             return anext(raw, b"")
 
-        async def error_body() -> bytes:
-            out = bytearray()
-            try:
-                while len(out) < ERROR_BODY_LIMIT and (data := await read()):
-                    out += data
-            except httpx.TransportError:  # the status code is the failure; a broken error body adds nothing
-                return bytes(out[:ERROR_BODY_LIMIT])
-            return bytes(out[:ERROR_BODY_LIMIT])
-
         try:
-            yield StreamResponse(resp.status_code, read, error_body)
+            yield StreamResponse(resp.status_code, lambda sink: _pump(read, sink))
         finally:
             try:
                 await raw.aclose()
@@ -112,15 +141,9 @@ class AiohttpTransport:
         except aiohttp.ClientError as exc:
             raise TransportError(describe(exc)) from None
 
-        async def error_body() -> bytes:
-            try:
-                return await resp.content.read(ERROR_BODY_LIMIT)
-            except aiohttp.ClientError:
-                return b""
-
         try:
             # StreamReader.readany: whatever the connection has delivered, straight from its buffer
-            yield StreamResponse(resp.status, resp.content.readany, error_body)
+            yield StreamResponse(resp.status, lambda sink: _pump(resp.content.readany, sink))
         finally:
             resp.close()
 
@@ -128,7 +151,211 @@ class AiohttpTransport:
         await self.session.close()
 
 
-TRANSPORTS = {"aiohttp": AiohttpTransport, "httpx": HttpxTransport}
+class _Exchange:
+    """One request/response on a connection: where `data_received`'s stamps and bytes go."""
+
+    __slots__ = ("head", "done", "sink", "early")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.head: asyncio.Future[int] = loop.create_future()  # the status code, once headers are parsed
+        self.done: asyncio.Future[bool] = loop.create_future()  # True: body ended; False: the sink stopped
+        self.sink: Sink | None = None
+        self.early: list[tuple[int, bytes]] = []  # body bytes read before the sink was attached
+
+    def fail(self, exc: BaseException) -> None:
+        """Raise in whoever waits: for the headers, else for the body."""
+        fut = self.done if self.head.done() else self.head
+        if not fut.done():
+            fut.set_exception(exc)
+
+    def attach(self, sink: Sink) -> None:
+        """Start feeding `sink`, first with what arrived before it was attached."""
+        self.sink = sink
+        early, self.early = self.early, []
+        for t, data in early:
+            if self.done.done():
+                return
+            if not data:  # the message ended before the sink was attached
+                self.done.set_result(True)
+            elif sink(t, data):
+                self.done.set_result(False)
+
+    def finish(self) -> None:
+        if self.sink is None:  # the body ended before anyone asked for it: body() replays `early`
+            self.early.append((0, b""))
+        elif not self.done.done():
+            self.done.set_result(True)
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection; each socket read is stamped before it is parsed."""
+
+    def __init__(self, pool: list["_Connection"], max_idle: int):
+        import httptools
+
+        self._httptools = httptools
+        self.pool = pool  # the idle list this connection returns to
+        self.max_idle = max_idle
+        self.parser = httptools.HttpResponseParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.exchange: _Exchange | None = None
+        self.stamp = 0
+        self.framed = False  # Content-Length or Transfer-Encoding seen: the body does not end at EOF
+        self.draining = False  # the caller is done; return to the pool when the message ends
+        self.keep_alive = False  # read inside on_message_complete: llhttp resets it once the message is done
+        self.closed = False
+
+    # asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.stamp = time.perf_counter_ns()  # first, before any parsing
+        if self.exchange is None:  # bytes nobody asked for: the connection is not trustworthy
+            self.abort()
+            return
+        try:
+            self.parser.feed_data(data)
+        except self._httptools.HttpParserError as exc:
+            self.exchange.fail(TransportError(f"malformed HTTP response: {exc}"))
+            self.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self in self.pool:
+            self.pool.remove(self)
+        ex, self.exchange = self.exchange, None
+        if ex is None:
+            return
+        if exc is None and ex.head.done() and not self.framed:
+            ex.finish()  # a close-delimited body ends at EOF
+            return
+        why = f": {describe(exc)}" if exc else ""
+        ex.fail(TransportError(f"connection closed before the response ended{why}"))
+
+    # httptools callbacks
+    def on_message_begin(self) -> None:
+        self.framed = False
+
+    def on_header(self, name: bytes, _value: bytes) -> None:
+        if name.lower() in (b"content-length", b"transfer-encoding"):
+            self.framed = True
+
+    def on_headers_complete(self) -> None:
+        assert self.exchange is not None
+        if not self.exchange.head.done():
+            self.exchange.head.set_result(self.parser.get_status_code())
+
+    def on_body(self, body: bytes) -> None:
+        ex = self.exchange
+        assert ex is not None
+        if ex.sink is None:
+            ex.early.append((self.stamp, body))
+        elif not ex.done.done() and ex.sink(self.stamp, body):
+            ex.done.set_result(False)
+
+    def on_message_complete(self) -> None:
+        ex, self.exchange = self.exchange, None
+        assert ex is not None
+        self.keep_alive = self.parser.should_keep_alive()
+        if not ex.head.done():  # 1xx/HEAD-like message without headers_complete: cannot happen for POST
+            ex.head.set_result(self.parser.get_status_code())
+        ex.finish()
+        if self.draining:
+            self.release()
+
+    # pool
+    def release(self) -> None:
+        """Back to the idle pool if the message ended and the server keeps the connection."""
+        self.draining = False
+        if self.closed or self.exchange is not None:
+            return
+        if self.keep_alive and len(self.pool) < self.max_idle:
+            self.pool.append(self)
+        else:
+            self.transport.close()  # type: ignore[union-attr]
+
+    def abort(self) -> None:
+        if not self.closed and self.transport is not None:
+            self.transport.abort()
+
+
+class StampedTransport:
+    """HTTP/1.1 keep-alive client whose timing path is the protocol callback itself."""
+
+    name = "stamped"
+
+    def __init__(self, concurrency: int, headers: dict[str, str] | None = None):
+        import httptools
+
+        self.errors: tuple[type[BaseException], ...] = ()
+        self.version = f"stamped (asyncio protocol, httptools {httptools.__version__})"
+        self.concurrency = concurrency
+        self.headers = {**HEADERS, **(headers or {})}
+        self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
+        self._open: set[_Connection] = set()
+
+    async def _connect(self, scheme: str, host: str, port: int) -> _Connection:
+        idle = self._idle.setdefault((scheme, host, port), [])
+        while idle:
+            conn = idle.pop()
+            if not conn.closed:
+                return conn
+        loop = asyncio.get_running_loop()
+        ctx = ssl.create_default_context() if scheme == "https" else None
+        try:
+            _, conn = await loop.create_connection(lambda: _Connection(idle, self.concurrency), host, port, ssl=ctx)
+        except OSError as exc:
+            raise TransportError(f"connect to {host}:{port} failed: {describe(exc)}") from None
+        self._open.add(conn)
+        return conn
+
+    @asynccontextmanager
+    async def post(self, url: str, body: bytes, on_send: Callable[[], None],
+                   headers: dict[str, str] | None = None) -> AsyncIterator[StreamResponse]:
+        u = urlsplit(url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise TransportError(f"unsupported URL {url!r}: need http:// or https:// and a host")
+        port = u.port or (443 if u.scheme == "https" else 80)
+        target = (u.path or "/") + (f"?{u.query}" if u.query else "")
+        hdrs = {**self.headers, **(headers or {})}
+        head = "".join(f"{k}: {v}\r\n" for k, v in hdrs.items() if k.lower() not in ("host", "content-length"))
+        request = (f"POST {target} HTTP/1.1\r\nhost: {u.netloc}\r\n{head}content-length: {len(body)}\r\n\r\n"
+                   .encode("latin-1") + body)
+        on_send()
+        conn = await self._connect(u.scheme, u.hostname, port)
+        ex = conn.exchange = _Exchange(asyncio.get_running_loop())
+        clean = False
+        try:
+            conn.transport.write(request)  # type: ignore[union-attr]
+            status = await ex.head
+
+            async def read_body(sink: Sink) -> bool:
+                ex.attach(sink)
+                return await ex.done
+
+            yield StreamResponse(status, read_body)
+            clean = True
+        finally:
+            done = ex.done
+            failed = done.done() and (done.cancelled() or done.exception() is not None)  # (marks it retrieved)
+            if conn.exchange is None and not failed:  # the message ended: reuse the connection
+                conn.release()
+            elif clean and done.done() and not failed:
+                conn.draining = True  # the sink stopped at the end marker: let the rest of the message arrive
+            else:  # timeout, cancellation, failure, or a body nobody finished reading
+                conn.exchange = None  # nobody waits any more: connection_lost has nothing to report
+                conn.abort()
+
+    async def close(self) -> None:
+        for conn in self._open:
+            conn.abort()
+        self._open.clear()
+        self._idle.clear()
+        await asyncio.sleep(0)  # let connection_lost callbacks run before the loop closes
+
+
+TRANSPORTS = {"stamped": StampedTransport, "aiohttp": AiohttpTransport, "httpx": HttpxTransport}
 
 
 def describe(exc: BaseException) -> str:

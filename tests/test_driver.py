@@ -123,7 +123,7 @@ EXPECT = {"ok": "ok", "counted": "ok", "error": "in_stream_error", "drop": "tran
           "stall": "timeout", "nodone": "no_end_marker", "badwav": "decode_error", "noaudio": "no_audio"}
 
 
-@pytest.mark.parametrize("client", ["httpx", "aiohttp"])
+@pytest.mark.parametrize("client", ["stamped", "aiohttp", "httpx"])
 def test_every_fault_in_its_class_and_nothing_lost(server, prompt, tmp_path, store, client):
     cases = ["ok", "error", "ok", "drop", "http500", "ok", "stall", "nodone", "badwav", "noaudio", "ok", "ok"]
     reqs = [RequestSpec(f"spk-{i}", f"case:{c}", prompt, "p") for i, c in enumerate(cases)]
@@ -224,7 +224,7 @@ def test_probe_command_stores_an_exploratory_run(server, prompt, tmp_path, capsy
     assert "expected http://HOST:PORT" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("client", ["httpx", "aiohttp"])
+@pytest.mark.parametrize("client", ["stamped", "aiohttp", "httpx"])
 def test_driver_process_leaves_no_pending_tasks(server, prompt, tmp_path, capfd, client):
     """The driver process end to end (batches over its pipe) with early exits (timeout, dropped
     connection, HTTP error, end marker): every record arrives, the child exits 0, and its stderr
