@@ -3,12 +3,15 @@ process with its own event loop, so nothing else in the console can delay its ti
 
 Timing: `t_send_ns` is stamped just before the request is handed to the client; every body
 read is stamped with `perf_counter_ns()` before any parsing and events take the stamp of the
-read that delivered their first byte (see dialects/base.py). The hot path is "read -> stamp ->
-append (stamp, bytes)" plus two C-speed tail checks (end marker, event-size guard); SSE framing,
-JSON, base64 and WAV decoding all happen in the parent process. Batches leave the driver process
-through a pipe written by a sender thread with `os.writev` (the GIL is released while the kernel
-copies the audio bytes); pickling them on a multiprocessing.Queue held the GIL for milliseconds
-per batch and showed up as arrival-stamp delay (bench/bench_timing_fidelity.py).
+read that delivered their first byte (see dialects/base.py). With the default transport the
+stamp is taken inside the connection's `data_received` callback and the hot path runs right
+there (transport.py): "stamp -> append stamp and bytes" plus two C-speed tail checks (end marker,
+event-size guard). SSE framing, JSON, base64 and WAV decoding all happen in the parent process,
+on a thread at idle priority (DriverProcess), so they never take a core from the driver. Batches
+leave the driver process through a pipe written by a sender thread with `os.writev` (the GIL is
+released while the kernel copies the audio bytes; the metadata is packed in C); pickling them on
+a multiprocessing.Queue held the GIL for milliseconds per batch and showed up as arrival-stamp
+delay (bench/bench_timing_fidelity.py).
 
 Closed loop: C workers each take the next request as soon as their previous one ends, so exactly
 C requests are in flight until the list is exhausted. Warmup requests (flagged `is_warmup`) run

@@ -34,7 +34,7 @@ def register(sub) -> None:
     p.add_argument("--engine", default="probe", help="engine name to store the run under (default 'probe')")
     p.add_argument("--timeout", type=float, default=120.0, help="per-request timeout in seconds")
     p.add_argument("--client", choices=tuple(TRANSPORTS), default=DEFAULT_TRANSPORT,
-                   help=f"HTTP client (default {DEFAULT_TRANSPORT}: measured to timestamp more faithfully than httpx)")
+                   help=f"HTTP client (default {DEFAULT_TRANSPORT}: stamps each socket read in the protocol callback; measured in bench/bench_timing_fidelity.py)")
     p.add_argument("--audio-format", choices=("wav", "pcm"), help="ask for WAV-per-delta or raw s16le deltas")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--temperature", type=float, default=0.0)
