@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 import wave
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine_adapters.dialects import get_dialect  # noqa: E402
+from console.live import LiveFeed  # noqa: E402
 from console.recording import record_run  # noqa: E402
 from data.store import open_store  # noqa: E402
 from engine_adapters.driver import DriveSpec, RequestSpec  # noqa: E402
@@ -81,15 +83,16 @@ def start_engine(tmp: Path, dialect: str = "vllm-omni", profile: str = "fidelity
     return eng
 
 
-def driver_deltas(url: str, c: int, n: int, prompt: Path, tmp: Path, client: str) -> list[int]:
+def driver_deltas(url: str, c: int, n: int, prompt: Path, tmp: Path, client: str, live: bool = False) -> list[int]:
     """The driver as the console runs it: `record_run` into a DuckDB file (decoding, WAV writing
-    and store writes in this process while the driver process stamps), deltas read back by SQL."""
+    and store writes in this process while the driver process stamps), deltas read back by SQL;
+    with `live`, a LiveFeed follows the run as under `campaign run` (in-flight reports included)."""
     reqs = [RequestSpec(f"s{i % 2}-{i}", TEXTS[i % 2], prompt) for i in range(n)]
     run_id = f"fid-c{c}-{client}-{time.monotonic_ns()}"
     spec = DriveSpec(run_id, url, "vllm-omni", c, reqs, timeout_s=120, artifacts_dir=tmp / "art",
                      request_options={"client": client})
-    with open_store(tmp / "fidelity.duckdb") as store:
-        record_run(store, spec, engine="reference", kind="exploratory", telemetry=False)
+    with open_store(tmp / "fidelity.duckdb") as store, (LiveFeed(tmp / "fidelity.duckdb") if live else nullcontext()) as feed:
+        record_run(store, spec, engine="reference", kind="exploratory", telemetry=False, live=feed)
         rows = store.query("SELECT t_arrival_ns - server_emit_ns AS d FROM chunks WHERE run_id = ? "
                            "AND kind = 'audio' AND server_emit_ns IS NOT NULL", [run_id])
     return [r["d"] for r in rows]
@@ -144,7 +147,7 @@ def pct(d: list[int]) -> tuple[float, float, int]:
 
 
 def measure(concurrencies: list[int], client: str | list[str] = DEFAULT_TRANSPORT, requests_per_c=None,
-            plain: bool = True, repeats: int = 1) -> dict[int, dict[str, tuple]]:
+            plain: bool = True, repeats: int = 1, live: bool = False) -> dict[int, dict[str, tuple]]:
     """Per C: {"driver": (p50, p99, n), "plain": ...}, each figure the median over `repeats`; with
     several clients the first is "driver" and the others "driver:<name>"."""
     clients = [client] if isinstance(client, str) else list(client)
@@ -162,7 +165,7 @@ def measure(concurrencies: list[int], client: str | list[str] = DEFAULT_TRANSPOR
                     got = runs.setdefault(c, {})
                     for k, cl in enumerate(clients):
                         key = "driver" if k == 0 else f"driver:{cl}"
-                        got.setdefault(key, []).append(pct(driver_deltas(eng.spec.url, c, n, prompt, tmp, cl)))
+                        got.setdefault(key, []).append(pct(driver_deltas(eng.spec.url, c, n, prompt, tmp, cl, live)))
                     if plain:
                         got.setdefault("plain", []).append(pct(plain_deltas(eng.spec.url, c, n, prompt)))
         finally:
@@ -181,14 +184,15 @@ def main() -> int:
     ap.add_argument("--clients", default=DEFAULT_TRANSPORT,
                     help=f"comma-separated driver transports from {', '.join(TRANSPORTS)}; the first is compared with plain")
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--live", action="store_true", help="drive with a LiveFeed attached, as `campaign run` does")
     args = ap.parse_args()
     cs = [int(x) for x in args.concurrencies.split(",")]
     clients = [x.strip() for x in args.clients.split(",") if x.strip()]
     bad = [x for x in clients if x not in TRANSPORTS]
     if bad or not clients:
         ap.error(f"--clients: unknown transport {bad[0] if bad else '(none)'!r}; choose from {', '.join(TRANSPORTS)}")
-    res = measure(cs, clients, repeats=args.repeats)
-    print(f"arrival - emit (ms), audio events; median of {args.repeats} repeat(s); ratio = {clients[0]} p99 / plain p99 "
+    res = measure(cs, clients, repeats=args.repeats, live=args.live)
+    print(f"arrival - emit (ms), audio events{'; live feed attached' if args.live else ''}; median of {args.repeats} repeat(s); ratio = {clients[0]} p99 / plain p99 "
           f"(median figures; worst = the highest ratio within one repeat)")
     cols = [("driver", clients[0])] + [(f"driver:{cl}", cl) for cl in clients[1:]] + [("plain", "plain")]
     print(f"{'C':>5} " + " ".join(f"{name + ' p50':>14} {name + ' p99':>14}" for _, name in cols) + f" {'events':>8} {'p99 ratio':>9} {'worst':>6}")

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from data.records import ChunkRecord, GpuSample, RequestRecord
+from engine_adapters.driver import idle_priority
 from stats.metrics import metrics_from_records, request_metrics
 
 SNAPSHOT_SCHEMA = "omni-campaign-live/1"
@@ -60,6 +61,17 @@ class LiveRequest:
 
 
 @dataclass
+class LiveInflight:
+    """One request still streaming, as of the driver's last in-flight report."""
+    index: int
+    utt_id: str
+    warmup: bool
+    elapsed_s: float  # since its send
+    silent_s: float  # since its last body read (since its send before the first)
+    reads: int  # body reads so far
+
+
+@dataclass
 class LiveRun:
     run_id: str
     engine: str
@@ -77,8 +89,9 @@ class LiveRun:
         return self.completed + sum(self.failed.values())
 
     @property
-    def in_flight(self) -> int:
-        """Closed loop: C requests are out while at least C remain (records ship on completion)."""
+    def in_flight_estimate(self) -> int:
+        """Closed loop: C requests are out while at least C remain (before the driver's first
+        in-flight report, or when a run is fed without one)."""
         if self.status != "running":
             return 0
         return max(0, min(self.concurrency, self.planned - self.done))
@@ -108,7 +121,14 @@ class LiveSnapshot:
     run: LiveRun | None = None
     runs_done: list[dict[str, Any]] = field(default_factory=list)  # (run_id, cell, status) of finished runs
     requests: list[LiveRequest] = field(default_factory=list)  # newest first
+    inflight: list[LiveInflight] | None = None  # None until the driver reports; oldest send first
     gpu: list[LiveGpu] = field(default_factory=list)  # oldest first
+
+    def in_flight(self) -> int:
+        """Requests streaming now: the driver's report when there is one, else the estimate."""
+        if self.run is None or self.run.status != "running":
+            return 0
+        return len(self.inflight) if self.inflight is not None else self.run.in_flight_estimate
 
     def to_json(self) -> str:
         return json.dumps(_finite(asdict(self)), separators=(",", ":"), allow_nan=False)
@@ -121,6 +141,7 @@ class LiveSnapshot:
         snap = cls(**{k: v for k, v in doc.items() if k in known})
         snap.run = LiveRun(**snap.run) if isinstance(snap.run, dict) else None
         snap.requests = [LiveRequest(**r) for r in snap.requests]
+        snap.inflight = None if snap.inflight is None else [LiveInflight(**r) for r in snap.inflight]
         snap.gpu = [LiveGpu(**g) for g in snap.gpu]
         return snap
 
@@ -218,6 +239,7 @@ class LiveFeed:
         with self._lock:
             self.snap.run = LiveRun(run_id, engine, int(concurrency), kind, int(planned), started_wall=time.time())
             self.snap.requests = []
+            self.snap.inflight = None
             self._run_requests, self._run_chunks, self._first_send_ns = [], {}, None
             self._touch()
 
@@ -239,6 +261,20 @@ class LiveFeed:
             self._add_gpu(gpu)
             self._touch()
 
+    def inflight(self, rows: Iterable[Any], now_ns: int) -> None:
+        """The driver's in-flight report (engine_adapters.driver.InflightRow, stamped on the
+        driver's clock; `now_ns` on the same clock): what is streaming and how long each has
+        been silent, which is where a stall shows before the request ends."""
+        with self._lock:
+            if self.snap.run is None or self.snap.run.status != "running":
+                return
+            done = {r.index for r in self.snap.requests}
+            self.snap.inflight = [
+                LiveInflight(r.index, r.utt_id, r.is_warmup, round((now_ns - r.t_send_ns) / NS, 3),
+                             round((now_ns - (r.t_last_read_ns or r.t_send_ns)) / NS, 3), r.reads)
+                for r in sorted(rows, key=lambda r: r.t_send_ns) if r.index not in done]
+            self._touch()
+
     def gpu_samples(self, samples: Iterable[GpuSample]) -> None:
         with self._lock:
             self._add_gpu(samples)
@@ -249,6 +285,7 @@ class LiveFeed:
             run = self.snap.run
             if run is not None and run.run_id == run_id:
                 run.status = status
+                self.snap.inflight = []
                 self._update_metrics()
             self.snap.runs_done.append({"run_id": run_id, "cell": self.snap.cell_key, "status": status})
             self._touch(force=True)
@@ -295,6 +332,8 @@ class LiveFeed:
                           (end - self._t0_ns) / NS, rec.error_detail)
         self.snap.requests.insert(0, row)
         del self.snap.requests[self._requests_keep:]
+        if self.snap.inflight:  # it ended since the driver's last in-flight report
+            self.snap.inflight = [r for r in self.snap.inflight if r.index != rec.request_index]
 
     def _update_metrics(self) -> None:
         run = self.snap.run
@@ -316,6 +355,7 @@ class LiveFeed:
 
     def _writer(self) -> None:
         """Write dirty state at most max_hz times a second, off the caller's thread."""
+        idle_priority()  # a UI snapshot never takes a core from the driver (engine_adapters/driver.py)
         while True:
             with self._lock:
                 while not self._dirty and not self._closed:

@@ -104,7 +104,7 @@ def record_run(
             live.records(batch)
         return batch
 
-    proc = DriverProcess(spec, consume).start()
+    proc = DriverProcess(spec, consume, live.inflight if live else None).start()
     stored = 0
     interrupted = False
     try:

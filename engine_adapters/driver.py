@@ -49,6 +49,7 @@ from engine_adapters.transport import DEFAULT_TRANSPORT, TRANSPORTS, TransportEr
 
 TICK_S = 0.010  # event-loop lag ticker period
 FLUSH_S = 0.100  # how often the child ships a batch of records
+INFLIGHT_S = 0.250  # how often the child reports the requests still streaming (when asked to)
 SWITCH_INTERVAL_S = 0.0002  # the driver process's GIL switch interval (see _child_main)
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 # an SSE end-marker event closing the bytes read so far (checked on the last 64 bytes only)
@@ -120,6 +121,29 @@ class RawResult:
     overflow: str | None = None
 
 
+@dataclass(frozen=True)
+class InflightRow:
+    """A request still streaming, as the driver saw it at its last flush (for live views)."""
+    index: int
+    utt_id: str
+    is_warmup: bool
+    t_send_ns: int
+    reads: int  # body reads so far
+    t_first_byte_ns: int | None
+    t_last_read_ns: int | None
+
+
+def inflight_rows(raws: list[RawResult]) -> list[InflightRow]:
+    """Built on the sender thread from results the loop thread is still appending to: a list
+    only grows, so reading its length, then its ends, is safe."""
+    out = []
+    for r in raws:
+        n = len(r.stamps)
+        out.append(InflightRow(r.index, r.utt_id, r.is_warmup, r.t_send_ns, n,
+                               r.stamps[0] if n else None, r.stamps[n - 1] if n else None))
+    return out
+
+
 def decode_result(spec: DriveSpec, raw: RawResult) -> list[Any]:
     """Records for one sent request: decode its frames, classify its outcome (the first cause
     wins; an HTTP error status always wins), save its audio WAV with SHA-256."""
@@ -180,9 +204,13 @@ def _summarise_ns(values: list[int]) -> dict[str, float | int | None]:
 class _Run:
     """State of one drive inside the driver process."""
 
-    def __init__(self, spec: DriveSpec, emit: Callable[[list[Any]], None]):
+    def __init__(self, spec: DriveSpec, emit: Callable[[list[Any]], None],
+                 emit_inflight: Callable[[list[RawResult]], None] | None = None):
         self.spec = spec
         self.emit = emit
+        self.emit_inflight = emit_inflight
+        self.inflight: dict[int, RawResult] = {}
+        self._inflight_due = 0.0
         self.dialect = get_dialect(spec.dialect)
         opts = spec.request_options
         self.url = spec.url.rstrip("/") + opts.get("path", self.dialect.path)
@@ -237,6 +265,7 @@ class _Run:
         """Send one request and collect its stamped reads; decoding happens later, elsewhere."""
         spec = self.spec
         raw = RawResult(index=index, utt_id=req.utt_id, is_warmup=warm, t_send_ns=0)
+        self.inflight[index] = raw
         now = time.perf_counter_ns
 
         def stamp_send() -> None:
@@ -273,6 +302,7 @@ class _Run:
                 raw.t_first_byte_ns = raw.stamps[0]
                 raw.bytes_received = sum(map(len, raw.chunks))
             self.sent += 1
+            del self.inflight[index]
             self.pending.append(raw)
 
     async def phase(self, transport: Any, items: list[tuple[int, RequestSpec, bool]]) -> None:
@@ -313,6 +343,9 @@ class _Run:
         if self.pending:
             batch, self.pending = self.pending, []
             self.emit(batch)
+        if self.emit_inflight is not None and time.monotonic() >= self._inflight_due:
+            self._inflight_due = time.monotonic() + INFLIGHT_S
+            self.emit_inflight(list(self.inflight.values()))  # a C-speed copy; the sender builds the rows
 
     async def main(self, cancel: Callable[[], bool]) -> DriveSummary:
         spec = self.spec
@@ -409,13 +442,15 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 
 def drive_raw(spec: DriveSpec, emit_raw: Callable[[list[RawResult]], None],
-              cancel: Callable[[], bool] = lambda: False) -> DriveSummary:
+              cancel: Callable[[], bool] = lambda: False,
+              emit_inflight: Callable[[list[RawResult]], None] | None = None) -> DriveSummary:
     """Run a drive on a fresh event loop in the calling thread (what the driver process runs);
-    `emit_raw` receives batches of undecoded RawResults."""
+    `emit_raw` receives batches of undecoded RawResults, `emit_inflight` (at every flush) the
+    results still streaming, which their requests keep appending to."""
     spec.validate()
     loop = new_event_loop()
     try:
-        return loop.run_until_complete(_Run(spec, emit_raw).main(cancel))
+        return loop.run_until_complete(_Run(spec, emit_raw, emit_inflight).main(cancel))
     finally:
         try:  # finalise any async generator a library left open, while the loop still runs
             loop.run_until_complete(loop.shutdown_asyncgens())
@@ -454,6 +489,8 @@ def _pack(kind: str, payload: Any) -> list[bytes]:
             metas.append((_raw_meta(r), list(map(len, r.chunks))))  # sizes; the bytes follow the metadata
             blobs += r.chunks
         payload = metas
+    elif kind == "inflight":
+        payload = inflight_rows(payload)
     meta = pickle.dumps((kind, payload), protocol=pickle.HIGHEST_PROTOCOL)
     return [_HEADER.pack(len(meta), sum(map(len, blobs))), meta, *blobs]
 
@@ -508,14 +545,15 @@ class _Sender:
             _write_all(self.fd, _pack(*item))
 
 
-def _child_main(spec: DriveSpec, conn: Any, cancel_evt: Any) -> None:
+def _child_main(spec: DriveSpec, conn: Any, cancel_evt: Any, report_inflight: bool = False) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and asks via cancel_evt
     # when the loop thread wakes with data while the sender thread runs Python code, it waits for
     # the GIL up to the switch interval (5 ms by default) before the sender is made to yield
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     sender = _Sender(conn.fileno())
     try:
-        summary = drive_raw(spec, lambda batch: sender.put("raw", batch), cancel_evt.is_set)
+        summary = drive_raw(spec, lambda batch: sender.put("raw", batch), cancel_evt.is_set,
+                            (lambda raws: sender.put("inflight", raws)) if report_inflight else None)
     except BaseException as exc:  # report, never hang the parent
         sender.put("fatal", f"{type(exc).__name__}: {exc}")
     else:
@@ -525,7 +563,7 @@ def _child_main(spec: DriveSpec, conn: Any, cancel_evt: Any) -> None:
         conn.close()
 
 
-def _idle_priority() -> str:
+def idle_priority() -> str:
     """Put the calling thread (only it: Linux scheduling is per thread) at idle priority.
 
     Decoding competes with the driver process for a core on a small box: on the 2-core dev box
@@ -549,23 +587,27 @@ class DriverProcess:
     """The driver in its own process ('spawn': a clean interpreter, no inherited loop or locks).
 
     Iterate `batches()` in the owner of the store; `summary` is set once the child is done. The
-    pipe is read and decoded by a thread of this process at idle priority (`_idle_priority`), so
+    pipe is read and decoded by a thread of this process at idle priority (`idle_priority`), so
     decoding never takes CPU from the driver; `consume(records) -> records`, if given, runs on that
     thread too (storing them, say), and `batches()` hands over what it returns, in order.
+    `on_inflight(rows, now_ns)`, if given, gets the requests still streaming every FLUSH_S (on
+    the same thread; `now_ns` is this process's perf_counter_ns, the driver's clock).
     """
 
-    def __init__(self, spec: DriveSpec, consume: Callable[[list[Any]], list[Any]] | None = None):
+    def __init__(self, spec: DriveSpec, consume: Callable[[list[Any]], list[Any]] | None = None,
+                 on_inflight: Callable[[list[InflightRow], int], None] | None = None):
         spec.validate()
         self.spec = spec
         ctx = mp.get_context("spawn")
         self._recv, self._send = ctx.Pipe(duplex=False)
         self._cancel = ctx.Event()
-        self._proc = ctx.Process(target=_child_main, args=(spec, self._send, self._cancel),
+        self._proc = ctx.Process(target=_child_main, args=(spec, self._send, self._cancel, on_inflight is not None),
                                  name=f"driver-{spec.run_id}", daemon=True)
         self.summary: DriveSummary | None = None
         self.fatal: str | None = None
         self.decoder_priority: str | None = None
         self._consume = consume
+        self._on_inflight = on_inflight
         self._buf = bytearray()
         self._out: queue_mod.SimpleQueue = queue_mod.SimpleQueue()
         self._decoder = threading.Thread(target=self._decode_loop, name=f"decode-{spec.run_id}", daemon=True)
@@ -602,7 +644,7 @@ class DriverProcess:
             return
 
     def _decode_loop(self) -> None:
-        self.decoder_priority = _idle_priority()
+        self.decoder_priority = idle_priority()
         try:
             while True:
                 msg = self._message()
@@ -613,6 +655,10 @@ class DriverProcess:
                     continue
                 size, (kind, payload) = msg
                 del self._buf[:size]
+                if kind == "inflight":
+                    if self._on_inflight is not None:
+                        self._on_inflight(payload, time.perf_counter_ns())
+                    continue
                 if kind != "raw":
                     self._out.put((kind, payload))
                     return

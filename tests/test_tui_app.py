@@ -20,6 +20,7 @@ from console.tui.app import CampaignApp
 from console.tui.screens import RunDetailScreen
 from data.records import ChunkRecord, RequestRecord
 from data.store import Store
+from engine_adapters.driver import InflightRow
 
 SIZE = (160, 45)
 OURS = tuple(v for v in vars(M).values() if isinstance(v, type) and issubclass(v, M.Message) and v is not M.Message)
@@ -166,6 +167,9 @@ async def test_live_following_then_finished_switches_to_browser(campaign_db, tmp
     feed.cell(0, 1, "ref-fast/c2/measured/1", "running")
     feed.run_started("run-fast-c2-m1", "ref-fast", 2, "measured", 4)
     feed.records([ChunkRecord(**c) for c in chunks] + [RequestRecord(**r) for r in reqs])
+    now = time.perf_counter_ns()  # one request still streaming, silent for 1.5 s
+    feed.inflight([InflightRow(7, "spk9-0001", False, now - 3_000_000_000, 5, now - 2_800_000_000,
+                               now - 1_500_000_000)], now)
     feed.close()
     seen, hook = recorder()
     app = CampaignApp(db, live=True, poll_s=0.05)
@@ -173,10 +177,13 @@ async def test_live_following_then_finished_switches_to_browser(campaign_db, tmp
         await settle(pilot, app)
         table = app.query_one("#live-requests", DataTable)
         deadline = time.monotonic() + 5
-        while table.row_count < 4 and time.monotonic() < deadline:
+        while table.row_count < 5 and time.monotonic() < deadline:
             await pilot.pause(0.05)
         assert app.query_one(TabbedContent).active == "live"
-        assert table.row_count == 4
+        assert table.row_count == 5  # the streaming request first, then the four that ended
+        first = [str(c) for c in table.get_row_at(0)]
+        assert first[:3] == ["7", "spk9-0001", "streaming 3.0 s, silent 1.5 s"]
+        assert "in flight 1 " in str(app.query_one("#live-counts", Static).render())
         seen.clear()
         feed2 = LiveFeed(db, max_hz=50)
         feed2.finished()

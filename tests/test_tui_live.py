@@ -62,7 +62,7 @@ def test_livefeed_follows_a_real_drive(engine, tmp_path):
         feed = LiveFeed(db, max_hz=4)
         feed.cell(0, 1, "ref-flaky/c4/exploratory/0", "running")
         feed.run_started(run_id, "ref-flaky", 4, "exploratory", len(requests))
-        proc = DriverProcess(spec).start()
+        proc = DriverProcess(spec, on_inflight=feed.inflight).start()
         writer = BatchWriter(store)
         t0 = time.monotonic()
         for batch in proc.batches():
@@ -102,7 +102,14 @@ def test_livefeed_follows_a_real_drive(engine, tmp_path):
     assert feed.writes <= elapsed * 4 + 4
     # while running, snapshots showed the run in progress with in-flight requests
     running = [s for s in snaps if s.run and s.run.status == "running"]
-    assert running and any(s.run.in_flight > 0 for s in running)
+    assert running and any(s.in_flight() > 0 for s in running)
+    # ... as the driver reported them: never more than C, each with its own clock readings
+    reported = [f for s in running for f in (s.inflight or ())]
+    assert reported and all(0 < len(s.inflight or ()) <= 4 for s in running if s.inflight)
+    assert all(0 <= f.silent_s <= f.elapsed_s and f.reads >= 0 for f in reported)
+    assert any(f.reads > 0 for f in reported)
+    assert {f.utt_id for f in reported} <= {r.utt_id for r in requests}
+    assert final.inflight == [] and final.in_flight() == 0
     assert all(s.run.done <= len(requests) for s in running)
     json.loads(live_path(db).read_text())  # strict JSON on disk
 

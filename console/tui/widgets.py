@@ -158,6 +158,9 @@ class GpuPanel(Vertical):
             row.show(values)
 
 
+# a stream that has sent nothing for this long is highlighted while in flight (its playback stalls
+# are computed exactly, from its chunks, once it ends)
+SILENT_WARN_S = 1.0
 LIVE_REQUEST_COLUMNS = ("#", "utterance", "outcome", header(METRICS_BY_NAME["ttfa_p50_s"], "TTFA"),
                         header(METRICS_BY_NAME["rtf_mean"], "RTF"), "chunks",
                         header(METRICS_BY_NAME["audio_s_ok"], "audio"), "stalls",
@@ -196,7 +199,7 @@ class LiveView(Vertical):
             bar.update(total=max(run.planned, 1), progress=run.done)
         counts = Text()
         if run:
-            counts.append(f"in flight {COUNT_DEF.format(run.in_flight)}   completed {COUNT_DEF.format(run.completed)}   ")
+            counts.append(f"in flight {COUNT_DEF.format(snap.in_flight())}   completed {COUNT_DEF.format(run.completed)}   ")
             if run.failed:
                 counts.append("failed " + ", ".join(f"{k} {COUNT_DEF.format(v)}" for k, v in sorted(run.failed.items())),
                               style=FAIL_STYLE)
@@ -219,6 +222,12 @@ class LiveView(Vertical):
         self.query_one(GpuPanel).show({k: [getattr(g, k) for g in g0] for k in GPU_DEFS}, note)
         table = self.query_one("#live-requests", DataTable)
         table.clear()
+        for f in snap.inflight or ():  # streaming now, oldest first; figures come when it ends
+            silent = f.silent_s >= SILENT_WARN_S
+            state = Text(f"streaming {TIME_DEF.format(f.elapsed_s)} s" + (f", silent {TIME_DEF.format(f.silent_s)} s" if silent else ""),
+                         style=STALL_STYLE if silent else "bold")
+            table.add_row(num(str(f.index) + ("w" if f.warmup else "")), f.utt_id, state,
+                          *(num("-") for _ in LIVE_REQUEST_COLUMNS[3:]))
         for r in snap.requests:
             table.add_row(
                 num(str(r.index) + ("w" if r.warmup else "")), r.utt_id, outcome_text(r.outcome),
