@@ -113,4 +113,4 @@ def cmd_probe(args) -> int:
 
 
 def _ms(v) -> str:
-    return "-" if v is None else f"{v:.2f} ms"
+    return "-" if v is None else f"{v:.3f} ms"
