@@ -1,7 +1,8 @@
 """Engine lifecycle: launch from an argv list with env and a log file, wait for /health, stop
 with SIGTERM then SIGKILL, never leave children behind (the engine runs in its own process
-group and the whole group is signalled). Produces `engine_launches` rows as plain dicts; the
-console layer stores them.
+group and the whole group is signalled; an orphan guard stops the group if the console dies
+without stopping it, see orphan_guard.py, so `pid` is the guard's, the group leader's). Produces
+`engine_launches` rows as plain dicts; the console layer stores them.
 """
 
 from __future__ import annotations
@@ -9,8 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -24,6 +27,7 @@ from data.errors import CampaignError
 from engine_adapters.specs import EngineSpec
 
 LOG_TAIL_LINES = 40
+ORPHAN_GUARD = Path(__file__).with_name("orphan_guard.py")
 HASH_CACHE = Path(os.environ.get("OMNI_CAMPAIGN_CACHE", Path.home() / ".cache" / "omni-campaign")) / "sha256-cache.json"
 
 
@@ -122,11 +126,19 @@ class EngineProcess:
             "checkpoint_sha256_json": json.dumps(ckpt, sort_keys=True), "url": spec.url,
             "started_at": datetime.now(timezone.utc), "started_ns": time.perf_counter_ns(), "status": "starting",
         }
+        env = {**os.environ, **spec.env}
+        problem = _not_runnable(argv[0], env.get("PATH"))
+        if problem:
+            self._failed(f"cannot start {argv[0]!r}: {problem}")
+            return self
         log = open(self.log_path, "ab")
         try:
+            # the orphan guard is the engine's parent: it stops the engine if this process dies
+            # without stopping it (engine_adapters/orphan_guard.py); it runs by path, stdlib only
             self.proc = subprocess.Popen(
-                argv, env={**os.environ, **spec.env}, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,  # own process group: stop() reaps it all
+                [sys.executable, str(ORPHAN_GUARD), str(os.getpid()), "--", *argv], env=env, stdout=log,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,  # own process group: stop() reaps it all
             )
         except OSError as exc:
             self._failed(f"cannot start {argv[0]!r}: {exc.strerror or exc}")
@@ -195,6 +207,16 @@ class EngineProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _not_runnable(exe: str, path: str | None) -> str | None:
+    """Why `exe` cannot be started, or None (checked here so the reason is the launch's, not the
+    guard's exit code)."""
+    if shutil.which(exe, path=path):
+        return None
+    if os.sep in exe:
+        return "No such file or directory" if not os.path.exists(exe) else "Permission denied (not executable)"
+    return "not found on PATH"
 
 
 def _signal_group(pgid: int, sig: int) -> None:

@@ -80,7 +80,7 @@ def test_healthy_launch_and_stop_leaves_no_children(store, tmp_path):
         str((ck / "model.safetensors").resolve()): hashlib.sha256(b"weights").hexdigest()}
     assert row["config_sha256"] and len(row["config_sha256"]) == 64
     time.sleep(0.3)
-    assert len(_running_in_group(pgid)) == 2  # server + forked grandchild
+    assert len(_running_in_group(pgid)) == 3  # orphan guard + server + forked grandchild
     stop_engine(store, eng, grace_s=5)
     row = store.query("SELECT * FROM engine_launches")[0]
     assert row["status"] == "stopped" and row["stopped_ns"] and "serving" in row["log_tail"]
@@ -94,6 +94,39 @@ def test_command_that_fails_to_start_is_recorded(store, tmp_path):
         launch_engine(store, spec, log_dir=tmp_path)
     row = store.query("SELECT * FROM engine_launches")[0]
     assert row["status"] == "startup_failed" and "No such file" in row["failure_reason"]
+
+
+CONSOLE = r"""
+import sys
+from pathlib import Path
+from engine_adapters.lifecycle import EngineProcess
+from engine_adapters.specs import EngineSpec
+spec = EngineSpec("sleeper", "peer", "pcm", argv=(sys.executable, "-c", "import time; time.sleep(600)"), port=1)
+eng = EngineProcess(spec, Path(sys.argv[1])).start()
+print(eng.proc.pid, flush=True)
+sys.stdin.read()  # until killed
+"""
+
+
+def test_engine_does_not_outlive_a_killed_console(tmp_path):
+    """SIGKILL the process that launched an engine: the orphan guard stops the engine's group."""
+    import subprocess
+
+    console = subprocess.Popen([sys.executable, "-c", CONSOLE, str(tmp_path)], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
+    guard = int(console.stdout.readline())
+    deadline = time.monotonic() + 10
+    while len(_running_in_group(guard)) < 2 and time.monotonic() < deadline:  # guard + engine
+        time.sleep(0.05)
+    assert len(_running_in_group(guard)) == 2
+    console.kill()
+    console.wait(10)
+    deadline = time.monotonic() + 10
+    while _running_in_group(guard) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _running_in_group(guard) == []
+    log = next(tmp_path.glob("sleeper-*.log")).read_text()
+    assert "console" in log and "is gone; stopping the engine" in log
 
 
 def test_process_that_exits_early_has_its_log_tail(store, tmp_path):

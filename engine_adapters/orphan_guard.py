@@ -1,0 +1,81 @@
+"""Run an engine so that it cannot outlive the console that launched it.
+
+    python -m engine_adapters.orphan_guard CONSOLE_PID -- ENGINE_ARGV...
+
+An engine left behind by a console that was SIGKILLed (OOM killer, a closed terminal without
+--detach, kill -9) keeps its GPU memory and its port, and the next campaign's launch fails or,
+worse, measures next to it. The guard is the engine's parent and the leader of its process
+group (lifecycle.EngineProcess starts it in a new session): it waits for the engine, and when
+the console's pid is no longer its parent it stops the whole group, SIGTERM then SIGKILL, as
+EngineProcess.stop would have.
+
+Written by hand because the kernel's PR_SET_PDEATHSIG fires when the *thread* that forked exits,
+and the console launches engines from worker threads (the TUI's, the runner's), so it would kill
+healthy engines; polling the parent pid twice a second is robust and costs nothing measurable.
+The guard ignores SIGTERM/SIGINT (a group signal reaches the engine anyway) and exits with the
+engine's status, re-raising a fatal signal on itself so the console sees the same return code.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+POLL_S = 0.5
+GRACE_S = 10.0
+
+
+def _stop_group(child: subprocess.Popen) -> None:
+    """SIGTERM the group (the guard ignores it), SIGKILL it after the grace period."""
+    try:
+        os.killpg(0, signal.SIGTERM)
+        child.wait(GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+    except ProcessLookupError:
+        return
+    os.killpg(0, signal.SIGKILL)  # the guard too: nobody waits for its status any more
+
+
+def _exit_like(code: int) -> int:
+    if code < 0:  # killed by a signal: die the same way
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        return 128 - code
+    return code
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 3 or argv[1] != "--" or not argv[0].isdigit():
+        print("usage: python -m engine_adapters.orphan_guard CONSOLE_PID -- ENGINE_ARGV...", file=sys.stderr)
+        return 2
+    console, cmd = int(argv[0]), argv[2:]
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    try:  # the engine gets default signal dispositions back (restore_signals covers SIGPIPE etc. only)
+        child = subprocess.Popen(cmd, preexec_fn=_default_signals)
+    except OSError as exc:
+        print(f"cannot start {cmd[0]!r}: {exc.strerror or exc}", file=sys.stderr, flush=True)
+        return 127
+    while True:
+        try:
+            return _exit_like(child.wait(POLL_S))
+        except subprocess.TimeoutExpired:
+            pass
+        if os.getppid() != console:
+            print(f"orphan_guard: console {console} is gone; stopping the engine (pid {child.pid})",
+                  file=sys.stderr, flush=True)
+            _stop_group(child)
+            return _exit_like(child.wait())
+
+
+def _default_signals() -> None:
+    # runs in the forked child before exec; the guard is single-threaded, so this is safe here
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
