@@ -109,7 +109,7 @@ ENGINE_LAUNCHES = Table(
         C("config_sha256", "VARCHAR", "SHA-256 of the config file"),
         C("checkpoint_sha256_json", "VARCHAR", "JSON object: checkpoint file path -> SHA-256"),
         C("url", "VARCHAR", "base URL the engine serves on"),
-        C("pid", "INTEGER", "process id of the launched engine"),
+        C("pid", "INTEGER", "process id of the launch: the orphan guard that parents the engine and leads its process group"),
         C("started_ns", "BIGINT", "perf_counter_ns when the process was spawned"),
         C("ready_ns", "BIGINT", "perf_counter_ns when /health first answered 200 (NULL if never)"),
         C("stopped_ns", "BIGINT", "perf_counter_ns when the process was reaped"),
