@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from data.records import ChunkRecord, GpuSample, RequestRecord
+from engine_adapters.dialects import get_dialect
 from engine_adapters.driver import idle_priority
 from stats.metrics import metrics_from_records, request_metrics
 
@@ -69,6 +70,28 @@ class LiveInflight:
     elapsed_s: float  # since its send
     silent_s: float  # since its last body read (since its send before the first)
     reads: int  # body reads so far
+    # decoded so far (when the feed knows the run's dialect); playback as of the report
+    ttfa_s: float | None = None
+    audio_s: float = 0.0
+    chunks: int = 0
+    stalls: int = 0  # an open stall (the player has run dry) included
+    stall_total_s: float = 0.0
+    buffer_s: float | None = None  # audio ahead of the player; 0 while stalled
+
+
+class _LiveStream:
+    """Incremental decode of one in-flight request's body, for the live view only (the stored
+    records come from the full decode when the request ends)."""
+
+    def __init__(self, parser: Any):
+        self.parser = parser
+        self.audio: list[tuple[int, int]] = []  # (t_arrival_ns, samples) of audio-bearing events
+
+    def feed(self, stamps: list[int], chunks: list[bytes]) -> None:
+        for t, data in zip(stamps, chunks):
+            if self.parser.done:
+                return
+            self.audio += [(e.t_arrival_ns, e.samples) for e in self.parser.feed(data, t) if e.samples > 0]
 
 
 @dataclass
@@ -205,6 +228,9 @@ class LiveFeed:
         self._run_requests: list[RequestRecord] = []
         self._run_chunks: dict[int, list[tuple[int, int]]] = {}
         self._first_send_ns: int | None = None
+        self._dialect: str | None = None  # the running run's, to decode in-flight streams
+        self._request_options: dict[str, Any] = {}
+        self._streams: dict[int, _LiveStream] = {}
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._dirty = False
@@ -235,8 +261,12 @@ class LiveFeed:
                 self.snap.cell_key = getattr(cell, "key", str(cell))
             self._touch()
 
-    def run_started(self, run_id: str, engine: str, concurrency: int, kind: str, planned: int) -> None:
+    def run_started(self, run_id: str, engine: str, concurrency: int, kind: str, planned: int,
+                    dialect: str | None = None, request_options: dict[str, Any] | None = None) -> None:
+        """`dialect` (and the run's request options): decode in-flight streams for the live view."""
         with self._lock:
+            self._dialect, self._request_options = dialect, dict(request_options or {})
+            self._streams = {}
             self.snap.run = LiveRun(run_id, engine, int(concurrency), kind, int(planned), started_wall=time.time())
             self.snap.requests = []
             self.snap.inflight = None
@@ -262,18 +292,46 @@ class LiveFeed:
             self._touch()
 
     def inflight(self, rows: Iterable[Any], now_ns: int) -> None:
-        """The driver's in-flight report (engine_adapters.driver.InflightRow, stamped on the
-        driver's clock; `now_ns` on the same clock): what is streaming and how long each has
-        been silent, which is where a stall shows before the request ends."""
+        """The driver's in-flight report (engine_adapters.driver.InflightRow: stamps on the
+        driver's clock, the reads since the last report; `now_ns` on the same clock): what is
+        streaming, decoded so far, and whether its player would be stalled now, which is where a
+        stall shows before the request ends. Figures come from stats.metrics.request_metrics."""
         with self._lock:
-            if self.snap.run is None or self.snap.run.status != "running":
+            run = self.snap.run
+            if run is None or run.status != "running":
                 return
             done = {r.index for r in self.snap.requests}
-            self.snap.inflight = [
-                LiveInflight(r.index, r.utt_id, r.is_warmup, round((now_ns - r.t_send_ns) / NS, 3),
-                             round((now_ns - (r.t_last_read_ns or r.t_send_ns)) / NS, 3), r.reads)
-                for r in sorted(rows, key=lambda r: r.t_send_ns) if r.index not in done]
+            streams = self._streams
+            out = []
+            for r in sorted(rows, key=lambda r: r.t_send_ns):
+                if r.index in done:
+                    continue
+                row = LiveInflight(r.index, r.utt_id, r.is_warmup, round((now_ns - r.t_send_ns) / NS, 3),
+                                   round((now_ns - (r.t_last_read_ns or r.t_send_ns)) / NS, 3), r.reads)
+                stream = streams.get(r.index)
+                if stream is None and self._dialect:
+                    stream = streams[r.index] = _LiveStream(get_dialect(self._dialect).new_parser(self._request_options))
+                if stream is not None:
+                    stream.feed(r.stamps, r.chunks)
+                    self._decoded(row, r, stream, now_ns)
+                out.append(row)
+            live = {r.index for r in out}
+            for index in [i for i in streams if i not in live]:
+                del streams[index]
+            self.snap.inflight = out
             self._touch()
+
+    def _decoded(self, row: LiveInflight, r: Any, stream: _LiveStream, now_ns: int) -> None:
+        st = stream.parser.state
+        audio = stream.audio
+        partial = {"request_index": r.index, "outcome": "streaming", "t_send_ns": r.t_send_ns,
+                   "sample_rate": st.sample_rate, "t_first_byte_ns": r.t_first_byte_ns,
+                   "t_first_audio_ns": audio[0][0] if audio else None,
+                   "t_last_audio_ns": audio[-1][0] if audio else None, "audio_samples": st.samples}
+        m = request_metrics(partial, audio, preroll_s=self.metric_params["preroll_s"], now_ns=now_ns)
+        row.ttfa_s, row.audio_s, row.chunks = m.ttfa_s, m.audio_s, m.audio_chunks
+        row.stalls, row.stall_total_s = m.playback.stall_count, m.playback.stall_total_s
+        row.buffer_s = m.playback.buffer_s if audio else None
 
     def gpu_samples(self, samples: Iterable[GpuSample]) -> None:
         with self._lock:

@@ -88,7 +88,7 @@ def record_run(
                               "cell_key": cell_key, "requests_planned": total, "url": spec.url})
     Path(spec.artifacts_dir).mkdir(parents=True, exist_ok=True)
     if live:  # console.live.LiveFeed: the TUI follows the run through its snapshot file
-        live.run_started(run_id, engine, spec.concurrency, kind, total)
+        live.run_started(run_id, engine, spec.concurrency, kind, total, spec.dialect, spec.request_options)
     writer = BatchWriter(store)
 
     def consume(batch: list[Any]) -> list[Any]:

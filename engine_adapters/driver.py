@@ -121,9 +121,10 @@ class RawResult:
     overflow: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass
 class InflightRow:
-    """A request still streaming, as the driver saw it at its last flush (for live views)."""
+    """A request still streaming, as the driver saw it at a flush (for live views), with the body
+    reads that arrived since the previous report."""
     index: int
     utt_id: str
     is_warmup: bool
@@ -131,17 +132,29 @@ class InflightRow:
     reads: int  # body reads so far
     t_first_byte_ns: int | None
     t_last_read_ns: int | None
+    stamps: list[int] = field(default_factory=list)  # the new reads: stamps ...
+    chunks: list[bytes] = field(default_factory=list)  # ... and bytes
 
 
-def inflight_rows(raws: list[RawResult]) -> list[InflightRow]:
-    """Built on the sender thread from results the loop thread is still appending to: a list
-    only grows, so reading its length, then its ends, is safe."""
-    out = []
-    for r in raws:
-        n = len(r.stamps)
-        out.append(InflightRow(r.index, r.utt_id, r.is_warmup, r.t_send_ns, n,
-                               r.stamps[0] if n else None, r.stamps[n - 1] if n else None))
-    return out
+class InflightReporter:
+    """Builds InflightRows on the sender thread from results the loop thread is still appending
+    to. A list only grows and the loop appends a stamp before its bytes, so reading the lengths
+    and then the slices below them is safe; only the reads not reported before are sent."""
+
+    def __init__(self) -> None:
+        self._sent: dict[int, int] = {}  # request index -> reads already reported
+
+    def rows(self, raws: list[RawResult]) -> list[InflightRow]:
+        out, sent = [], {}
+        for r in raws:
+            n = min(len(r.stamps), len(r.chunks))
+            k = self._sent.get(r.index, 0)
+            sent[r.index] = n
+            out.append(InflightRow(r.index, r.utt_id, r.is_warmup, r.t_send_ns, n,
+                                   r.stamps[0] if n else None, r.stamps[n - 1] if n else None,
+                                   r.stamps[k:n], r.chunks[k:n]))
+        self._sent = sent  # requests that ended drop out
+        return out
 
 
 def decode_result(spec: DriveSpec, raw: RawResult) -> list[Any]:
@@ -496,8 +509,13 @@ def _pack(kind: str, payload: Any) -> list[bytes]:
             metas.append((_raw_meta(r), list(map(len, r.chunks))))  # sizes; the bytes follow the metadata
             blobs += r.chunks
         payload = metas
-    elif kind == "inflight":
-        payload = inflight_rows(payload)
+    elif kind == "inflight":  # payload: InflightRows; their new bytes travel like the reads above
+        metas = []
+        for row in payload:
+            blobs += row.chunks
+            metas.append((row.index, row.utt_id, row.is_warmup, row.t_send_ns, row.reads, row.t_first_byte_ns,
+                          row.t_last_read_ns, row.stamps, list(map(len, row.chunks))))
+        payload = metas
     meta = pickle.dumps((kind, payload), protocol=pickle.HIGHEST_PROTOCOL)
     return [_HEADER.pack(len(meta), sum(map(len, blobs))), meta, *blobs]
 
@@ -514,6 +532,16 @@ def _unpack(meta: memoryview, blob: memoryview) -> tuple[str, Any]:
                 off += n
             results.append(RawResult(**dict(zip(_RAW_META, values)), chunks=chunks))
         payload = results
+    elif kind == "inflight":
+        off = 0
+        rows = []
+        for *head, sizes in payload:
+            chunks = []
+            for n in sizes:
+                chunks.append(bytes(blob[off:off + n]))
+                off += n
+            rows.append(InflightRow(*head, chunks=chunks))
+        payload = rows
     return kind, payload
 
 
@@ -548,8 +576,12 @@ class _Sender:
         self.thread.join()
 
     def _run(self) -> None:
+        reporter = InflightReporter()
         while (item := self.queue.get()) is not None:
-            _write_all(self.fd, _pack(*item))
+            kind, payload = item
+            if kind == "inflight":  # results still being appended to: rows with the new reads
+                payload = reporter.rows(payload)
+            _write_all(self.fd, _pack(kind, payload))
 
 
 def _child_main(spec: DriveSpec, conn: Any, cancel_evt: Any, report_inflight: bool = False) -> None:

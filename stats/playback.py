@@ -3,7 +3,9 @@
 A player starts at the arrival of the first audio chunk (TTFA) plus an optional pre-roll delay
 and plays in real time. Whenever it has played everything received while the stream is still
 open, it stalls until the next chunk arrives. Nothing after the last chunk is a stall: the
-stream has ended.
+stream has ended, unless `now_s` says the stream is still open (a live view of a request in
+flight): then a player that has run dry is in an open stall that has lasted until `now_s`, which
+counts, and `buffer_s` is the audio it still has ahead of it.
 
 `max_deficit_s` is the largest lag of delivery behind real time measured from the first audio
 arrival: max over chunks j of (a_j - a_0 - audio received before j). It equals the total stall
@@ -24,6 +26,7 @@ class PlaybackResult:
     longest_stall_s: float
     max_deficit_s: float
     audio_s: float
+    buffer_s: float | None = None  # with now_s: audio buffered ahead of the player (0 while stalled)
 
     def continuity_ok(self, threshold_s: float) -> bool:
         """"Continuity OK" = total stall at most the plan's threshold."""
@@ -39,16 +42,18 @@ def simulate_playback(
     durations_s: Sequence[float],
     *,
     preroll_s: float = 0.0,
+    now_s: float | None = None,
 ) -> PlaybackResult:
     """Stalls of a real-time player fed chunks of `durations_s` audio at `arrivals_s` (seconds, any
-    common origin, non-decreasing). Zero-length chunks carry no audio and are ignored."""
+    common origin, non-decreasing). Zero-length chunks carry no audio and are ignored. `now_s`
+    (same origin, not before the last arrival): the stream is still open at that time."""
     if len(arrivals_s) != len(durations_s):
         raise ValueError(f"arrivals ({len(arrivals_s)}) and durations ({len(durations_s)}) differ in length")
     if preroll_s < 0:
         raise ValueError(f"preroll_s must be >= 0, got {preroll_s}")
     chunks = [(float(a), float(d)) for a, d in zip(arrivals_s, durations_s) if d > 0]
     if not chunks:
-        return NO_AUDIO
+        return NO_AUDIO if now_s is None else PlaybackResult(0, 0.0, 0.0, 0.0, 0.0, 0.0)
     first = chunks[0][0]
     # max deficit: delivery lag behind real time from the first audio arrival
     received = 0.0
@@ -68,10 +73,17 @@ def simulate_playback(
             stalls.append(a - drain_at)
             drain_at = a
         drain_at += d
+    buffer_s = None
+    if now_s is not None:
+        max_deficit = max(max_deficit, (now_s - first) - received)  # delivery is behind until now too
+        if now_s > drain_at + _EPS_S:  # (drain_at >= start) run dry and still waiting: an open stall
+            stalls.append(now_s - drain_at)
+        buffer_s = max(0.0, drain_at - max(now_s, start))
     return PlaybackResult(
         stall_count=len(stalls),
         stall_total_s=float(sum(stalls)),
         longest_stall_s=float(max(stalls, default=0.0)),
         max_deficit_s=float(max_deficit),
         audio_s=float(received),
+        buffer_s=buffer_s,
     )

@@ -65,3 +65,34 @@ def test_total_stall_is_deficit_minus_preroll(gaps_durs, preroll):
     assert r.stall_total_s == pytest.approx(max(0.0, r.max_deficit_s - preroll), abs=1e-6)
     assert 0 <= r.longest_stall_s <= r.stall_total_s + 1e-12
     assert r.stall_count <= len(arrivals) - 1
+
+
+def test_open_stream_has_an_open_stall_and_a_buffer():
+    # 1 s of audio at t=0, then 0.5 s at t=0.6: buffered until t=1.5
+    arrivals, durations = [0.0, 0.6], [1.0, 0.5]
+    playing = simulate_playback(arrivals, durations, now_s=1.2)
+    assert playing.stall_count == 0 and playing.buffer_s == pytest.approx(0.3)
+    stalled = simulate_playback(arrivals, durations, now_s=2.0)
+    assert stalled.stall_count == 1 and stalled.stall_total_s == pytest.approx(0.5) and stalled.buffer_s == 0.0
+    # ended streams never stall after their last chunk
+    assert simulate_playback(arrivals, durations).stall_count == 0
+    # pre-roll not over yet: everything received is ahead of the player
+    assert simulate_playback(arrivals, durations, preroll_s=1.0, now_s=0.8).buffer_s == pytest.approx(1.5)
+    assert simulate_playback([], [], now_s=3.0).buffer_s == 0.0
+
+
+@given(st.lists(st.tuples(st.floats(0, 2), st.floats(0.01, 2)), min_size=1, max_size=20), st.floats(0, 5))
+def test_open_stream_is_the_closed_one_plus_at_most_one_open_stall(gaps_durs, wait):
+    arrivals, t = [], 0.0
+    for gap, _ in gaps_durs:
+        t += gap
+        arrivals.append(t)
+    durations = [d for _, d in gaps_durs]
+    closed = simulate_playback(arrivals, durations)
+    open_ = simulate_playback(arrivals, durations, now_s=arrivals[-1] + wait)
+    assert open_.stall_count - closed.stall_count in (0, 1)
+    assert open_.stall_total_s >= closed.stall_total_s - 1e-9
+    if open_.stall_count > closed.stall_count:  # stalled now: nothing buffered
+        assert open_.buffer_s == 0.0
+    if open_.buffer_s > 0:  # still playing: no open stall
+        assert open_.stall_count == closed.stall_count

@@ -182,7 +182,7 @@ async def test_live_following_then_finished_switches_to_browser(campaign_db, tmp
         assert app.query_one(TabbedContent).active == "live"
         assert table.row_count == 5  # the streaming request first, then the four that ended
         first = [str(c) for c in table.get_row_at(0)]
-        assert first[:3] == ["7", "spk9-0001", "streaming 3.0 s, silent 1.5 s"]
+        assert first[:3] == ["7", "spk9-0001", "waiting 3.0 s, silent 1.5 s"]  # no dialect given: not decoded
         assert "in flight 1 " in str(app.query_one("#live-counts", Static).render())
         seen.clear()
         feed2 = LiveFeed(db, max_hz=50)

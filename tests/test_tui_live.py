@@ -61,7 +61,7 @@ def test_livefeed_follows_a_real_drive(engine, tmp_path):
                               "repeat_index": 0, "kind": "exploratory", "status": "running"})
         feed = LiveFeed(db, max_hz=4)
         feed.cell(0, 1, "ref-flaky/c4/exploratory/0", "running")
-        feed.run_started(run_id, "ref-flaky", 4, "exploratory", len(requests))
+        feed.run_started(run_id, "ref-flaky", 4, "exploratory", len(requests), "vllm-omni", spec.request_options)
         proc = DriverProcess(spec, on_inflight=feed.inflight).start()
         writer = BatchWriter(store)
         t0 = time.monotonic()
@@ -110,6 +110,15 @@ def test_livefeed_follows_a_real_drive(engine, tmp_path):
     assert any(f.reads > 0 for f in reported)
     assert {f.utt_id for f in reported} <= {r.utt_id for r in requests}
     assert final.inflight == [] and final.in_flight() == 0
+    # decoded in flight: never ahead of what the request finally delivered, and the player's
+    # state is consistent (buffered audio while playing, nothing while stalled)
+    final_by_index = {r.index: r for r in final.requests}
+    decoded = [f for f in reported if f.chunks]
+    assert decoded, "no in-flight report carried audio"
+    for f in decoded:
+        end = final_by_index[f.index]
+        assert f.chunks <= end.chunks and f.audio_s <= end.audio_s + 1e-9
+        assert f.ttfa_s == pytest.approx(end.ttfa_s) and f.buffer_s is not None and f.buffer_s >= 0
     assert all(s.run.done <= len(requests) for s in running)
     json.loads(live_path(db).read_text())  # strict JSON on disk
 

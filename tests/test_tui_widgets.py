@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from console.tui.widgets import CHECK_DEFS, rule_cell_as_check
+from console.live import LiveInflight
+from console.tui.widgets import CHECK_DEFS, STALL_STYLE, inflight_state, rule_cell_as_check
 from stats.throughput_rules import RepeatValue, evaluate_rule
 
 
@@ -17,3 +18,15 @@ def test_rule_cell_maps_ratio_lower_bound_and_medians():
     assert row["bound"] == cell["lower_bound_ratio"] and 1.0 < row["bound"] < row["point"]
     assert (row["base_value"], row["cand_value"]) == (100.0, 110.0)  # medians
     assert CHECK_DEFS["point"].format(row["point"]) == f"{cell['geo_mean_ratio']:.3f}"
+
+
+def test_inflight_state_says_what_a_listener_hears_now():
+    playing = LiveInflight(1, "u", False, 2.0, 0.1, 4, ttfa_s=0.3, audio_s=2.5, chunks=3, buffer_s=0.8)
+    stalled = LiveInflight(2, "u", False, 4.0, 1.7, 4, ttfa_s=0.3, audio_s=1.0, chunks=2, stalls=1,
+                           stall_total_s=1.2, buffer_s=0.0)
+    waiting = LiveInflight(3, "u", False, 0.4, 0.4, 0)
+    silent = LiveInflight(4, "u", False, 2.5, 2.5, 0)
+    assert [str(inflight_state(f)) for f in (playing, stalled, waiting, silent)] == [
+        "playing, 0.8 s buffered", "stalled, silent 1.7 s", "waiting 0.4 s", "waiting 2.5 s, silent 2.5 s"]
+    assert inflight_state(stalled).style == STALL_STYLE and inflight_state(silent).style == STALL_STYLE
+    assert inflight_state(playing).style != STALL_STYLE

@@ -15,7 +15,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Label, ProgressBar, Sparkline, Static
 
-from console.live import LIVE_METRICS, LiveSnapshot
+from console.live import LIVE_METRICS, LiveInflight, LiveSnapshot
 from stats.metrics import METRICS_BY_NAME, MetricDef
 
 FAIL_STYLE = "bold red"
@@ -158,9 +158,20 @@ class GpuPanel(Vertical):
             row.show(values)
 
 
-# a stream that has sent nothing for this long is highlighted while in flight (its playback stalls
-# are computed exactly, from its chunks, once it ends)
+# before its first audio, a stream that has sent nothing for this long is highlighted
 SILENT_WARN_S = 1.0
+
+
+def inflight_state(f: LiveInflight) -> Text:
+    """What an in-flight request's listener would hear now: playing (with the audio buffered ahead),
+    stalled (the player ran dry), or still waiting for its first audio."""
+    if f.buffer_s is not None and f.buffer_s > 0:
+        return Text(f"playing, {TIME_DEF.format(f.buffer_s)} s buffered", style="bold")
+    if f.buffer_s is not None:
+        return Text(f"stalled, silent {TIME_DEF.format(f.silent_s)} s", style=STALL_STYLE)
+    silent = f.silent_s >= SILENT_WARN_S
+    return Text(f"waiting {TIME_DEF.format(f.elapsed_s)} s" + (f", silent {TIME_DEF.format(f.silent_s)} s" if silent else ""),
+                style=STALL_STYLE if silent else "bold")
 LIVE_REQUEST_COLUMNS = ("#", "utterance", "outcome", header(METRICS_BY_NAME["ttfa_p50_s"], "TTFA"),
                         header(METRICS_BY_NAME["rtf_mean"], "RTF"), "chunks",
                         header(METRICS_BY_NAME["audio_s_ok"], "audio"), "stalls",
@@ -222,12 +233,11 @@ class LiveView(Vertical):
         self.query_one(GpuPanel).show({k: [getattr(g, k) for g in g0] for k in GPU_DEFS}, note)
         table = self.query_one("#live-requests", DataTable)
         table.clear()
-        for f in snap.inflight or ():  # streaming now, oldest first; figures come when it ends
-            silent = f.silent_s >= SILENT_WARN_S
-            state = Text(f"streaming {TIME_DEF.format(f.elapsed_s)} s" + (f", silent {TIME_DEF.format(f.silent_s)} s" if silent else ""),
-                         style=STALL_STYLE if silent else "bold")
-            table.add_row(num(str(f.index) + ("w" if f.warmup else "")), f.utt_id, state,
-                          *(num("-") for _ in LIVE_REQUEST_COLUMNS[3:]))
+        for f in snap.inflight or ():  # streaming now, oldest first
+            table.add_row(num(str(f.index) + ("w" if f.warmup else "")), f.utt_id, inflight_state(f),
+                          num(fmt("ttfa_p50_s", f.ttfa_s)), num("-"), num(fmt("chunks_min", f.chunks)),
+                          num(fmt("audio_s_ok", f.audio_s)), stalls_cell(f.stalls),
+                          num(fmt("stall_total_s", f.stall_total_s), STALL_STYLE if f.stalls else None), num("-"))
         for r in snap.requests:
             table.add_row(
                 num(str(r.index) + ("w" if r.warmup else "")), r.utt_id, outcome_text(r.outcome),

@@ -76,9 +76,12 @@ def request_metrics(
     audio_chunks: Sequence[tuple[int, int]],
     *,
     preroll_s: float = 0.0,
+    now_ns: int | None = None,
 ) -> RequestMetrics:
     """Per-request figures from a requests row (mapping or RequestRecord) and its audio-bearing
-    chunks as (t_arrival_ns, samples) in arrival order."""
+    chunks as (t_arrival_ns, samples) in arrival order. `now_ns`: the request is still streaming
+    at that time (a live view): playback counts an open stall and reports its buffer, and RTF,
+    which ends at the last audio of a finished request, is None."""
     t_send = _get(request, "t_send_ns")
     rate = _get(request, "sample_rate")
     t_fb = _get(request, "t_first_byte_ns")
@@ -87,13 +90,14 @@ def request_metrics(
     samples = _get(request, "audio_samples") or 0
     audio_s = samples / rate if rate else 0.0
     ttfa = (t_fa - t_send) / NS if t_fa is not None else None
-    rtf = (t_la - t_send) / NS / audio_s if t_la is not None and audio_s > 0 else None
+    rtf = (t_la - t_send) / NS / audio_s if t_la is not None and audio_s > 0 and now_ns is None else None
+    now_s = None if now_ns is None else (now_ns - t_send) / NS
     if rate and audio_chunks:
         arrivals = [(t - t_send) / NS for t, _ in audio_chunks]
         durations = [s / rate for _, s in audio_chunks]
-        pb = simulate_playback(arrivals, durations, preroll_s=preroll_s)
+        pb = simulate_playback(arrivals, durations, preroll_s=preroll_s, now_s=now_s)
     else:
-        pb = simulate_playback([], [])
+        pb = simulate_playback([], [], now_s=now_s)
     return RequestMetrics(
         request_index=_get(request, "request_index"),
         outcome=_get(request, "outcome"),
