@@ -192,12 +192,13 @@ class _Exchange:
 class _Connection(asyncio.Protocol):
     """One keep-alive HTTP/1.1 connection; each socket read is stamped before it is parsed."""
 
-    def __init__(self, pool: list["_Connection"], max_idle: int):
+    def __init__(self, pool: list["_Connection"], max_idle: int, on_lost: Callable[["_Connection"], None]):
         import httptools
 
         self._httptools = httptools
         self.pool = pool  # the idle list this connection returns to
         self.max_idle = max_idle
+        self.on_lost = on_lost
         self.parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
         self.exchange: _Exchange | None = None
@@ -224,6 +225,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self.on_lost(self)
         if self in self.pool:
             self.pool.remove(self)
         ex, self.exchange = self.exchange, None
@@ -306,7 +308,7 @@ class StampedTransport:
         loop = asyncio.get_running_loop()
         ctx = ssl.create_default_context() if scheme == "https" else None
         try:
-            _, conn = await loop.create_connection(lambda: _Connection(idle, self.concurrency), host, port, ssl=ctx)
+            _, conn = await loop.create_connection(lambda: _Connection(idle, self.concurrency, self._open.discard), host, port, ssl=ctx)
         except OSError as exc:
             raise TransportError(f"connect to {host}:{port} failed: {describe(exc)}") from None
         self._open.add(conn)
@@ -350,7 +352,7 @@ class StampedTransport:
                 conn.abort()
 
     async def close(self) -> None:
-        for conn in self._open:
+        for conn in list(self._open):
             conn.abort()
         self._open.clear()
         self._idle.clear()

@@ -120,12 +120,14 @@ def test_close_delimited_body_ends_at_eof_and_is_not_reused():
         async with RawServer(script) as srv:
             t = StampedTransport(1)
             got = [await fetch(t, srv.url) for _ in range(2)]
+            await asyncio.sleep(0.05)
+            open_after = len(t._open)  # closed connections are forgotten, not kept until close()
             await t.close()
-            return srv, got
+            return srv, got, open_after
 
-    srv, got = run(main())
+    srv, got, open_after = run(main())
     assert all(status == 200 and clean and b"".join(d for _, d in r) == b"abcdef" for status, r, clean in got)
-    assert srv.connections == 2
+    assert srv.connections == 2 and open_after == 0
 
 
 @pytest.mark.parametrize("script, message", [
