@@ -239,3 +239,38 @@ def test_snapshot_run_detail_with_gpu(campaign_db, monkeypatch, snap_compare):
         await pilot.app.screen.workers.wait_for_complete()
         await pilot.pause()
     assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=before)
+
+
+def test_snapshot_live_with_streaming_requests(campaign_db, monkeypatch, snap_compare, tmp_path):
+    """The Live tab while a cell runs: three requests streaming (playing, stalled, waiting for
+    audio) above two that ended, GPU sparklines, counters; a fixed snapshot, so the SVG is stable."""
+    import os
+
+    from console.live import LiveGpu, LiveInflight, LiveRequest, LiveRun, LiveSnapshot, live_path
+
+    db = tmp_path / "live.duckdb"
+    db.write_bytes(campaign_db.read_bytes())
+    run = LiveRun("run-fast-c4-m1", "ref-fast", 4, "measured", 16, completed=6, failed={"timeout": 1},
+                  metrics={"throughput": 926.3, "ttfa_p50_s": 0.16, "ttfa_p95_s": 0.19, "rtf_mean": 0.10,
+                           "stall_count": 1, "continuity_ok_rate": 0.857})
+    snap = LiveSnapshot(pid=os.getpid(), seq=7, plan_name="demo-reference-ab", plan_hash="d13154552ece" + "0" * 52,
+                        cell_index=5, cells_total=48, cell_key="ref-fast/c4/measured/1", run=run,
+                        requests=[LiveRequest(6, "spk02-0006", False, "ok", 0.158, 0.101, 4, 3.6, 0, 0.0, 2.41),
+                                  LiveRequest(5, "spk01-0005", False, "timeout", None, None, 1, 0.9, 1, 0.35, 2.20,
+                                              "no completion within 5 s")],
+                        gpu=[LiveGpu(round(0.1 * i, 1), 0, 40 + (i * 7) % 50, 300 + (i * 37) % 300, 1980 - (i % 5) * 60)
+                             for i in range(40)],
+                        inflight=[LiveInflight(7, "spk03-0007", False, 1.9, 0.05, 5, 0.17, 3.0, 3, 0, 0.0, 1.32),
+                                  LiveInflight(8, "spk04-0008", False, 1.6, 1.2, 3, 0.21, 1.0, 2, 1, 0.41, 0.0),
+                                  LiveInflight(9, "spk05-0009", False, 0.4, 0.4, 0)])
+    live_path(db).write_text(snap.to_json())
+    monkeypatch.chdir(tmp_path)
+
+    async def before(pilot):
+        deadline = time.monotonic() + 5
+        table = pilot.app.query_one("#live-requests", DataTable)
+        while table.row_count < 5 and time.monotonic() < deadline:
+            await pilot.pause(0.05)
+        await pilot.pause()
+
+    assert snap_compare(CampaignApp(Path(db.name), live=True, poll_s=0.05), terminal_size=SIZE, run_before=before)
