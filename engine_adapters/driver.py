@@ -85,6 +85,11 @@ class DriveSpec:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
         if self.warmup_requests < 0:
             raise ValueError(f"warmup_requests must be >= 0, got {self.warmup_requests}")
+        for name, value in (self.request_options.get("headers") or {}).items():
+            try:  # HTTP/1.1 header fields are latin-1 on the wire
+                f"{name}: {value}".encode("latin-1")
+            except UnicodeEncodeError:
+                raise ValueError(f"request header {name!r}: value {value!r} is not latin-1 text") from None
         get_dialect(self.dialect)
 
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from data.errors import CampaignError
@@ -95,8 +96,13 @@ def cmd_probe(args) -> int:
     console = Console(stderr=False)
     with open_store(args.db) as store:
         console.print(f"probe {args.url} ({args.dialect}) c={args.concurrency} n={args.requests} -> run {run_id}")
-        record_run(store, spec, engine=args.engine, kind="exploratory", pool=args.pool,
-                   note="exploratory probe: ad-hoc, never used for claims", telemetry=not args.no_telemetry)
+        # requests done / planned while it runs (a terminal only; transient, so the table follows)
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console, transient=True, refresh_per_second=4) as progress:
+            task = progress.add_task("requests", total=len(reqs) + args.warmup)
+            record_run(store, spec, engine=args.engine, kind="exploratory", pool=args.pool,
+                       note="exploratory probe: ad-hoc, never used for claims", telemetry=not args.no_telemetry,
+                       on_progress=lambda done, total: progress.update(task, completed=done, total=total))
         m = run_metrics(store, run_id)
         run = store.query("SELECT status, loop_impl, client_impl, driver_overhead_json FROM runs WHERE run_id = ?", [run_id])[0]
     console.print(metrics_table(m, f"run {run_id} (exploratory)"))
