@@ -97,8 +97,9 @@ def main() -> int:
           f"missed {summ['missed_ticks']}; lateness p50 {summ['lateness_us_p50']:.0f} us, "
           f"p99 {summ['lateness_us_p99']:.0f} us, max {summ['lateness_us_max']:.0f} us "
           f"(period {period_ms:.0f} ms); NVML read per tick p50 {summ['read_us_p50']:.0f} us, max {summ['read_us_max']:.0f} us")
-    if len(gpu0) > 1:
-        span = (gpu0[-1].t_ns - gpu0[0].t_ns) / 1e9
+    sched = gpu0[:summ["ticks"]]  # the sampler adds one off-schedule sample (energy) when it stops
+    if len(sched) > 1:
+        span = (sched[-1].t_ns - sched[0].t_ns) / 1e9
         ideal = (summ["ticks"] + summ["missed_ticks"] - 1) * period_ms / 1000
         print(f"drift: last tick at {span:.4f} s vs grid {ideal:.4f} s ({(span - ideal) * 1e3:+.2f} ms over the run)")
     if args.load and gpu0:

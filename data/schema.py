@@ -229,7 +229,7 @@ GPU_SAMPLES = Table(
         C("sm_clock_mhz", "REAL", "SM clock (MHz)"),
         C("mem_clock_mhz", "REAL", "memory clock (MHz)"),
         C("temp_c", "REAL", "GPU temperature (C)"),
-        C("energy_mj", "DOUBLE", "total energy since driver load (mJ)"),
+        C("energy_mj", "DOUBLE", "total energy since driver load (mJ); read about once a second and at the end of a run (the read costs milliseconds), NULL in between"),
         C("clock_event_reasons", "UBIGINT", "NVML clock event (throttle) reasons bitmask"),
     ),
 )
