@@ -614,7 +614,11 @@ def idle_priority() -> str:
     the parent decoding C=32..128 streams while the driver ran put the driver's p99 at 2-3 ms
     against 0.2-0.3 ms with decoding out of its way (bench/bench_timing_fidelity.py). A SCHED_IDLE
     thread runs only on otherwise idle CPU and is preempted at once when the driver wakes; it
-    catches up as soon as a core is free (at the latest when the run ends)."""
+    catches up as soon as a core is free (at the latest when the run ends). SCHED_BATCH at nice
+    10 was measured too and left C=32..128 tails of 2-5 ms. The cost: on a host whose cores are
+    all kept busy by other work, this thread waits for them. Measurement is unaffected (the
+    driver's sender blocks on the full pipe, its loop does not), but results and the live view
+    arrive late."""
     try:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
         return "SCHED_IDLE"
