@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -94,6 +95,18 @@ def test_command_that_fails_to_start_is_recorded(store, tmp_path):
         launch_engine(store, spec, log_dir=tmp_path)
     row = store.query("SELECT * FROM engine_launches")[0]
     assert row["status"] == "startup_failed" and "No such file" in row["failure_reason"]
+
+
+@pytest.mark.parametrize("argv0, reason", [("not-an-engine-anywhere", "not found on PATH"),
+                                            ("{tmp}/engine.sh", "Permission denied (not executable)")])
+def test_unrunnable_command_is_refused_before_launch(store, tmp_path, argv0, reason):
+    script = tmp_path / "engine.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")  # no exec bit
+    spec = EngineSpec("nope", "peer", "pcm", argv=(argv0.format(tmp=tmp_path), "--serve"), port=_port())
+    with pytest.raises(EngineStartError, match=re.escape(reason)):
+        launch_engine(store, spec, log_dir=tmp_path)
+    row = store.query("SELECT * FROM engine_launches")[0]
+    assert row["status"] == "startup_failed" and row["pid"] is None
 
 
 CONSOLE = r"""
