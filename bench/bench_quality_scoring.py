@@ -45,9 +45,8 @@ def generate(root: Path, n: int, repeats: int):
     art, plan_hash = root / "artifacts", "b" * 64
     for profile in ("baseline", "fast"):
         port = _port()
-        argv = (sys.executable, "-m", "engine_adapters.reference", "--dialect", "vllm-omni", "--profile", profile,
-                "--port", str(port))
-        eng = launch_engine(store, EngineSpec(f"ref-{profile}", "reference", "vllm-omni", argv=argv, port=port,
+        # no argv: the reference adapter builds it from the spec (dialect, profile, port)
+        eng = launch_engine(store, EngineSpec(f"ref-{profile}", "reference", "vllm-omni", port=port,
                                               health_timeout_s=120, profile=profile), log_dir=root / "logs")
         try:
             for rep in range(repeats):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import socket
-import sys
 
 import pytest
 
@@ -48,9 +47,8 @@ def test_lossy_scores_worse_and_fast_scores_identically(store, tmp_path):
     art = tmp_path / "artifacts"
     for profile in PROFILES:
         port = _port()
-        argv = (sys.executable, "-m", "engine_adapters.reference", "--dialect", "vllm-omni", "--profile", profile,
-                "--port", str(port))
-        eng = launch_engine(store, EngineSpec(f"ref-{profile}", "reference", "vllm-omni", argv=argv, port=port,
+        # no argv: the reference adapter builds it from the spec (dialect, profile, port)
+        eng = launch_engine(store, EngineSpec(f"ref-{profile}", "reference", "vllm-omni", port=port,
                                               health_timeout_s=90, profile=profile), log_dir=tmp_path / "logs")
         try:
             spec = DriveSpec(f"run-{profile}", eng.spec.url, "vllm-omni", 4, reqs, timeout_s=90, artifacts_dir=art,

@@ -5,30 +5,22 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
-from data.store import Store
-from data.workload import load_workload
 from stats.quality.audio import load_audio
 from stats.quality.scoring import content_key, score_plan
-from test_quality_support import SPEAKERS, add_run, frozen_plan, make_workload, synth
+from test_quality_support import SPEAKERS, add_run, campaign_setup, noisy, synth
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("reuse")
-    wl_root = make_workload(tmp / "workload")
-    store = Store(tmp / "campaign.duckdb")
-    plan = frozen_plan(store, tmp / "plan.json", wl_root, repeats=2)
-    wl = load_workload(wl_root, "en")
-    art = tmp / "artifacts"
+    store, plan, wl, art = campaign_setup(tmp, repeats=2)
     # baseline repeat 0: the synthesised outputs; candidate repeat 0: the same bytes except that
     # spk1-t1 AND spk1-t2 both carry one noisy clip (same audio, two different reference texts)
     add_run(store, plan, "base-r0", "ref-base", art, wl)
-    noisy = load_audio(art / "base-r0" / "0-spk1-t1.wav")
-    noisy = np.clip(noisy + 0.05 * np.random.default_rng(1).standard_normal(len(noisy)).astype(np.float32), -1, 1)
-    add_run(store, plan, "cand-r0", "ref-cand", art, wl, audio={"spk1-t1": noisy, "spk1-t2": noisy})
+    clip = noisy(load_audio(art / "base-r0" / "0-spk1-t1.wav"), 0.05, seed=1)
+    add_run(store, plan, "cand-r0", "ref-cand", art, wl, audio={"spk1-t1": clip, "spk1-t2": clip})
     yield store, plan, wl, art
     store.close()
 

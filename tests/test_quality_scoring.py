@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 
 from console.cli import main
@@ -13,7 +12,7 @@ from data.store import Store
 from data.workload import load_workload
 from stats.quality.audio import load_audio
 from stats.quality.scoring import coverage, expected_outputs, score_plan, scores_frame, FRAME_COLUMNS
-from test_quality_support import add_run, frozen_plan, make_workload
+from test_quality_support import add_run, campaign_setup, frozen_plan, noisy
 
 
 @pytest.fixture(scope="module")
@@ -21,15 +20,10 @@ def scored(tmp_path_factory):
     """Baseline and candidate runs at C1 (candidate: one timed-out request, one noisy output),
     scored once with the bundled scorers."""
     tmp = tmp_path_factory.mktemp("scored")
-    wl_root = make_workload(tmp / "workload")
-    store = Store(tmp / "campaign.duckdb")
-    plan = frozen_plan(store, tmp / "plan.json", wl_root, repeats=1)
-    wl = load_workload(wl_root, "en")
-    art = tmp / "artifacts"
+    store, plan, wl, art = campaign_setup(tmp, repeats=1)
     add_run(store, plan, "base-c1", "ref-base", art, wl)
-    clean = load_audio(art / "base-c1" / "0-spk1-t1.wav")
-    noisy = np.clip(clean + 0.1 * np.random.default_rng(3).standard_normal(len(clean)).astype(np.float32), -1, 1)
-    add_run(store, plan, "cand-c1", "ref-cand", art, wl, fail={"spk2-t2": "timeout"}, audio={"spk1-t1": noisy})
+    clip = noisy(load_audio(art / "base-c1" / "0-spk1-t1.wav"), 0.1, seed=3)
+    add_run(store, plan, "cand-c1", "ref-cand", art, wl, fail={"spk2-t2": "timeout"}, audio={"spk1-t1": clip})
     add_run(store, plan, "cand-prof", "ref-cand", art, wl, kind="profiled")  # never expected
     summaries = score_plan(store, plan, artifacts_dir=art)
     yield store, plan, art, summaries, tmp

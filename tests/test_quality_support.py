@@ -72,6 +72,24 @@ def frozen_plan(store, path: Path, workload_root: Path, **kw):
     return plan_from_store(store, freeze(store, path).hash)
 
 
+def campaign_setup(tmp: Path, **plan_kw):
+    """(store, frozen plan, workload, artifacts dir) under `tmp`: the bundled-style workload, a
+    real DuckDB store and a plan frozen in it (`plan_kw` as for plan_for)."""
+    from data.store import Store
+    from data.workload import load_workload
+
+    wl_root = make_workload(tmp / "workload")
+    store = Store(tmp / "campaign.duckdb")
+    plan = frozen_plan(store, tmp / "plan.json", wl_root, **plan_kw)
+    return store, plan, load_workload(wl_root, "en"), tmp / "artifacts"
+
+
+def noisy(clip: np.ndarray, amount: float, seed: int) -> np.ndarray:
+    """`clip` plus white noise of standard deviation `amount`, clipped to [-1, 1]."""
+    noise = amount * np.random.default_rng(seed).standard_normal(len(clip)).astype(np.float32)
+    return np.clip(clip + noise, -1, 1)
+
+
 def add_run(store, plan, run_id: str, engine: str, artifacts: Path, workload, *, concurrency=1, repeat=0,
             fail: dict[str, str] | None = None, audio: dict[str, np.ndarray] | None = None, kind="measured",
             status="complete"):

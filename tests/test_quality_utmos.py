@@ -19,15 +19,13 @@ import soundfile as sf
 import soxr
 import torch
 
-from data.store import Store
-from data.workload import load_workload
 from stats.quality.audio import load_audio
 from stats.quality.base import ScoreItem
 from stats.quality.registry import make_scorer, scorer_status
 from stats.quality.scoring import score_plan, scores_frame
 from stats.quality.utmos import (EXPORT_NAME, Utmos22Scorer, equal_length_groups, export_torchscript,
                                  read_export_meta, torchscript_problem)
-from test_quality_support import add_run, frozen_plan, make_workload
+from test_quality_support import add_run, campaign_setup
 
 PROMPTS = ["spk01.wav", "spk02.wav", "spk03.wav"]
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -173,14 +171,9 @@ def test_export_recipe_round_trip(tmp_path, wavs):
 
 
 def test_score_plan_writes_utmos22_rows(tmp_path, model_dir):
-    wl_root = make_workload(tmp_path / "workload")
-    store = Store(tmp_path / "campaign.duckdb")
+    store, plan, wl, art = campaign_setup(tmp_path, scorers={"wer": "pocketsphinx", "sim": "resemblyzer", "mos": "utmos22"},
+                                          model_paths={"utmos22": str(model_dir)})
     try:
-        plan = frozen_plan(store, tmp_path / "plan.json", wl_root,
-                           scorers={"wer": "pocketsphinx", "sim": "resemblyzer", "mos": "utmos22"},
-                           model_paths={"utmos22": str(model_dir)})
-        wl = load_workload(wl_root, "en")
-        art = tmp_path / "artifacts"
         add_run(store, plan, "base-c1", "ref-base", art, wl)
         add_run(store, plan, "cand-c1", "ref-cand", art, wl, fail={"spk2-t2": "timeout"})
         (summary,) = score_plan(store, plan, scorers=["utmos22"], artifacts_dir=art)

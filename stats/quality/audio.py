@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import soundfile as sf
@@ -27,3 +28,15 @@ def load_audio(path: Path, rate: int = SCORER_RATE) -> np.ndarray:
     if sr != rate:
         mono = soxr.resample(mono, sr, rate, quality="HQ").astype(np.float32)
     return np.clip(mono, -1.0, 1.0)
+
+
+def load_each(paths: Sequence[Path], rate: int = SCORER_RATE) -> tuple[list[np.ndarray | str], list[int]]:
+    """`load_audio` per path, an unreadable file becoming its error text instead of failing the
+    batch; also the indices that loaded, which a scorer runs its model on."""
+    out: list[np.ndarray | str] = []
+    for path in paths:
+        try:
+            out.append(load_audio(path, rate))
+        except AudioError as exc:
+            out.append(str(exc))
+    return out, [i for i, w in enumerate(out) if not isinstance(w, str)]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Sequence
 
+from data.workload import sha256_file
 from stats.quality.wer import WerCounts
 
 METRICS = ("wer", "sim", "mos")
@@ -65,14 +66,6 @@ _HASH_CACHE: dict[tuple, str] = {}
 _DISK_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "omni-campaign" / "model-hashes.json"
 
 
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def hash_model_files(files: Sequence[Path], root: Path | None = None) -> str:
     """SHA-256 over (relative name, file SHA-256) of every model file, in sorted order.
 
@@ -91,7 +84,7 @@ def hash_model_files(files: Sequence[Path], root: Path | None = None) -> str:
         skey = json.dumps(key)
         digest = _HASH_CACHE.get(key) or disk.get(skey)
         if digest is None:
-            digest = _file_sha256(f)
+            digest = sha256_file(f)
             disk[skey] = digest
             dirty = True
         _HASH_CACHE[key] = digest

@@ -17,7 +17,6 @@ result copied to every row with that content, and to later passes' rows (see `co
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from data.errors import CampaignError
 from data.store import Store, utcnow
+from data.workload import sha256_file
 from stats.quality.base import METRICS, ScoreItem, ScoreResult, Scorer
 from stats.quality.registry import (UnknownScorer, make_scorer, plan_quality, plan_scorers, scorer_class,
                                     scorer_status)
@@ -129,14 +129,6 @@ def expected_outputs(store: Store, plan: Any) -> list[Expected]:
 
 
 # -- scoring ----------------------------------------------------------------------------------
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def not_scorable(e: Expected, artifacts_dir: Path) -> str | None:
     """Why an expected output has nothing to score (a coverage gap cause), or None."""
     if e.run_id is None:
@@ -228,7 +220,7 @@ def _file_hash_cached(cache: dict[Path, str], path: Path | None) -> str | None:
         return None
     if path not in cache:
         try:
-            cache[path] = _sha256(path)
+            cache[path] = sha256_file(path)
         except OSError:
             cache[path] = f"unreadable:{path}"  # the scorer reports the error; equal paths share it
     return cache[path]
@@ -274,7 +266,7 @@ def score_expected(store: Store, expected: Sequence[Expected], scorer: Scorer, *
         if by_id and e.utt_id not in by_id:
             direct.append(_row(e, scorer, ScoreResult.failed(f"utterance {e.utt_id} not in the workload"), None))
             continue
-        sha = _sha256(item.audio_path)
+        sha = sha256_file(item.audio_path)
         if e.audio_sha256 and sha != e.audio_sha256:
             direct.append(_row(e, scorer, ScoreResult.failed(
                 f"audio hash mismatch: file {sha[:12]} != recorded {e.audio_sha256[:12]}"), sha))

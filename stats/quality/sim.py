@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from stats.quality.audio import AudioError, load_audio
+from stats.quality.audio import AudioError, load_audio, load_each
 from stats.quality.base import ScoreItem, ScoreResult, Scorer, one_line
 
 
@@ -58,13 +58,7 @@ class SimScorer(Scorer):
         try:
             self.ensure_loaded()
             prompts = self._prompt_embeddings({it.prompt_wav for it in items if it.prompt_wav})
-            outs: list[np.ndarray | str] = []
-            for it in items:
-                try:
-                    outs.append(load_audio(it.audio_path))
-                except AudioError as exc:
-                    outs.append(str(exc))
-            good = [i for i, w in enumerate(outs) if not isinstance(w, str)]
+            outs, good = load_each([it.audio_path for it in items])
             embs = dict(zip(good, self.embed([outs[i] for i in good]))) if good else {}
         except Exception as exc:  # a model failure marks the batch, keeps the run going
             return [ScoreResult.failed(f"{self.name} failed: {one_line(exc)}") for _ in items]

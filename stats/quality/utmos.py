@@ -29,7 +29,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from data.errors import CampaignError
-from stats.quality.audio import AudioError, SCORER_RATE, load_audio
+from data.workload import sha256_file
+from stats.quality.audio import SCORER_RATE, load_each
 from stats.quality.base import ScoreItem, ScoreResult, Scorer, one_line
 
 EXPORT_NAME = "utmos22_strong.torchscript.pt"   # the one file name the scorer loads
@@ -57,14 +58,6 @@ def equal_length_groups(lengths: Sequence[int], max_batch: int) -> list[list[int
         groups.setdefault(int(n), []).append(i)
     step = max(1, int(max_batch))
     return [idx[s:s + step] for idx in groups.values() for s in range(0, len(idx), step)]
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def state_sha256(module: Any) -> str:
@@ -233,7 +226,7 @@ class Utmos22Scorer(Scorer):
         if p is None or not p.is_file():
             return f"{EXPORT_NAME} (missing)"
         if self._file_sha is None:
-            self._file_sha = file_sha256(p)
+            self._file_sha = sha256_file(p)
         src = f" {self.meta['source']}" if self.meta.get("source") else ""
         return f"{EXPORT_NAME} sha256:{self._file_sha[:12]}{src}"
 
@@ -314,13 +307,7 @@ class Utmos22Scorer(Scorer):
 
     def score_batch(self, items: Sequence[ScoreItem]) -> list[ScoreResult]:
         self.ensure_loaded()
-        loaded: list[np.ndarray | str] = []
-        for it in items:
-            try:
-                loaded.append(load_audio(it.audio_path))
-            except AudioError as exc:
-                loaded.append(str(exc))
-        good = [i for i, w in enumerate(loaded) if not isinstance(w, str)]
+        loaded, good = load_each([it.audio_path for it in items])
         scores = dict(zip(good, self.score_waves([loaded[i] for i in good]))) if good else {}
         results = []
         for i in range(len(items)):
