@@ -88,10 +88,7 @@ class _LiveStream:
         self.audio: list[tuple[int, int]] = []  # (t_arrival_ns, samples) of audio-bearing events
 
     def feed(self, stamps: list[int], chunks: list[bytes]) -> None:
-        for t, data in zip(stamps, chunks):
-            if self.parser.done:
-                return
-            self.audio += [(e.t_arrival_ns, e.samples) for e in self.parser.feed(data, t) if e.samples > 0]
+        self.audio += [(e.t_arrival_ns, e.samples) for e in self.parser.feed_reads(stamps, chunks) if e.samples > 0]
 
 
 @dataclass
@@ -326,8 +323,8 @@ class LiveFeed:
         audio = stream.audio
         partial = {"request_index": r.index, "outcome": "streaming", "t_send_ns": r.t_send_ns,
                    "sample_rate": st.sample_rate, "t_first_byte_ns": r.t_first_byte_ns,
-                   "t_first_audio_ns": audio[0][0] if audio else None,
-                   "t_last_audio_ns": audio[-1][0] if audio else None, "audio_samples": st.samples}
+                   "t_first_audio_ns": st.t_first_audio_ns, "t_last_audio_ns": st.t_last_audio_ns,
+                   "audio_samples": st.samples}
         m = request_metrics(partial, audio, preroll_s=self.metric_params["preroll_s"], now_ns=now_ns)
         row.ttfa_s, row.audio_s, row.chunks = m.ttfa_s, m.audio_s, m.audio_chunks
         row.stalls, row.stall_total_s = m.playback.stall_count, m.playback.stall_total_s

@@ -109,17 +109,16 @@ class DriveSummary:
 
 @dataclass
 class RawResult:
-    """One sent request as the timing path saw it: stamps and undecoded frames."""
+    """One sent request as the timing path saw it: stamps and undecoded body reads (first-byte
+    time and byte count derive from them, in decode_result, off the timing path)."""
     index: int
     utt_id: str
     is_warmup: bool
     t_send_ns: int
-    t_first_byte_ns: int | None = None
     t_end_ns: int | None = None
     http_status: int | None = None
     failure: tuple[str, str] | None = None  # transport-level: http_status, transport, timeout, cancelled
     clean_eof: bool = False
-    bytes_received: int = 0
     # one stamp and one bytes object per body read, in two flat lists (a (stamp, bytes) tuple per
     # read would be one more GC-tracked allocation per read in the timing path)
     stamps: list[int] = field(default_factory=list)
@@ -171,11 +170,7 @@ def decode_result(spec: DriveSpec, raw: RawResult) -> list[Any]:
     """Records for one sent request: decode its frames, classify its outcome (the first cause
     wins; an HTTP error status always wins), save its audio WAV with SHA-256."""
     parser = get_dialect(spec.dialect).new_parser(spec.request_options)
-    events = []
-    for t, data in zip(raw.stamps, raw.chunks):  # the parser frames events with the stamps the reads carry
-        if parser.done:
-            break
-        events += parser.feed(data, t)
+    events = parser.feed_reads(raw.stamps, raw.chunks)
     if raw.overflow:
         parser.fail("decode_error", raw.overflow)
     if raw.clean_eof:
@@ -187,10 +182,10 @@ def decode_result(spec: DriveSpec, raw: RawResult) -> list[Any]:
     rec = RequestRecord(
         run_id=spec.run_id, request_index=raw.index, utt_id=raw.utt_id, is_warmup=raw.is_warmup,
         outcome=outcome, t_send_ns=raw.t_send_ns, error_detail=detail, http_status=raw.http_status,
-        t_first_byte_ns=raw.t_first_byte_ns, t_first_audio_ns=st.t_first_audio_ns,
+        t_first_byte_ns=raw.stamps[0] if raw.stamps else None, t_first_audio_ns=st.t_first_audio_ns,
         t_last_audio_ns=st.t_last_audio_ns, t_end_ns=raw.t_end_ns, audio_samples=st.samples,
         sample_rate=st.sample_rate, audio_chunks=st.audio_chunks, events=st.events,
-        bytes_received=raw.bytes_received, text=st.text,
+        bytes_received=sum(map(len, raw.chunks)), text=st.text,
     )
     out: list[Any] = [rec]
     out += [ChunkRecord(spec.run_id, raw.index, k, e.t_arrival_ns, e.kind, e.samples, e.payload_bytes, e.server_emit_ns)
@@ -321,9 +316,6 @@ class _Run:
                 raw.t_send_ns = now()
             if raw.t_end_ns is None:
                 raw.t_end_ns = now()
-            if raw.stamps:
-                raw.t_first_byte_ns = raw.stamps[0]
-                raw.bytes_received = sum(map(len, raw.chunks))
             self.sent += 1
             del self.inflight[index]
             self.pending.append(raw)
@@ -535,26 +527,21 @@ def _pack(kind: str, payload: Any) -> list[bytes]:
 
 def _unpack(meta: memoryview, blob: memoryview) -> tuple[str, Any]:
     kind, payload = pickle.loads(meta)
-    if kind == "raw":
+    if kind in ("raw", "inflight"):
         off = 0
-        results = []
-        for values, sizes in payload:
-            chunks = []
+
+        def take(sizes: list[int]) -> list[bytes]:
+            nonlocal off
+            out = []
             for n in sizes:
-                chunks.append(bytes(blob[off:off + n]))
+                out.append(bytes(blob[off:off + n]))
                 off += n
-            results.append(RawResult(**dict(zip(_RAW_META, values)), chunks=chunks))
-        payload = results
-    elif kind == "inflight":
-        off = 0
-        rows = []
-        for *head, sizes in payload:
-            chunks = []
-            for n in sizes:
-                chunks.append(bytes(blob[off:off + n]))
-                off += n
-            rows.append(InflightRow(*head, chunks=chunks))
-        payload = rows
+            return out
+
+        if kind == "raw":
+            payload = [RawResult(**dict(zip(_RAW_META, values)), chunks=take(sizes)) for values, sizes in payload]
+        else:
+            payload = [InflightRow(*head, chunks=take(sizes)) for *head, sizes in payload]
     return kind, payload
 
 
@@ -647,7 +634,7 @@ class DriverProcess:
     pipe is read and decoded by a thread of this process at idle priority (`idle_priority`), so
     decoding never takes CPU from the driver; `consume(records) -> records`, if given, runs on that
     thread too (storing them, say), and `batches()` hands over what it returns, in order.
-    `on_inflight(rows, now_ns)`, if given, gets the requests still streaming every FLUSH_S (on
+    `on_inflight(rows, now_ns)`, if given, gets the requests still streaming every INFLIGHT_S (on
     the same thread; `now_ns` is this process's perf_counter_ns, the driver's clock).
     """
 
@@ -704,14 +691,13 @@ class DriverProcess:
         self.decoder_priority = idle_priority()
         try:
             while True:
-                msg = self._message()
+                msg = self._next_message()
                 if msg is None:
                     if not self._fill():
                         self._out.put(("eof", None))
                         return
                     continue
-                size, (kind, payload) = msg
-                del self._buf[:size]
+                kind, payload = msg
                 if kind == "inflight":
                     if self._on_inflight is not None:
                         self._on_inflight(payload, time.perf_counter_ns())
@@ -726,8 +712,8 @@ class DriverProcess:
         except Exception as exc:  # a decoder or consumer failure must end batches(), not hang it
             self._out.put(("fatal", f"handling the driver's batches failed: {type(exc).__name__}: {exc}"))
 
-    def _message(self) -> tuple[int, tuple[str, Any]] | None:
-        """The first complete message in the buffer (without consuming it), else None."""
+    def _next_message(self) -> tuple[str, Any] | None:
+        """Take the first complete message out of the buffer, else None."""
         buf = self._buf
         if len(buf) < _HEADER.size:
             return None
@@ -738,9 +724,11 @@ class DriverProcess:
             return None
         view = memoryview(buf)
         try:
-            return size, _unpack(view[_HEADER.size:end_meta], view[end_meta:size])
+            msg = _unpack(view[_HEADER.size:end_meta], view[end_meta:size])
         finally:
             view.release()
+        del buf[:size]
+        return msg
 
     def _fill(self) -> bool:
         """Read what the pipe holds into the buffer (blocking); False at EOF (the child is gone)."""

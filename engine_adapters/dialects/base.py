@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 MAX_EVENT_BYTES = 64 * 1024 * 1024  # one event larger than this ends the request (no memory blow-up)
 DEFAULT_SAMPLE_RATE = 24_000
@@ -72,6 +72,16 @@ class StreamParser(ABC):
     @abstractmethod
     def feed(self, data: bytes, t_ns: int) -> list[Event]:
         """Consume bytes read at `t_ns`; return the events they complete."""
+
+    def feed_reads(self, stamps: Sequence[int], chunks: Sequence[bytes]) -> list[Event]:
+        """Feed stamped body reads in order (the driver's (stamp, bytes) pairs), stopping once the
+        parser is done; events carry the stamp of the read that delivered their first byte."""
+        events: list[Event] = []
+        for t, data in zip(stamps, chunks):
+            if self.done:
+                break
+            events += self.feed(data, t)
+        return events
 
     def eof(self) -> None:
         """The connection closed cleanly (no transport error)."""
