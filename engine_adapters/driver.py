@@ -46,7 +46,7 @@ from data.records import AudioFileRecord, ChunkRecord, RequestRecord
 from engine_adapters.dialects import get_dialect
 from engine_adapters.dialects.base import MAX_EVENT_BYTES
 from engine_adapters.dialects.wav import encode_wav
-from engine_adapters.transport import DEFAULT_TRANSPORT, TRANSPORTS, TransportError, describe
+from engine_adapters.transport import DEFAULT_TRANSPORT, TRANSPORTS, TransportError
 
 TICK_S = 0.010  # event-loop lag ticker period
 FLUSH_S = 0.100  # how often the child ships a batch of records
@@ -295,7 +295,7 @@ class _Run:
                                           dict(req.headers) if req.headers else None) as resp:
                     raw.http_status = resp.status
                     if not 200 <= resp.status < 300:
-                        body = await resp.read_error_body(transport.errors)
+                        body = await resp.read_error_body()
                         raw.t_end_ns = now()
                         raw.failure = ("http_status", f"HTTP {resp.status}: {_error_text(body)}")
                     else:
@@ -303,8 +303,6 @@ class _Run:
                         raw.t_end_ns = now()
         except TransportError as exc:
             raw.failure = ("transport", str(exc))
-        except transport.errors as exc:
-            raw.failure = ("transport", describe(exc))
         except TimeoutError:
             raw.failure = ("timeout", f"no completion within {spec.timeout_s:g} s")
         except asyncio.CancelledError:

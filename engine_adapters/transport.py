@@ -18,8 +18,8 @@ feeds it each body read as early as its layers allow, stamped before any parsing
 - `httpx` (the design card's client): pure-Python h11 chunked decoding, httpcore and anyio layers
   per read; a burst of synchronised 64 KB events at C >= 32 delays later streams by milliseconds.
 
-Failures surface as `TransportError` (plus `transport.errors`, which the driver maps to the
-`transport` failure class with `describe()`).
+Every connection-level failure surfaces as `TransportError` with a one-line reason, whatever the
+library underneath (the driver maps it to the `transport` failure class).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class StreamResponse:
     # feed every body read to the sink until it says stop (-> False) or the body ends (-> True)
     body: Callable[[Sink], Awaitable[bool]]
 
-    async def read_error_body(self, errors: tuple[type[BaseException], ...] = ()) -> bytes:
+    async def read_error_body(self) -> bytes:
         """Up to ERROR_BODY_LIMIT bytes of a non-2xx body; a broken error body adds nothing to
         the failure (the status code is the failure), so what arrived is returned as is."""
         out = bytearray()
@@ -61,17 +61,21 @@ class StreamResponse:
 
         try:
             await self.body(sink)
-        except (TransportError, *errors):
+        except TransportError:
             pass
         return bytes(out[:ERROR_BODY_LIMIT])
 
 
-async def _pump(read: Callable[[], Awaitable[bytes]], sink: Sink) -> bool:
-    """Pull-style clients: stamp each read as the reading coroutine resumes."""
+async def _pump(read: Callable[[], Awaitable[bytes]], sink: Sink, errors: tuple[type[BaseException], ...]) -> bool:
+    """Pull-style clients: stamp each read as the reading coroutine resumes; the library's read
+    errors become TransportError."""
     now = time.perf_counter_ns
-    while data := await read():
-        if sink(now(), data):
-            return False
+    try:
+        while data := await read():
+            if sink(now(), data):
+                return False
+    except errors as exc:
+        raise TransportError(describe(exc)) from None
     return True
 
 
@@ -82,7 +86,6 @@ class HttpxTransport:
         import httpx
 
         self._httpx = httpx
-        self.errors: tuple[type[BaseException], ...] = (httpx.TransportError,)
         self.version = f"httpx {httpx.__version__}"
         limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency,
                               keepalive_expiry=30.0)
@@ -107,7 +110,7 @@ class HttpxTransport:
             return anext(raw, b"")
 
         try:
-            yield StreamResponse(resp.status_code, lambda sink: _pump(read, sink))
+            yield StreamResponse(resp.status_code, lambda sink: _pump(read, sink, (httpx.TransportError,)))
         finally:
             try:
                 await raw.aclose()
@@ -125,7 +128,6 @@ class AiohttpTransport:
         import aiohttp
 
         self._aiohttp = aiohttp
-        self.errors = (aiohttp.ClientError,)
         self.version = f"aiohttp {aiohttp.__version__}"
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency),
@@ -145,7 +147,7 @@ class AiohttpTransport:
 
         try:
             # StreamReader.readany: whatever the connection has delivered, straight from its buffer
-            yield StreamResponse(resp.status, lambda sink: _pump(resp.content.readany, sink))
+            yield StreamResponse(resp.status, lambda sink: _pump(resp.content.readany, sink, (aiohttp.ClientError,)))
         finally:
             resp.close()
 
@@ -292,7 +294,6 @@ class StampedTransport:
     def __init__(self, concurrency: int, headers: dict[str, str] | None = None):
         import httptools
 
-        self.errors: tuple[type[BaseException], ...] = ()
         self.version = f"stamped (asyncio protocol, httptools {httptools.__version__})"
         self.concurrency = concurrency
         self.headers = {**HEADERS, **(headers or {})}
