@@ -178,6 +178,10 @@ class GpuSampler:
         try:
             handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
             reasons_fn = _clock_event_reasons_fn()
+
+            def read_all(energy: bool) -> list[GpuSample]:
+                return [read_sample(run_id, i, h, reasons_fn, energy) for i, h in enumerate(handles)]
+
             start = time.perf_counter_ns()
             k = 0
             while True:
@@ -186,8 +190,7 @@ class GpuSampler:
                 if (delay > 0 and self._stop.wait(delay / 1e9)) or self._stop.is_set():
                     break
                 t0 = time.perf_counter_ns()
-                energy = k % self.energy_every == 0
-                batch = [read_sample(run_id, i, h, reasons_fn, energy) for i, h in enumerate(handles)]
+                batch = read_all(energy=k % self.energy_every == 0)
                 t1 = time.perf_counter_ns()
                 with self._lock:
                     self._samples.extend(batch)
@@ -199,7 +202,7 @@ class GpuSampler:
                         self.on_sample(s)
                 k, skipped = next_tick(start, self.period_ns, k, time.perf_counter_ns())
                 self.stats.missed_ticks += skipped
-            last = [read_sample(run_id, i, h, reasons_fn, True) for i, h in enumerate(handles)]  # off-schedule
+            last = read_all(energy=True)  # off-schedule: the run's closing energy reading
             with self._lock:
                 self._samples.extend(last)
         except Exception as exc:  # a sampler failure must never take the run down; it is reported
