@@ -180,12 +180,15 @@ def content_key(metric: str, audio_sha: str, target_text: str, prompt_sha: str |
     return (metric, audio_sha)
 
 
-def _stored_key(metric: str, audio_sha: str, target_text: str, utt_id: str, plan_hash: str | None) -> tuple:
-    """Key to match rows of earlier passes. Stored rows keep the normalised reference (ref_norm) but not
-    the prompt wav's hash, so SIM rows match only within the same plan and utterance (same prompt)."""
+def _stored_key(metric: str, audio_sha: str, ref_norm: str, utt_id: str, plan_hash: str | None) -> tuple:
+    """Key to match rows of earlier passes, for a new item and a stored row alike. Stored rows keep
+    the normalised reference (ref_norm) but not the prompt wav's hash, so SIM rows match only
+    within the same plan and utterance (same prompt)."""
+    if metric == "wer":
+        return ("wer", audio_sha, ref_norm)
     if metric == "sim":
         return ("sim", audio_sha, utt_id, plan_hash)
-    return content_key(metric, audio_sha, target_text, None)
+    return (metric, audio_sha)
 
 
 def stored_results(store: Store, scorer: Scorer, shas: set[str]) -> dict[tuple, dict]:
@@ -200,13 +203,8 @@ def stored_results(store: Store, scorer: Scorer, shas: set[str]) -> dict[tuple, 
     for r in rows:
         if r["audio_sha256"] not in shas:
             continue
-        if scorer.metric == "wer":
-            key = ("wer", r["audio_sha256"], r["ref_norm"] or "")
-        elif scorer.metric == "sim":
-            key = ("sim", r["audio_sha256"], r["utt_id"], r["run_plan_hash"])
-        else:
-            key = (scorer.metric, r["audio_sha256"])
-        out.setdefault(key, r)
+        out.setdefault(_stored_key(scorer.metric, r["audio_sha256"], r["ref_norm"] or "", r["utt_id"],
+                                   r["run_plan_hash"]), r)
     return out
 
 
@@ -277,7 +275,7 @@ def score_expected(store: Store, expected: Sequence[Expected], scorer: Scorer, *
     prompt_shas: dict[Path, str] = {}
     groups: dict[tuple, list[tuple[Expected, ScoreItem, str]]] = {}
     for e, item, sha in ready:
-        src = stored.get(_stored_key(scorer.metric, sha, item.target_text, e.utt_id, plan_hash))
+        src = stored.get(_stored_key(scorer.metric, sha, normalize_text(item.target_text), e.utt_id, plan_hash))
         if src is not None:
             direct.append(_copied_row(e, scorer, src))
             summary.reused_stored += 1
