@@ -149,7 +149,7 @@ class EngineProcess:
         if problem:
             self._failed(f"cannot start {argv[0]!r}: {problem}")
             return self
-        taken = _port_taken(spec.host, spec.port)
+        taken = port_in_use(spec.host, spec.port)
         if taken:
             self._failed(taken)
             return self
@@ -283,8 +283,10 @@ def _not_runnable(exe: str, path: str | None) -> str | None:
     return "not found on PATH"
 
 
-def _port_taken(host: str, port: int) -> str | None:
-    """The one-line refusal when something already listens where the engine would bind."""
+def port_in_use(host: str, port: int) -> str | None:
+    """The one-line refusal when something already listens where an engine on host:port would
+    bind (naming the holder when /proc shows it), else None. Public: a pre-flight check (e.g.
+    before `run --detach`) can reuse it."""
     if not ports.port_taken(host, port):
         return None
     holders = ports.port_holders(host, port)
