@@ -60,9 +60,12 @@ def record_run(
     telemetry: bool = True,
     on_progress: Callable[[int, int], None] | None = None,
     live: Any = None,
+    engine_process: EngineProcess | None = None,
 ) -> str:
     """Drive `spec` and store everything; returns the run id. Re-raises KeyboardInterrupt after
-    marking the run incomplete and storing what arrived."""
+    marking the run incomplete and storing what arrived. With `engine_process`, a run during
+    which that engine exited or crashed is 'failed' with the cause in `note` (its requests stay
+    stored; no aggregate uses a failed run, docs/engines.md)."""
     run_id = spec.run_id
     total = len(spec.requests) + spec.warmup_requests
     all_params = {
@@ -90,12 +93,15 @@ def record_run(
     if live:  # console.live.LiveFeed: the TUI follows the run through its snapshot file
         live.run_started(run_id, engine, spec.concurrency, kind, total, spec.dialect, spec.request_options)
     writer = BatchWriter(store)
+    transport_failures = 0
 
     def consume(batch: list[Any]) -> list[Any]:
         """Store a decoded batch (with the GPU samples so far) and feed the live view; this runs
         on the driver's decode thread at idle priority, so storing never competes with the
         driver for a core (engine_adapters/driver.py, DriverProcess)."""
+        nonlocal transport_failures
         drained = sampler.drain() if sampler else []
+        transport_failures += sum(1 for r in batch if isinstance(r, RequestRecord) and r.outcome == "transport")
         writer.add(batch)
         writer.add(drained)
         writer.flush()
@@ -138,19 +144,26 @@ def record_run(
             overhead["error"] = summary.error
         if proc.fatal:
             overhead["fatal"] = proc.fatal
+        # an engine that died makes its requests fail as `transport` at once; its orphan guard
+        # ends a moment later, so give it that moment before deciding the engine is still up
+        engine_exit = engine_process.exit_cause(0.5 if transport_failures else 0.0) if engine_process else None
+        if engine_exit:
+            overhead["engine_exit"] = engine_exit
+            if status == "complete":
+                status = "failed"
         with store.transaction():
             store.con.execute(
                 "UPDATE runs SET status = ?, ended_at = ?, anchor_wall_ns = ?, anchor_perf_ns = ?, loop_impl = ?, "
-                "client_impl = ?, driver_overhead_json = ? WHERE run_id = ?",
+                "client_impl = ?, driver_overhead_json = ?, note = ? WHERE run_id = ?",
                 [status, utcnow() if status == "complete" else None,
                  summary.anchor_wall_ns if summary else None, summary.anchor_perf_ns if summary else None,
                  summary.loop_impl if summary else None, summary.client_impl if summary else None,
-                 json.dumps(overhead, sort_keys=True), run_id],
+                 json.dumps(overhead, sort_keys=True), "; ".join(x for x in (note, engine_exit) if x) or None, run_id],
             )
             append_event(store, "run_ended", plan_hash=plan_hash, subject=run_id,
                          payload={"status": status, "requests_stored": stored,
                                   "requests_sent": summary.sent if summary else None,
-                                  "error": (summary.error if summary else None) or proc.fatal})
+                                  "error": (summary.error if summary else None) or proc.fatal or engine_exit})
     if live:
         live.run_ended(run_id, status)
     if interrupted:

@@ -371,10 +371,13 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
             rid = record_run(store, spec, engine=cell.engine, kind=cell.kind, plan_hash=plan.hash, cell_key=cell.key,
                              launch_id=launch.launch_id, pool=cell.pool, repeat_index=cell.repeat, note=note,
                              params={**params_base, "engine_profile": engine.profile}, telemetry=opts.telemetry,
-                             on_progress=opts.on_progress, live=opts.live)
+                             on_progress=opts.on_progress, live=opts.live, engine_process=launch.process)
             run_ids.append(rid)
             status = store.scalar("SELECT status FROM runs WHERE run_id = ?", [rid])
-            log(f"[{i + 1}/{len(todo)}] {cell.key}: run {rid} {status}")
+            crash = launch.process.exit_cause()
+            log(f"[{i + 1}/{len(todo)}] {cell.key}: run {rid} {status}" + (f" ({crash})" if crash else ""))
+            if crash:  # recorded as a crashed launch; the engine's next cell gets a fresh one
+                engines.stop(cell.engine)
             if opts.on_cell:
                 opts.on_cell(i, len(todo), cell, status or "unknown")
     except BaseException:

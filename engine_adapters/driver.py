@@ -44,7 +44,7 @@ from typing import Any, Callable, Iterator
 
 from data.records import AudioFileRecord, ChunkRecord, RequestRecord
 from engine_adapters.dialects import get_dialect
-from engine_adapters.dialects.base import MAX_EVENT_BYTES
+from engine_adapters.dialects.base import MAX_EVENT_BYTES, Unexpected, cut_detail
 from engine_adapters.dialects.wav import encode_wav
 from engine_adapters.transport import DEFAULT_TRANSPORT, TRANSPORTS, TransportError
 
@@ -179,6 +179,8 @@ def decode_result(spec: DriveSpec, raw: RawResult) -> list[Any]:
     outcome, detail = parser.outcome()
     if raw.failure is not None and (st.failure is None or raw.failure[0] == "http_status"):
         outcome, detail = raw.failure
+        if outcome == "transport" and raw.stamps:  # the body broke after bytes had arrived
+            detail = cut_detail(st.events, f"the connection ended after {sum(map(len, raw.chunks))} bytes ({detail})")
     rec = RequestRecord(
         run_id=spec.run_id, request_index=raw.index, utt_id=raw.utt_id, is_warmup=raw.is_warmup,
         outcome=outcome, t_send_ns=raw.t_send_ns, error_detail=detail, http_status=raw.http_status,
@@ -298,6 +300,9 @@ class _Run:
                         body = await resp.read_error_body()
                         raw.t_end_ns = now()
                         raw.failure = ("http_status", f"HTTP {resp.status}: {_error_text(body)}")
+                    elif (unexpected := self.dialect.check_response(resp.content_type, resp.content_encoding)):
+                        raw.failure = ("decode_error", await _what_arrived(resp, unexpected))
+                        raw.t_end_ns = now()
                     else:
                         raw.clean_eof = await resp.body(self._sink(raw))
                         raw.t_end_ns = now()
@@ -429,6 +434,22 @@ def _write_wav(path: Path, pcm: bytes, rate: int) -> str:
     tmp.write_bytes(data)
     os.replace(tmp, path)
     return hashlib.sha256(data).hexdigest()
+
+
+async def _what_arrived(resp: Any, unexpected: Unexpected) -> str:
+    """The detail of a 2xx answer that is not the dialect's stream. A readable one (JSON, say) is
+    read up to ERROR_BODY_LIMIT for an error message it may carry; a compressed body is left
+    unread (its connection is dropped, not reused)."""
+    if not unexpected.readable:
+        return unexpected.detail
+    body = await resp.read_error_body()
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        obj = None
+    if isinstance(obj, dict) and any(k in obj for k in ("error", "detail", "message")):
+        return f"{unexpected.detail}: {_error_text(body)}"
+    return unexpected.detail
 
 
 def _error_text(body: bytes) -> str:

@@ -3,6 +3,11 @@ with SIGTERM then SIGKILL, never leave children behind (the engine runs in its o
 group and the whole group is signalled; an orphan guard stops the group if the console dies
 without stopping it, see orphan_guard.py, so `pid` is the guard's, the group leader's). Produces
 `engine_launches` rows as plain dicts; the console layer stores them.
+
+Only the launched engine is measured (docs/engines.md, "Measuring the right engine"): a launch
+on a port another process already listens on is refused, and a 200 from /health counts only
+while the launched process is alive, its process tree holds the listening socket, and, when the
+answer carries a launch identity (the reference engine's always does), it is this launch's.
 """
 
 from __future__ import annotations
@@ -24,15 +29,28 @@ from typing import Any
 import httpx
 
 from data.errors import CampaignError
+from engine_adapters import ports
+from engine_adapters.identity import LAUNCH_ID_ENV, reported_identity
 from engine_adapters.specs import EngineSpec
 
 LOG_TAIL_LINES = 40
+IDENTITY_REQUIRED = ("reference",)  # adapters whose engine must report the launch id
 ORPHAN_GUARD = Path(__file__).with_name("orphan_guard.py")
 HASH_CACHE = Path(os.environ.get("OMNI_CAMPAIGN_CACHE", Path.home() / ".cache" / "omni-campaign")) / "sha256-cache.json"
 
 
 class EngineStartError(CampaignError):
     """The engine did not become healthy; the message is the one-line reason."""
+
+
+def exit_status(code: int) -> str:
+    """A return code in words: 'exit code 3', 'killed by SIGKILL' (Popen: -N = signal N)."""
+    if code >= 0:
+        return f"exit code {code}"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES, max_bytes: int = 64 * 1024) -> str:
@@ -126,10 +144,14 @@ class EngineProcess:
             "checkpoint_sha256_json": json.dumps(ckpt, sort_keys=True), "url": spec.url,
             "started_at": datetime.now(timezone.utc), "started_ns": time.perf_counter_ns(), "status": "starting",
         }
-        env = {**os.environ, **spec.env}
+        env = {**os.environ, **spec.env, LAUNCH_ID_ENV: self.launch_id}
         problem = _not_runnable(argv[0], env.get("PATH"))
         if problem:
             self._failed(f"cannot start {argv[0]!r}: {problem}")
+            return self
+        taken = port_in_use(spec.host, spec.port)
+        if taken:
+            self._failed(taken)
             return self
         log = open(self.log_path, "ab")
         try:
@@ -152,8 +174,8 @@ class EngineProcess:
                         exit_code=exit_code)
 
     def wait_healthy(self, timeout_s: float | None = None, poll_s: float = 0.25) -> None:
-        """Poll GET /health until 200; on failure stop the process, set the row and raise
-        EngineStartError with a one-line reason."""
+        """Poll GET /health until the launched engine answers 200; on failure stop the process,
+        set the row and raise EngineStartError with a one-line reason."""
         if self.row.get("status") == "startup_failed":
             raise EngineStartError(f"engine {self.spec.name!r}: {self.row['failure_reason']}")
         timeout_s = self.spec.health_timeout_s if timeout_s is None else timeout_s
@@ -164,23 +186,53 @@ class EngineProcess:
             while True:
                 code = self.proc.poll()
                 if code is not None:
-                    self._failed(f"process exited with code {code} before {url} answered 200", code)
-                    self.row["stopped_ns"] = time.perf_counter_ns()
-                    raise EngineStartError(f"engine {self.spec.name!r}: {self.row['failure_reason']} (log: {self.log_path})")
+                    self._exited_before_health(code, url)
                 try:
                     r = client.get(url)
                     if r.status_code == 200:
-                        self.row.update(status="ready", ready_ns=time.perf_counter_ns())
-                        return
+                        problem = self._not_this_launch(url, r)
+                        if problem is None:
+                            self.row.update(status="ready", ready_ns=time.perf_counter_ns())
+                            return
+                        self._give_up(problem)
                     last = f"HTTP {r.status_code}"
                 except httpx.HTTPError as exc:
                     last = type(exc).__name__
                 if time.monotonic() >= deadline:
-                    self._failed(f"{url} not healthy within {timeout_s:g} s (last: {last})")
-                    self.stop()
-                    self.row["status"] = "startup_failed"
-                    raise EngineStartError(f"engine {self.spec.name!r}: {self.row['failure_reason']} (log: {self.log_path})")
+                    self._give_up(f"{url} not healthy within {timeout_s:g} s (last: {last})")
                 time.sleep(poll_s)
+
+    def _exited_before_health(self, code: int, url: str) -> None:
+        how = f"exited with code {code}" if code >= 0 else f"was {exit_status(code)}"
+        self._failed(f"process {how} before {url} answered 200", code)
+        self.row["stopped_ns"] = time.perf_counter_ns()
+        raise EngineStartError(f"engine {self.spec.name!r}: {self.row['failure_reason']} (log: {self.log_path})")
+
+    def _give_up(self, reason: str) -> None:
+        self._failed(reason)
+        self.stop()
+        self.row["status"] = "startup_failed"
+        raise EngineStartError(f"engine {self.spec.name!r}: {self.row['failure_reason']} (log: {self.log_path})")
+
+    def _not_this_launch(self, url: str, r: httpx.Response) -> str | None:
+        """Why a 200 from `url` is not the launched engine's, or None: the process must still be
+        alive, hold the listening socket, and report this launch's id when it reports one (the
+        adapters in IDENTITY_REQUIRED must)."""
+        code = self.proc.poll()
+        if code is not None:
+            self._exited_before_health(code, url)
+        port = self.spec.port
+        foreign = ports.foreign_holders(self.spec.host, port, self.proc.pid)
+        if foreign:
+            return (f"{url} answered 200, but port {port} is held by {foreign[0]}, "
+                    f"not by the launched engine (pid {self.proc.pid})")
+        got = reported_identity(r.headers, r.content)
+        if got is None and self.spec.adapter not in IDENTITY_REQUIRED:
+            return None
+        if got != self.launch_id:
+            return (f"{url} answered 200 for launch {got or '(none reported)'}, not for this launch "
+                    f"{self.launch_id}: another engine answers on port {port}")
+        return None
 
     def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM the process group, SIGKILL it after `grace_s`, reap; record exit and log tail."""
@@ -195,12 +247,24 @@ class EngineProcess:
                 _signal_group(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
         _signal_group(self.proc.pid, signal.SIGKILL)  # stragglers the engine forked and left behind
+        _wait_group_gone(self.proc.pid)  # so the port is free for the next launch
         self.row.update(stopped_ns=time.perf_counter_ns(), exit_code=self.proc.returncode,
                         log_tail=log_tail(self.log_path))
         if self.row.get("status") == "ready":
             self.row["status"] = "crashed" if crashed else "stopped"
             if crashed:
-                self.row["failure_reason"] = f"exited with code {self.proc.returncode} while serving"
+                self.row["failure_reason"] = f"engine exited while serving: {exit_status(self.proc.returncode)}"
+
+    def exit_cause(self, wait_s: float = 0.0) -> str | None:
+        """'engine exited: killed by SIGKILL' once the launched process has ended (waiting up to
+        `wait_s` for it), None while it runs. A run it served is then not a measurement of it."""
+        if self.proc is None:
+            return None
+        try:
+            code = self.proc.wait(wait_s) if wait_s > 0 else self.proc.poll()
+        except subprocess.TimeoutExpired:
+            return None
+        return None if code is None else f"engine exited: {exit_status(code)}"
 
     def __enter__(self) -> "EngineProcess":
         return self
@@ -217,6 +281,23 @@ def _not_runnable(exe: str, path: str | None) -> str | None:
     if os.sep in exe:
         return "No such file or directory" if not os.path.exists(exe) else "Permission denied (not executable)"
     return "not found on PATH"
+
+
+def port_in_use(host: str, port: int) -> str | None:
+    """The one-line refusal when something already listens where an engine on host:port would
+    bind (naming the holder when /proc shows it), else None. Public: a pre-flight check (e.g.
+    before `run --detach`) can reuse it."""
+    if not ports.port_taken(host, port):
+        return None
+    holders = ports.port_holders(host, port)
+    who = f"held by {holders[0]}" if holders else "held by a process that could not be identified"
+    return f"port {port} on {host} is already in use ({who}); refusing to launch an engine that would not own it"
+
+
+def _wait_group_gone(pgid: int, timeout_s: float = 2.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while ports.group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def _signal_group(pgid: int, sig: int) -> None:

@@ -13,7 +13,10 @@ Written by hand because the kernel's PR_SET_PDEATHSIG fires when the *thread* th
 and the console launches engines from worker threads (the TUI's, the runner's), so it would kill
 healthy engines; polling the parent pid twice a second is robust and costs nothing measurable.
 The guard ignores SIGTERM/SIGINT (a group signal reaches the engine anyway) and exits with the
-engine's status, re-raising a fatal signal on itself so the console sees the same return code.
+engine's status, re-raising a fatal signal on itself so the console sees the same return code
+(and stores the real cause, e.g. "killed by SIGKILL"). SIGKILL and SIGSTOP have no disposition to
+reset, so they are sent as they are; a failed reset must never end the guard with a traceback
+and exit code 1 instead.
 """
 
 from __future__ import annotations
@@ -41,9 +44,19 @@ def _stop_group(child: subprocess.Popen) -> None:
 
 def _exit_like(code: int) -> int:
     if code < 0:  # killed by a signal: die the same way
-        signal.signal(-code, signal.SIG_DFL)
-        os.kill(os.getpid(), -code)
-        return 128 - code
+        sig = -code
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        print(f"orphan_guard: the engine was killed by {name}", file=sys.stderr, flush=True)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # these two cannot be caught, so need no reset
+            try:
+                signal.signal(sig, signal.SIG_DFL)
+            except (OSError, ValueError):
+                pass
+        os.kill(os.getpid(), sig)
+        return 128 + sig  # only reached if the signal did not end this process (e.g. SIGCHLD-like)
     return code
 
 

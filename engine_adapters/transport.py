@@ -19,7 +19,9 @@ feeds it each body read as early as its layers allow, stamped before any parsing
   per read; a burst of synchronised 64 KB events at C >= 32 delays later streams by milliseconds.
 
 Every connection-level failure surfaces as `TransportError` with a one-line reason, whatever the
-library underneath (the driver maps it to the `transport` failure class).
+library underneath (the driver maps it to the `transport` failure class). Every transport also
+hands over the response's Content-Type and Content-Encoding, read once with the status line, so
+the driver can say what arrived when it is not a stream it decodes (docs/engines.md).
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ class StreamResponse:
     status: int
     # feed every body read to the sink until it says stop (-> False) or the body ends (-> True)
     body: Callable[[Sink], Awaitable[bool]]
+    content_type: str | None = None  # the response headers' values (None: absent)
+    content_encoding: str | None = None
 
     async def read_error_body(self) -> bytes:
         """Up to ERROR_BODY_LIMIT bytes of a non-2xx body; a broken error body adds nothing to
@@ -110,7 +114,8 @@ class HttpxTransport:
             return anext(raw, b"")
 
         try:
-            yield StreamResponse(resp.status_code, lambda sink: _pump(read, sink, (httpx.TransportError,)))
+            yield StreamResponse(resp.status_code, lambda sink: _pump(read, sink, (httpx.TransportError,)),
+                                 resp.headers.get("content-type"), resp.headers.get("content-encoding"))
         finally:
             try:
                 await raw.aclose()
@@ -147,7 +152,8 @@ class AiohttpTransport:
 
         try:
             # StreamReader.readany: whatever the connection has delivered, straight from its buffer
-            yield StreamResponse(resp.status, lambda sink: _pump(resp.content.readany, sink, (aiohttp.ClientError,)))
+            yield StreamResponse(resp.status, lambda sink: _pump(resp.content.readany, sink, (aiohttp.ClientError,)),
+                                 resp.headers.get("Content-Type"), resp.headers.get("Content-Encoding"))
         finally:
             resp.close()
 
@@ -161,7 +167,8 @@ class _Exchange:
     __slots__ = ("head", "done", "sink", "early")
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
-        self.head: asyncio.Future[int] = loop.create_future()  # the status code, once headers are parsed
+        # (status, content-type, content-encoding), once the headers are parsed
+        self.head: asyncio.Future[tuple[int, str | None, str | None]] = loop.create_future()
         self.done: asyncio.Future[bool] = loop.create_future()  # True: body ended; False: the sink stopped
         self.sink: Sink | None = None
         self.early: list[tuple[int, bytes]] = []  # body bytes read before the sink was attached
@@ -206,6 +213,8 @@ class _Connection(asyncio.Protocol):
         self.exchange: _Exchange | None = None
         self.stamp = 0
         self.framed = False  # Content-Length or Transfer-Encoding seen: the body does not end at EOF
+        self.content_type: str | None = None  # this message's headers (once per response, not per read)
+        self.content_encoding: str | None = None
         self.draining = False  # the caller is done; return to the pool when the message ends
         self.keep_alive = False  # read inside on_message_complete: llhttp resets it once the message is done
         self.closed = False
@@ -242,15 +251,24 @@ class _Connection(asyncio.Protocol):
     # httptools callbacks
     def on_message_begin(self) -> None:
         self.framed = False
+        self.content_type = self.content_encoding = None
 
-    def on_header(self, name: bytes, _value: bytes) -> None:
-        if name.lower() in (b"content-length", b"transfer-encoding"):
+    def on_header(self, name: bytes, value: bytes) -> None:
+        name = name.lower()
+        if name in (b"content-length", b"transfer-encoding"):
             self.framed = True
+        elif name == b"content-type":
+            self.content_type = value.decode("latin-1")
+        elif name == b"content-encoding":
+            self.content_encoding = value.decode("latin-1")
+
+    def _head(self) -> tuple[int, str | None, str | None]:
+        return self.parser.get_status_code(), self.content_type, self.content_encoding
 
     def on_headers_complete(self) -> None:
         assert self.exchange is not None
         if not self.exchange.head.done():
-            self.exchange.head.set_result(self.parser.get_status_code())
+            self.exchange.head.set_result(self._head())
 
     def on_body(self, body: bytes) -> None:
         ex = self.exchange
@@ -265,7 +283,7 @@ class _Connection(asyncio.Protocol):
         assert ex is not None
         self.keep_alive = self.parser.should_keep_alive()
         if not ex.head.done():  # 1xx/HEAD-like message without headers_complete: cannot happen for POST
-            ex.head.set_result(self.parser.get_status_code())
+            ex.head.set_result(self._head())
         ex.finish()
         if self.draining:
             self.release()
@@ -333,13 +351,13 @@ class StampedTransport:
         clean = False
         try:
             conn.transport.write(request)  # type: ignore[union-attr]
-            status = await ex.head
+            status, content_type, content_encoding = await ex.head
 
             async def read_body(sink: Sink) -> bool:
                 ex.attach(sink)
                 return await ex.done
 
-            yield StreamResponse(status, read_body)
+            yield StreamResponse(status, read_body, content_type, content_encoding)
             clean = True
         finally:
             done = ex.done

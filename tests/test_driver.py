@@ -243,3 +243,111 @@ def test_driver_process_leaves_no_pending_tasks(server, prompt, tmp_path, capfd,
     assert outcomes == sorted(EXPECT[c] for c in cases)
     err = capfd.readouterr().err
     assert "Task was destroyed" not in err and "Traceback" not in err, err[-2000:]
+
+
+# -- say what arrived (docs/engines.md) ---------------------------------------------------------
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+class RawScripted:
+    """A raw TCP server on its own thread that answers each request with exact bytes, chosen by
+    the request text ("case:NAME"): headers and framings no HTTP library would write by itself.
+    One response per connection (announced with `connection: close`)."""
+
+    HEAD = b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-type: %s\r\n%stransfer-encoding: chunked\r\n\r\n"
+
+    def __init__(self):
+        import socketserver
+
+        outer = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self):
+                outer.answer(self.request)
+
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @staticmethod
+    def _read_request(sock) -> bytes:
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            buf += sock.recv(65536)
+        head, _, body = buf.partition(b"\r\n\r\n")
+        length = int(next(l.split(b":")[1] for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")))
+        while len(body) < length:
+            body += sock.recv(65536)
+        return body
+
+    def answer(self, sock) -> None:
+        import gzip
+
+        case = json.loads(self._read_request(sock))["messages"][0]["content"][-1]["text"].split(":", 1)[1]
+        events = _frame({"modality": "text", "choices": [{"delta": {"content": "hi"}}]}) + _audio(2400)
+        if case == "json":  # the engine ignored "stream": true and answered in one piece
+            body = json.dumps({"id": "x", "choices": [{"message": {"content": "hi"}}]}).encode()
+            sock.sendall(b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+        elif case == "json_error":
+            body = json.dumps({"error": {"message": "streaming is not supported", "type": "BadRequest"}}).encode()
+            sock.sendall(b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-type: application/json; charset=utf-8\r\n"
+                         b"content-length: %d\r\n\r\n%s" % (len(body), body))
+        elif case == "gzip":  # a compressing proxy in front of the engine
+            sock.sendall(self.HEAD % (b"text/event-stream", b"content-encoding: gzip\r\n")
+                         + _chunk(gzip.compress(events + _frame(b"[DONE]"))) + b"0\r\n\r\n")
+        elif case == "cut":  # events, then a clean end of the body without [DONE] (SGLang-Omni's way)
+            sock.sendall(self.HEAD % (b"text/event-stream", b"") + _chunk(events) + b"0\r\n\r\n")
+        elif case == "drop":  # events, then the connection closes inside the chunked body
+            sock.sendall(self.HEAD % (b"text/event-stream", b"") + _chunk(events))
+        else:
+            sock.sendall(self.HEAD % (b"text/event-stream", b"") + _chunk(events + _frame(b"[DONE]")) + b"0\r\n\r\n")
+        sock.close()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def raw_server():
+    s = RawScripted()
+    yield s
+    s.close()
+
+
+ARRIVED = {
+    "ok": ("ok", None),
+    "json": ("decode_error", "server answered application/json (a non-streaming answer), not text/event-stream"),
+    "json_error": ("decode_error", "server answered application/json (a non-streaming answer), not text/event-stream: "
+                                   "streaming is not supported"),
+    "gzip": ("decode_error", "gzip-encoded body: the driver does not decode compressed streams "
+                             "(it asks for accept-encoding: identity)"),
+    "cut": ("no_end_marker", "server closed the stream mid-response: 2 event(s) arrived, then the body ended "
+                             "without the end marker"),
+    "drop": ("transport", "server closed the stream mid-response: 2 event(s) arrived, then the connection ended after "),
+}
+
+
+@pytest.mark.parametrize("client", ["stamped", "aiohttp", "httpx"])
+def test_what_arrived_is_said_from_the_response_headers(raw_server, prompt, tmp_path, client):
+    """A 200 that is a non-streaming JSON answer or a gzip-encoded body is reported as what it is
+    (not as a missing end marker); a stream cut after events keeps its class and says the server
+    closed it mid-response. Same for every transport."""
+    cases = list(ARRIVED)
+    reqs = [RequestSpec(f"spk-{i}", f"case:{c}", prompt) for i, c in enumerate(cases)]
+    out: list = []
+    drive_in_process(DriveSpec(f"arrived-{client}", f"http://127.0.0.1:{raw_server.port}", "vllm-omni", 2, reqs,
+                               timeout_s=5, artifacts_dir=tmp_path, request_options={"client": client}), out.extend)
+    recs = {r.utt_id: r for r in out if type(r).__name__ == "RequestRecord"}
+    for i, case in enumerate(cases):
+        rec = recs[f"spk-{i}"]
+        cls, detail = ARRIVED[case]
+        assert rec.outcome == cls, (case, rec.outcome, rec.error_detail)
+        assert rec.http_status == 200
+        if detail is None:
+            assert rec.error_detail is None and rec.audio_samples == 2400
+        else:
+            assert rec.error_detail.startswith(detail), (case, rec.error_detail)
+    assert recs["spk-1"].bytes_received == 0 and recs["spk-1"].t_first_audio_ns is None  # nothing decoded as audio

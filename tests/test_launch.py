@@ -197,3 +197,105 @@ def test_spec_from_plan_and_adapters():
         spec_from_plan({"name": "p", "adapter": "peer", "dialect": "pcm", "argv": "vllm serve x"})
     with pytest.raises(CampaignError, match="dialect"):
         spec_from_plan({"name": "p", "adapter": "peer", "dialect": "grpc"})
+
+
+# -- measuring the right engine (docs/engines.md) ----------------------------------------------
+def test_launch_on_a_taken_port_is_refused_naming_the_holder(store, tmp_path):
+    """A server already listening on the engine's port: the launch is refused before anything is
+    spawned, in one line naming the port and the holder; nothing is stored as ready."""
+    from engine_helpers import start_stale_server
+
+    port = _port()
+    stale = start_stale_server(port)
+    try:
+        spec = EngineSpec("toy", "peer", "pcm", argv=(sys.executable, "-c", HEALTHY_SERVER, str(port)), port=port,
+                          health_timeout_s=20)
+        with pytest.raises(EngineStartError) as err:
+            launch_engine(store, spec, log_dir=tmp_path)
+        msg = str(err.value)
+        assert "\n" not in msg and f"port {port} on 127.0.0.1 is already in use" in msg
+        assert f"held by pid {stale.pid} (" in msg and "-c" in msg
+        row = store.query("SELECT * FROM engine_launches")[0]
+        assert row["status"] == "startup_failed" and row["pid"] is None and f"pid {stale.pid}" in row["failure_reason"]
+    finally:
+        stale.kill()
+        stale.wait()
+
+
+def test_health_answered_by_a_process_outside_the_launch_is_refused(store, tmp_path):
+    """The port was free at launch, then a process that is not the launched engine (detached, not
+    in its process tree) answers /health: that 200 is refused, naming the holder."""
+    from engine_helpers import STALE_SERVER
+
+    port = _port()
+    pidfile = tmp_path / "foreign.pid"
+    detach = ("import os, subprocess, sys, time\n"
+              "if os.fork() == 0:\n"
+              "    os.setsid()\n"
+              f"    p = subprocess.Popen([sys.executable, '-c', {STALE_SERVER!r}, '{port}'], stdout=subprocess.DEVNULL)\n"
+              f"    open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+              "    os._exit(0)\n"
+              "time.sleep(600)\n")
+    spec = EngineSpec("impostor", "peer", "pcm", argv=(sys.executable, "-c", detach), port=port, health_timeout_s=20)
+    try:
+        with pytest.raises(EngineStartError, match=rf"answered 200, but port {port} is held by pid \d+ .* not by the launched engine"):
+            launch_engine(store, spec, log_dir=tmp_path)
+        foreign = int(pidfile.read_text())
+        row = store.query("SELECT * FROM engine_launches")[0]
+        assert row["status"] == "startup_failed" and f"pid {foreign}" in row["failure_reason"]
+        assert row["ready_ns"] is None and not _alive(row["pid"])
+    finally:
+        if pidfile.exists():
+            os.kill(int(pidfile.read_text()), 9)
+
+
+def test_reference_adapter_health_must_carry_this_launch_id(store, tmp_path):
+    """The reference engine reports the launch id it was given; a reference launch whose /health
+    reports none, or another launch's, is not this launch."""
+    port = _port()
+    silent = EngineSpec("ref", "reference", "pcm", argv=(sys.executable, "-c", HEALTHY_SERVER, str(port)), port=port,
+                        health_timeout_s=20)
+    with pytest.raises(EngineStartError, match=r"answered 200 for launch \(none reported\), not for this launch"):
+        launch_engine(store, silent, log_dir=tmp_path)
+    port = _port()
+    other = EngineSpec("ref", "reference", "pcm", port=port, health_timeout_s=60, argv=(
+        sys.executable, "-m", "engine_adapters.reference", "--dialect", "pcm", "--port", str(port),
+        "--launch-id", "stale0launch"))
+    with pytest.raises(EngineStartError, match="answered 200 for launch stale0launch, not for this launch"):
+        launch_engine(store, other, log_dir=tmp_path)
+    # the same engine given this launch's id (the console sets it in the environment) is ready
+    port = _port()
+    own = EngineSpec("ref", "reference", "pcm", port=port, health_timeout_s=60, argv=(
+        sys.executable, "-m", "engine_adapters.reference", "--dialect", "pcm", "--port", str(port)))
+    eng = launch_engine(store, own, log_dir=tmp_path)
+    try:
+        import httpx
+
+        r = httpx.get(f"http://127.0.0.1:{port}/health")
+        assert r.json()["launch_id"] == eng.launch_id == r.headers["x-engine-launch-id"]
+    finally:
+        stop_engine(store, eng, grace_s=5)
+    assert [x["status"] for x in store.query("SELECT status FROM engine_launches ORDER BY started_at")] == [
+        "startup_failed", "startup_failed", "stopped"]
+
+
+def test_engine_killed_by_a_signal_is_reported_as_that_signal(store, tmp_path):
+    """SIGKILL the engine under its orphan guard: the guard dies the same way (no traceback, not
+    'exit code 1'), and the launch is stored crashed with the signal as its cause."""
+    from engine_helpers import children
+
+    port = _port()
+    spec = EngineSpec("victim", "peer", "pcm", argv=(sys.executable, "-c", HEALTHY_SERVER, str(port)), port=port,
+                      health_timeout_s=20)
+    eng = launch_engine(store, spec, log_dir=tmp_path)
+    assert eng.exit_cause() is None
+    engine_pid = min(children(eng.proc.pid))  # the server (its forked grandchild is younger)
+    os.kill(engine_pid, 9)
+    assert eng.exit_cause(wait_s=10) == "engine exited: killed by SIGKILL"
+    assert eng.proc.returncode == -9
+    stop_engine(store, eng, grace_s=5)
+    row = store.query("SELECT * FROM engine_launches")[0]
+    assert row["status"] == "crashed" and row["exit_code"] == -9
+    assert row["failure_reason"] == "engine exited while serving: killed by SIGKILL"
+    log = eng.log_path.read_text()
+    assert "Traceback" not in log and "orphan_guard: the engine was killed by SIGKILL" in log

@@ -228,3 +228,27 @@ def test_mutated_valid_streams_end_in_an_outcome(dialect, cut, junk):
     stream = good[:cut] + junk + good[cut:]
     p, _ = run(dialect, stream, pieces=(13, 200))
     assert p.outcome()[0] in OUTCOMES
+
+
+@pytest.mark.parametrize("dialect, ctype, enc, expect", [
+    ("vllm-omni", "text/event-stream; charset=utf-8", None, None),
+    ("vllm-omni", None, "identity", None),  # no declared type says nothing: decoded as usual
+    ("sglang-omni", "application/octet-stream", None, None),
+    ("pcm", "audio/pcm", None, None),
+    ("pcm", "audio/L16; rate=24000", None, None),
+    ("vllm-omni", "application/json", None, "server answered application/json (a non-streaming answer), not text/event-stream"),
+    ("pcm", "application/problem+json", None, "server answered application/problem+json (a non-streaming answer), not audio/pcm"),
+    ("pcm", "text/event-stream", None, "server answered text/event-stream, not audio/pcm"),
+    ("sglang-omni", "audio/wav", None, "server answered audio/wav, not text/event-stream"),
+    ("vllm-omni", "text/html", None, "server answered text/html, not text/event-stream"),
+    ("vllm-omni", "text/event-stream", "GZIP", "gzip-encoded body: the driver does not decode compressed streams"),
+    ("pcm", "audio/pcm", "br", "br-encoded body: the driver does not decode compressed streams"),
+])
+def test_response_headers_say_what_arrived(dialect, ctype, enc, expect):
+    from engine_adapters.dialects import get_dialect
+
+    got = get_dialect(dialect).check_response(ctype, enc)
+    if expect is None:
+        assert got is None
+    else:
+        assert got is not None and got.detail.startswith(expect) and got.readable == ("encoded" not in expect)

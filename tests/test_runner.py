@@ -222,3 +222,63 @@ def test_detached_run_survives_the_terminal_going_away(tmp_path):
     assert "1 run(s) recorded" in log, log
     with Store(db) as s:
         assert s.query("SELECT status FROM runs") == [{"status": "complete"}]
+
+
+def test_plan_cell_on_a_port_held_by_another_server_is_a_startup_failure(tmp_path, capsys):
+    """A stale server answers 200 on the engine's port: the cell is a startup failure naming the
+    port and the holder, never a complete run under the engine's name."""
+    from engine_helpers import start_stale_server
+
+    plan = _plan(tmp_path, short=True, profiles=("baseline",), concurrencies=(1,), requests=2, warmups=0, repeats=1)
+    port = json.loads(plan.read_text())["engines"][0]["port"]
+    db = tmp_path / "c.duckdb"
+    assert inproc(capsys, "plan", "freeze", str(plan), db=db).returncode == 0
+    stale = start_stale_server(port)
+    try:
+        r = inproc(capsys, "run", str(plan), db=db)
+    finally:
+        stale.kill()
+        stale.wait()
+    assert r.returncode != 0 and "startup failed" in r.stdout
+    assert f"port {port} on 127.0.0.1 is already in use (held by pid {stale.pid} (" in r.stdout
+    with Store(db) as s:
+        assert s.scalar("SELECT count(*) FROM runs") == 0
+        launch = s.query("SELECT * FROM engine_launches")
+        assert [x["status"] for x in launch] == ["startup_failed"] and f"port {port}" in launch[0]["failure_reason"]
+        assert [a["outcome"] for a in s.query("SELECT outcome FROM attempts")] == ["startup_failed"]
+
+
+def test_engine_killed_mid_run_fails_the_run_with_the_signal(tmp_path):
+    """SIGKILL the reference engine while a run streams: that run is 'failed' with the cause
+    stored, its launch 'crashed', and no aggregate uses it."""
+    from engine_helpers import find_engine
+
+    plan = _plan(tmp_path, profiles=("baseline",), concurrencies=(1,), requests=6, warmups=0, repeats=1)
+    port = json.loads(plan.read_text())["engines"][0]["port"]
+    db = tmp_path / "c.duckdb"
+    assert campaign("plan", "freeze", str(plan), db=db).returncode == 0
+    proc = subprocess.Popen([sys.executable, "-m", "console.cli", "run", str(plan), "--db", str(db)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if " ready (" in line:
+            break
+    assert " ready (" in lines[-1], "".join(lines)
+    engine = find_engine(f"--port {port}")
+    time.sleep(1.0)  # inside the run: 6 long requests at C=1 take a few seconds
+    os.kill(engine, signal.SIGKILL)
+    out = "".join(lines) + proc.stdout.read()
+    proc.wait(120)
+    assert "run " in out and "failed (engine exited: killed by SIGKILL)" in out, out
+    with Store(db) as s:
+        runs = s.query("SELECT * FROM runs")
+        assert [(x["status"], x["note"]) for x in runs] == [("failed", "engine exited: killed by SIGKILL")]
+        assert json.loads(runs[0]["driver_overhead_json"])["engine_exit"] == "engine exited: killed by SIGKILL"
+        assert s.scalar("SELECT count(*) FROM requests WHERE run_id = ?", [runs[0]["run_id"]]) == 6  # nothing dropped
+        assert aggregate_runs(s, runs[0]["plan_hash"]) == []
+        launch = s.query("SELECT status, failure_reason FROM engine_launches")
+        assert launch == [{"status": "crashed", "failure_reason": "engine exited while serving: killed by SIGKILL"}]
+        ended = s.query("SELECT payload_json FROM audit_events WHERE kind = 'run_ended'")
+        assert json.loads(ended[0]["payload_json"])["error"] == "engine exited: killed by SIGKILL"
+        assert verify_chain(s).ok

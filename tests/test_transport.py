@@ -207,3 +207,28 @@ def test_arbitrary_response_bytes_end_in_an_outcome(head, junk, close):
                 await t.close()
 
     run(main())
+
+
+@pytest.mark.parametrize("name", ["stamped", "aiohttp", "httpx"])
+def test_every_transport_hands_over_content_type_and_encoding(name):
+    """The driver says what arrived from these two headers (read once per response, with the
+    status line); every transport reports them as sent, and None when absent."""
+    from engine_adapters.transport import TRANSPORTS
+
+    heads = {1: b"HTTP/1.1 200 OK\r\ncontent-type: application/json; charset=utf-8\r\ncontent-encoding: gzip\r\n"
+                b"content-length: 2\r\n\r\n{}",
+             2: b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"}
+    script = lambda n: [heads[n]]
+
+    async def main():
+        async with RawServer(script) as srv:
+            t = TRANSPORTS[name](1)
+            got = []
+            for _ in range(2):
+                async with t.post(srv.url, b"{}", lambda: None) as resp:
+                    got.append((resp.status, resp.content_type, resp.content_encoding))
+                    await resp.body(lambda _t, _d: False)
+            await t.close()
+            return got
+
+    assert run(main()) == [(200, "application/json; charset=utf-8", "gzip"), (200, None, None)]

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from data.errors import CampaignError
 from engine_adapters.dialects import pcm, sglang_omni, vllm_omni
-from engine_adapters.dialects.base import MAX_EVENT_BYTES, Event, StreamParser, prompt_data_uri
+from engine_adapters.dialects.base import MAX_EVENT_BYTES, Event, StreamParser, prompt_data_uri, Unexpected, unexpected_response
 
 _MODULES: dict[str, ModuleType] = {m.NAME: m for m in (vllm_omni, sglang_omni, pcm)}
 DIALECTS = tuple(_MODULES)
@@ -22,6 +22,7 @@ class Dialect:
     path: str
     _build: Callable[..., dict[str, Any]]
     _parser: type[StreamParser]
+    content_type: str = "text/event-stream"  # what this dialect's streaming answer declares
 
     def build_body(self, text: str, prompt_wav: str | None, prompt_text: str | None, *,
                    sampling: dict[str, Any] | None = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -38,6 +39,11 @@ class Dialect:
         body.update(options.get("extra_body") or {})
         return body
 
+    def check_response(self, content_type: str | None, content_encoding: str | None) -> Unexpected | None:
+        """Why a 2xx response with these headers is not this dialect's stream, or None (checked
+        once per response, before its body is read)."""
+        return unexpected_response(self.content_type, content_type, content_encoding)
+
     def new_parser(self, options: dict[str, Any] | None = None) -> StreamParser:
         options = options or {}
         fmt = options.get("audio_format", "pcm" if self.name == "pcm" else "wav")
@@ -49,7 +55,7 @@ def get_dialect(name: str) -> Dialect:
     mod = _MODULES.get(name)
     if mod is None:
         raise CampaignError(f"unknown dialect {name!r} (choose one of: {', '.join(DIALECTS)})")
-    return Dialect(mod.NAME, mod.PATH, mod.build_body, mod.Parser)
+    return Dialect(mod.NAME, mod.PATH, mod.build_body, mod.Parser, mod.CONTENT_TYPE)
 
 
 __all__ = ["DIALECTS", "Dialect", "Event", "StreamParser", "get_dialect", "prompt_data_uri"]

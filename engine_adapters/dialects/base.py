@@ -92,7 +92,7 @@ class StreamParser(ABC):
         if st.failure is not None:
             return st.failure
         if not st.end_marker:
-            return "no_end_marker", "stream ended without its end marker"
+            return "no_end_marker", cut_detail(st.events, "the body ended without the end marker")
         if st.samples == 0:
             return "no_audio", "stream completed without any audio samples"
         return "ok", None
@@ -112,6 +112,56 @@ class StreamParser(ABC):
                 st.t_first_audio_ns = t_ns
             st.t_last_audio_ns = t_ns
         return Event(t_ns, "audio", payload_bytes, n, pcm, None, emit_ns)
+
+
+def cut_detail(events: int, what: str) -> str:
+    """The detail of a stream that ended early: after events arrived, the server closed it
+    mid-response (how SGLang-Omni ends a stream that failed), else it ended before any event."""
+    if events:
+        return f"server closed the stream mid-response: {events} event(s) arrived, then {what}"
+    return f"stream ended before any event: {what}"
+
+
+# Media types by the format they announce; a 2xx answer announcing a format other than the
+# dialect's is reported as what it is (docs/engines.md, "Say what arrived"). A missing or generic
+# type (application/octet-stream, text/plain) says nothing and the body is decoded as usual.
+def _format_of(media: str) -> str | None:
+    if media == "application/json" or media.endswith("+json"):
+        return "json"
+    if media == "text/event-stream":
+        return "sse"
+    if media.startswith("audio/"):
+        return "audio"
+    if media == "text/html":
+        return "html"
+    return None
+
+
+@dataclass(frozen=True)
+class Unexpected:
+    """A 2xx response that is not the dialect's stream: what arrived, and whether its body is
+    worth reading for an error message (a compressed one is not)."""
+    detail: str
+    readable: bool
+
+
+def unexpected_response(expected: str, content_type: str | None, content_encoding: str | None) -> Unexpected | None:
+    """Why a 2xx response is not a stream the driver can decode as `expected`, or None.
+
+    - a Content-Encoding other than identity: the driver asks for `accept-encoding: identity` and
+      does not decode compressed streams (decoding would sit on the timing path);
+    - a Content-Type announcing another format, e.g. application/json: a complete, non-streaming
+      answer (the engine ignored `"stream": true`), so no chunk timing exists."""
+    enc = (content_encoding or "").strip().lower()
+    if enc and enc != "identity":
+        return Unexpected(f"{enc}-encoded body: the driver does not decode compressed streams "
+                          f"(it asks for accept-encoding: identity)", readable=False)
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    got = _format_of(media)
+    if got is None or got == _format_of(expected):
+        return None
+    what = " (a non-streaming answer)" if got == "json" else ""
+    return Unexpected(f"server answered {media}{what}, not {expected}", readable=True)
 
 
 class SSEFramer:

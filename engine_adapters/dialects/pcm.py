@@ -15,6 +15,7 @@ from engine_adapters.dialects.base import DEFAULT_SAMPLE_RATE, MAX_EVENT_BYTES, 
 
 NAME = "pcm"
 PATH = "/v1/chat/completions"
+CONTENT_TYPE = "audio/pcm"  # what a streaming answer declares
 
 
 def build_body(text: str, prompt_uri: str | None, prompt_text: str | None, *, model: str,

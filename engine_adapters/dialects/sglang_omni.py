@@ -2,7 +2,8 @@
 
 Audio is in `choices[0].delta.audio = {"id", "data"}` (base64 of a complete WAV); the first
 chunk carries `role`, a final chunk `finish_reason` and `usage`, then `[DONE]`. An error during
-the stream just closes the connection, so a missing `[DONE]` is a failure (no_end_marker).
+the stream just closes the connection, so a missing `[DONE]` is a failure (no_end_marker, with a
+detail saying the server closed the stream mid-response once events had arrived).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from engine_adapters.dialects.base import Event, SSEJsonParser
 
 NAME = "sglang-omni"
 PATH = "/v1/chat/completions"
+CONTENT_TYPE = "text/event-stream"  # what a streaming answer declares
 
 
 def build_body(text: str, prompt_uri: str | None, prompt_text: str | None, *, model: str,

@@ -14,6 +14,7 @@ from engine_adapters.dialects.base import Event, SSEJsonParser
 
 NAME = "vllm-omni"
 PATH = "/v1/chat/completions"
+CONTENT_TYPE = "text/event-stream"  # what a streaming answer declares
 
 
 def build_body(text: str, prompt_uri: str | None, prompt_text: str | None, *, model: str,

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine_adapters.identity import LAUNCH_ID_ENV
 from engine_adapters.reference.chat_request import DIALECTS
 
 DEFAULT_HOST = "127.0.0.1"
@@ -27,6 +29,7 @@ class EngineConfig:
     model_name: str = DEFAULT_MODEL_NAME
     emit_log: Path | None = None
     access_log: bool = False
+    launch_id: str | None = None  # reported by /health so the console knows it is its own launch
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,6 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="append one JSON line per audio write (request id, chunk index, emit_ns); "
                              "the only emit stamps the pcm dialect has")
     parser.add_argument("--access-log", action="store_true", help="log every HTTP request to stderr")
+    parser.add_argument("--launch-id", default=os.environ.get(LAUNCH_ID_ENV) or None,
+                        help=f"identity reported by /health (default: ${LAUNCH_ID_ENV}, which the console sets per launch)")
 
 
 def config_from_args(args: argparse.Namespace) -> EngineConfig:
@@ -55,5 +60,5 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
     return EngineConfig(
         dialect=args.dialect, profile=args.profile, host=args.host, port=args.port, device=args.device,
         profiles_file=args.profiles_file, model_name=args.model_name, emit_log=args.emit_log,
-        access_log=args.access_log,
+        access_log=args.access_log, launch_id=args.launch_id,
     )

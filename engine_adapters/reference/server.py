@@ -31,6 +31,7 @@ import numpy as np
 from aiohttp import web
 from aiohttp.log import access_logger
 
+from engine_adapters.identity import LAUNCH_ID_HEADER
 from engine_adapters.reference.chat_request import RequestError, SpeechRequest, parse_request
 from engine_adapters.reference.config import EngineConfig
 from engine_adapters.reference.encoders import ENCODERS, Frame, StreamContext, Usage, stamp
@@ -155,12 +156,16 @@ class ReferenceEngine:
         return app
 
     async def health(self, request: web.Request) -> web.Response:
-        if self.state == "ready":
-            return web.json_response({"status": "healthy"})
-        body: dict[str, Any] = {"status": self.state}
+        """200 once ready, else 503; with the launch id when one was given, so the console can
+        tell this process from a stale server on its port (docs/engines.md)."""
+        body: dict[str, Any] = {"status": "healthy" if self.state == "ready" else self.state}
         if self.dead_reason:
             body["reason"] = self.dead_reason
-        return web.json_response(body, status=503)
+        headers = {}
+        if self.config.launch_id:
+            body["launch_id"] = self.config.launch_id
+            headers[LAUNCH_ID_HEADER] = self.config.launch_id
+        return web.json_response(body, status=200 if self.state == "ready" else 503, headers=headers)
 
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{
