@@ -303,3 +303,21 @@ def test_export_verdict_to_stdout_and_file(campaign, tmp_path, capsys):
         f = tmp_path / f"{vid}.json"
         assert inproc(capsys, "export", "verdict", vid[:24], "-o", str(f), db=db).returncode == 0
         assert json.loads(f.read_text())["verdict_id"] == vid
+
+
+def test_digest_line_is_the_documented_canonical_form(store):
+    """docs/integrity.md: fields joined by ',', VARCHAR as <length>:<text>, NULL as '~', then '\\n';
+    a change here would invalidate every digest already recorded."""
+    import hashlib
+
+    from data.digest import line_sql, table_digests
+
+    store.insert("chunks", {"run_id": "r,1", "request_index": 0, "chunk_index": 2, "t_arrival_ns": -5,
+                            "kind": "a\nb", "samples": 0, "payload_bytes": 7})
+    cols = ["run_id", "request_index", "chunk_index", "t_arrival_ns", "kind", "samples", "payload_bytes",
+            "server_emit_ns"]
+    line = store.scalar(f"SELECT {line_sql('chunks', cols)} FROM chunks")
+    assert line == "3:r,1,0,2,-5,3:a\nb,0,7,~\n"
+    got = table_digests(store, "chunks", cols, "run_id", ("request_index", "chunk_index"), keys=["r,1", "none"])
+    assert got["r,1"].rows == 1 and got["r,1"].sha256 == hashlib.sha256(line.encode()).hexdigest()
+    assert got["none"].rows == 0 and got["none"].sha256 == hashlib.sha256(b"").hexdigest()
