@@ -97,8 +97,8 @@ class Store:
             raise
 
     def check_file_size(self) -> None:
-        """Refuse a file shorter than the blocks its own header declares (a truncated copy opens
-        fine and fails only when a lost block is read)."""
+        """Refuse a file too short for the blocks its metadata counts as used (a truncated copy
+        opens fine and fails only when a lost block is read)."""
         if not self.path.is_file():
             return
         block_size, used_blocks = self.con.execute(
