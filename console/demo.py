@@ -5,7 +5,7 @@ store in `demo/`: freeze a plan (baseline vs a lossless `fast` profile of the re
 prove the validator on synthetic controls, sweep C = 1..32 with a warmup and two measured repeats
 per cell (engine restarted between repeats), open the reserved holdout, run the quality arms on it,
 score WER / speaker similarity / DNSMOS with the bundled offline scorers, issue the quality and
-throughput verdicts, print the report, export the verdict JSON and verify the audit chain.
+throughput verdicts, print the report, export the verdict JSON and verify the store against the audit chain and the exported heads.
 """
 
 from __future__ import annotations
@@ -75,9 +75,11 @@ def main() -> int:
     # exit 1 = FAIL, 3 = INCONCLUSIVE: verdicts, not demo errors
     gate = campaign("gate", str(PLAN), *db, ok_codes=(0, 1, 3))
     campaign("report", str(PLAN), *db)
+    exported = []
     for verdict_id in re.findall(r"verdict issued: (\S+)", gate):
-        campaign("export", "verdict", verdict_id, "-o", str(Path("demo") / f"{verdict_id}.json"), *db)
-    campaign("audit", "verify", *db)
+        exported += ["--against", str(Path("demo") / f"{verdict_id}.json")]
+        campaign("export", "verdict", verdict_id, "-o", exported[-1], *db)
+    campaign("audit", "verify", *exported, *db)
     console.print(Rule("[bold green]demo complete[/bold green]", style="green"))
     console.print(f"{time.perf_counter() - t0:.0f} s. Everything is in {DB}; try:\n"
                   f"  .venv/bin/campaign tui --db {DB}\n"

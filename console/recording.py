@@ -1,5 +1,6 @@
 """Record one run: the `runs` row, the driver process, batched ingestion, GPU telemetry and the
-run_started / run_ended audit events (shared contract 3).
+run_started / run_ended audit events (shared contract 3); run_ended records the digest of the
+run's stored rows (data/digest.py) that `audit verify` recomputes.
 
 The driver runs in its own process and ships record batches; this process owns the DuckDB file
 and commits each batch as it arrives, so an interruption loses nothing already received and the
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from data.audit import append_event
+from data.digest import run_digest
 from data.records import RequestRecord
 from data.store import Store, utcnow
 from data.writer import BatchWriter
@@ -163,7 +165,8 @@ def record_run(
             append_event(store, "run_ended", plan_hash=plan_hash, subject=run_id,
                          payload={"status": status, "requests_stored": stored,
                                   "requests_sent": summary.sent if summary else None,
-                                  "error": (summary.error if summary else None) or proc.fatal or engine_exit})
+                                  "error": (summary.error if summary else None) or proc.fatal or engine_exit,
+                                  "digest": run_digest(store, run_id)})  # rows as stored, for audit verify
     if live:
         live.run_ended(run_id, status)
     if interrupted:

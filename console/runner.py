@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from data.audit import append_event, atomic, canonical_json
+from data.digest import run_digest
 from data.errors import CampaignError
 from data.manifest import build_manifest, holdout_opened, load_plan_workload
 from data.plans import EngineSpec, Plan
@@ -223,7 +224,8 @@ def recover_interrupted(store: Store, plan: Plan, log: Callable[[str], None]) ->
             store.con.execute("UPDATE runs SET status = 'incomplete', note = coalesce(note || '; ', '') || ? WHERE run_id = ?",
                               ["interrupted: runner died mid-run (found on resume)", r["run_id"]])
             append_event(store, "run_ended", plan_hash=plan.hash, subject=r["run_id"],
-                         payload={"status": "incomplete", "cell_key": r["cell_key"], "reason": "runner died mid-run; found on resume"})
+                         payload={"status": "incomplete", "cell_key": r["cell_key"], "reason": "runner died mid-run; found on resume",
+                                  "digest": run_digest(store, r["run_id"])})
         log(f"run {r['run_id']} ({r['cell_key']}) was interrupted; marked incomplete, its cell will run again")
     orphans = store.query(
         "SELECT launch_id, engine, pid, argv_json FROM engine_launches WHERE plan_hash = ? AND status IN ('starting', 'ready')",

@@ -1,7 +1,9 @@
 """The audit chain: an append-only, hash-chained log of every campaign state change.
 
 Each event stores the previous event's hash, so editing or deleting any stored row breaks the
-chain from that row on and `verify_chain` names the first broken link. The hash covers
+chain from that row on and `verify_chain` names the first broken link. Deleting the newest events
+leaves a shorter chain that still links; the head anchor kept outside the table (data/anchor.py)
+is what shows that (docs/integrity.md). The hash covers
 (seq, event time in epoch microseconds, kind, plan_hash, subject, payload_json, prev_hash) as
 canonical JSON; microseconds because that is what a DuckDB TIMESTAMPTZ round-trips exactly.
 """
@@ -12,17 +14,18 @@ import getpass
 import hashlib
 import json
 import socket
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Iterator
+from typing import Any
 
+from data.anchor import advance_anchor, current_head
 from data.errors import CampaignError
 from data.store import Store
 
 EVENT_KINDS = (
     "plan_frozen", "addendum_frozen", "manifest_frozen", "run_started", "run_ended",
     "run_excluded", "holdout_opened", "verdict_issued", "scores_recorded", "attempt_recorded",
+    "sql_write",
 )
 
 
@@ -49,28 +52,9 @@ def event_hash(seq: int, event_time_us: int, kind: str, plan_hash: str | None, s
     return sha256_text(canonical_json([seq, event_time_us, kind, plan_hash, subject, payload_json, prev_hash]))
 
 
-@contextmanager
-def atomic(store: Store) -> Iterator[None]:
-    """A transaction that nests: inner uses join the outermost one (DuckDB has no nesting, and a
-    failed BEGIN inside a transaction aborts it, so depth is tracked here rather than probed)."""
-    depth = getattr(store, "_atomic_depth", 0)
-    if depth:
-        store._atomic_depth = depth + 1
-        try:
-            yield
-        finally:
-            store._atomic_depth = depth
-        return
-    store.con.execute("BEGIN TRANSACTION")
-    store._atomic_depth = 1
-    try:
-        yield
-    except BaseException:
-        store._atomic_depth = 0
-        store.con.execute("ROLLBACK")
-        raise
-    store._atomic_depth = 0
-    store.con.execute("COMMIT")
+def atomic(store: Store):
+    """A transaction that nests: inner uses join the outermost one (Store.transaction)."""
+    return store.transaction()
 
 
 def append_event(store: Store, kind: str, *, plan_hash: str | None = None, subject: str | None = None,
@@ -84,15 +68,16 @@ def append_event(store: Store, kind: str, *, plan_hash: str | None = None, subje
     # No transaction of its own, so callers may append inside theirs (Store.transaction or
     # atomic). One process owns the DuckDB file; the seq primary key turns any race into an
     # error, never a forked chain.
-    last = store.con.execute("SELECT seq, event_hash FROM audit_events ORDER BY seq DESC LIMIT 1").fetchone()
-    seq = (last[0] + 1) if last else 1
-    prev = last[1] if last else ""
+    head = current_head(store)
+    seq, prev = head.length + 1, head.head_hash
     h = event_hash(seq, now_us, kind, plan_hash, subject, payload_json, prev)
     store.con.execute(
         "INSERT INTO audit_events (seq, event_time, kind, plan_hash, subject, payload_json, prev_hash, event_hash) "
         "VALUES (?, make_timestamptz(?::BIGINT), ?, ?, ?, ?, ?, ?)",
         [seq, now_us, kind, plan_hash, subject, payload_json, prev, h],
     )
+    # the head anchor outside the table moves once the event is committed (data/anchor.py)
+    store.on_commit("audit-anchor", lambda: advance_anchor(store))
     return seq
 
 

@@ -7,3 +7,11 @@ class CampaignError(Exception):
 
 class StoreError(CampaignError):
     """The run store cannot be opened or used as asked."""
+
+
+class StoreLocked(StoreError):
+    """Another process (or this one, with other settings) holds the run store open."""
+
+
+class StoreCorrupt(StoreError):
+    """The run store file is damaged or truncated: DuckDB cannot read it back as written."""

@@ -21,6 +21,7 @@ from typing import Any
 import jsonschema
 
 from data.audit import append_event, atomic, canonical_json, sha256_text, whoami
+from data.digest import row_sha256
 from data.errors import CampaignError
 from data.store import Store, utcnow
 
@@ -432,6 +433,7 @@ def freeze(store: Store, path: str | Path, expected_parent: str | None = None) -
         if plan.parent_hash:
             payload["parent_hash"] = plan.parent_hash
             payload["reason"] = doc.get("reason")
+        payload.update(row_sha256(store, "plans", "plan_hash", h))  # the whole row, for audit verify
         seq = append_event(store, "addendum_frozen" if kind == "addendum" else "plan_frozen", plan_hash=h,
                            subject=doc["name"], payload=payload)
     return FreezeResult(h, True, kind, plan, manifest.hash if manifest else None, seq, name=doc["name"])

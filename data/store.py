@@ -9,6 +9,7 @@ newer version of the code. Everything else talks SQL through it; bulk ingestion 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -16,11 +17,20 @@ from typing import Any, Iterator, Sequence
 
 import duckdb
 
-from data.errors import StoreError
+from data.errors import StoreCorrupt, StoreError, StoreLocked
 from data.schema import MIGRATIONS, SCHEMA_VERSION, TABLES, TABLES_BY_NAME
 
 DEFAULT_DB = "campaign.duckdb"
 ENV_DB = "CAMPAIGN_DB"
+
+# Every store connection: a query never installs or loads an extension behind the user's back
+# (docs/integrity.md). The same settings on every connection, so one process can reopen a file.
+CONNECT_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+
+# DuckDB's file layout: three 4 KiB headers, then blocks of `block_size` bytes, block id i at
+# offset header + i * block_size (docs/integrity.md). The file must be long enough to hold as many
+# blocks as its metadata says are in use; a shorter one has lost blocks its metadata points to.
+FILE_HEADER_BYTES = 3 * 4096
 
 
 def resolve_db_path(arg: str | os.PathLike | None = None) -> Path:
@@ -37,6 +47,28 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def open_error(path: Path, exc: BaseException) -> StoreError:
+    """The typed error for a DuckDB failure on `path`: locked, corrupt, or plain unreadable.
+    Matched on DuckDB's own phrases, never on a bare word ("block" contains "lock")."""
+    msg = first_line(exc)
+    low = msg.lower()
+    if "could not set lock on file" in low or "conflicting lock is held" in low:
+        return StoreLocked(f"{path}: database is in use by another process ({msg})")
+    if "different configuration than existing connections" in low:
+        return StoreLocked(f"{path}: database is already open in this process with other settings ({msg})")
+    if "permission denied" in low or "no such file" in low:
+        return StoreError(f"{path}: cannot open ({msg})")
+    if "version number" in low and "can only read" in low:
+        return StoreError(f"{path}: written by another DuckDB storage version ({msg})")
+    return StoreCorrupt(f"{path}: corrupt: not a DuckDB database, or damaged or truncated ({msg})")
+
+
+def is_corruption(exc: BaseException) -> bool:
+    """A read that failed because the file's bytes are damaged (checksum, short read)."""
+    low = first_line(exc).lower()
+    return "corrupt database file" in low or "could not read enough bytes" in low
+
+
 class Store:
     """A migrated connection to one run-store file."""
 
@@ -46,28 +78,43 @@ class Store:
             raise StoreError(f"{self.path}: no such database")
         if self.path.exists() and self.path.is_dir():
             raise StoreError(f"{self.path}: is a directory, not a DuckDB database")
+        self.created = not self.path.exists()  # a fresh file starts a fresh audit anchor (data/anchor.py)
+        self._tx_depth = 0
+        self._on_commit: dict[str, Callable[[], None]] = {}
         try:
-            self.con = duckdb.connect(str(self.path), read_only=read_only)
+            self.con = duckdb.connect(str(self.path), read_only=read_only, config=CONNECT_CONFIG)
         except duckdb.Error as exc:
-            msg = first_line(exc)
-            if "lock" in msg.lower():
-                raise StoreError(f"{self.path}: database is in use by another process ({msg})") from None
-            raise StoreError(f"{self.path}: not a DuckDB database or unreadable ({msg})") from None
+            raise open_error(self.path, exc) from None
         self.read_only = read_only
         try:
+            self.check_file_size()
             self._migrate()
+        except duckdb.Error as exc:
+            self.con.close()
+            raise open_error(self.path, exc) from None
         except Exception:
             self.con.close()
             raise
 
+    def check_file_size(self) -> None:
+        """Refuse a file too short for the blocks its metadata counts as used (a truncated copy
+        opens fine and fails only when a lost block is read)."""
+        if not self.path.is_file():
+            return
+        block_size, used_blocks = self.con.execute(
+            "SELECT block_size, used_blocks FROM pragma_database_size() WHERE database_name = current_database()"
+        ).fetchall()[0]
+        need = FILE_HEADER_BYTES + int(block_size) * int(used_blocks) if used_blocks else 0
+        size = self.path.stat().st_size
+        if size < need:
+            raise StoreCorrupt(f"{self.path}: corrupt: truncated: the file is {size} bytes but its metadata "
+                               f"counts {used_blocks} used blocks of {block_size} bytes (at least {need} bytes)")
+
     # -- schema ---------------------------------------------------------------------------
     def schema_version(self) -> int:
-        exists = self.con.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'"
-        ).fetchone()[0]
-        if not exists:
+        if not self.scalar("SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'"):
             return 0
-        return self.con.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
+        return self.scalar("SELECT coalesce(max(version), 0) FROM schema_version")
 
     def _migrate(self) -> None:
         current = self.schema_version()
@@ -101,7 +148,7 @@ class Store:
 
     # -- queries --------------------------------------------------------------------------
     def table_counts(self) -> dict[str, int]:
-        return {t.name: self.con.execute(f"SELECT count(*) FROM {t.name}").fetchone()[0] for t in TABLES}
+        return {t.name: self.scalar(f"SELECT count(*) FROM {t.name}") for t in TABLES}
 
     def query(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:
         """Rows as dicts (column name -> value)."""
@@ -110,8 +157,16 @@ class Store:
         return [dict(zip(cols, row)) for row in cur.fetchall()]
 
     def scalar(self, sql: str, params: Sequence[Any] | None = None) -> Any:
-        row = self.con.execute(sql, params or []).fetchone()
-        return row[0] if row else None
+        """First column of the first row. Fetches the whole result: DuckDB >= 2 refuses the
+        relational API (`con.sql`) while an earlier execute() result is unfinished."""
+        rows = self.con.execute(sql, params or []).fetchall()
+        return rows[0][0] if rows else None
+
+    def relation(self, sql: str, params: Sequence[Any] | None = None) -> duckdb.DuckDBPyRelation:
+        """A relational-API result (Arrow output without the DB-API copy). DuckDB >= 2 refuses it
+        while an earlier execute() result is unfinished, so that one is run to its end first."""
+        self.con.complete()
+        return self.con.sql(sql, params=list(params) if params else None)
 
     def insert(self, table: str, row: dict[str, Any]) -> None:
         """Insert one row; unknown columns are an error, missing ones are NULL."""
@@ -127,13 +182,43 @@ class Store:
 
     @contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """One transaction; nested uses join the outermost (DuckDB has no nesting, and a failed
+        BEGIN inside a transaction aborts it, so depth is tracked here rather than probed)."""
+        if self._tx_depth:
+            self._tx_depth += 1
+            try:
+                yield self.con
+            finally:
+                self._tx_depth -= 1
+            return
         self.con.execute("BEGIN TRANSACTION")
+        self._tx_depth = 1
         try:
             yield self.con
         except BaseException:
+            self._tx_depth = 0
+            self._on_commit.clear()
             self.con.execute("ROLLBACK")
             raise
-        self.con.execute("COMMIT")
+        self._tx_depth = 0
+        try:
+            self.con.execute("COMMIT")
+        except BaseException:
+            self._on_commit.clear()
+            raise
+        self._run_on_commit()
+
+    def on_commit(self, key: str, fn: Callable[[], None]) -> None:
+        """Run `fn` once the current transaction commits (now, outside one); one per key, so a
+        transaction that appends many events writes their side effect once."""
+        self._on_commit[key] = fn
+        if not self._tx_depth:
+            self._run_on_commit()
+
+    def _run_on_commit(self) -> None:
+        pending, self._on_commit = self._on_commit, {}
+        for fn in pending.values():
+            fn()
 
     def close(self) -> None:
         self.con.close()

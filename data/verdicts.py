@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from data.audit import append_event, atomic, canonical_json
+from data.digest import row_sha256
 from data.errors import CampaignError
 from data.store import Store, utcnow
 
@@ -66,6 +67,17 @@ def _json(obj: Any) -> str:
     return json.dumps(_finite(obj), sort_keys=True, allow_nan=False, default=str)
 
 
+def stored_json_sha256(text: str | None) -> str | None:
+    """The hash a `verdict_issued` event records for a stored JSON column."""
+    return hashlib.sha256(text.encode()).hexdigest() if text is not None else None
+
+
+def document_sha256(document: dict[str, Any]) -> str:
+    """The `document_sha256` of a verdict document as stored (also of an exported copy with its
+    `audit_head` taken out: export adds nothing else)."""
+    return stored_json_sha256(_json(document))
+
+
 def insert_verdict(store: Store, row: VerdictRow) -> str:
     """Insert one verdict and its `verdict_issued` audit event atomically; returns the verdict id.
     Refuses an id that already exists (verdicts are never overwritten)."""
@@ -95,9 +107,10 @@ def insert_verdict(store: Store, row: VerdictRow) -> str:
         append_event(store, "verdict_issued", plan_hash=row.plan_hash, subject=vid, payload={
             "kind": row.kind, "name": row.name, "verdict": row.verdict, "method": row.method,
             "draws": row.draws, "seed": row.seed,
-            "inputs_sha256": hashlib.sha256(_json(row.inputs).encode()).hexdigest(),
-            "checks_sha256": hashlib.sha256(checks_json.encode()).hexdigest(),
-            "document_sha256": hashlib.sha256(document_json.encode()).hexdigest() if document_json else None,
+            "inputs_sha256": stored_json_sha256(_json(row.inputs)),
+            "checks_sha256": stored_json_sha256(checks_json),
+            "document_sha256": stored_json_sha256(document_json),
+            **row_sha256(store, "verdicts", "verdict_id", vid),  # the whole row, for audit verify
         })
     return vid
 

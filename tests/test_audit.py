@@ -67,6 +67,8 @@ def test_audit_verify_cli_names_the_seq(tmp_path, capsys):
     db = tmp_path / "c.duckdb"
     with Store(db) as s:
         _chain(s)
+        for i in range(5):  # the runs the run_started events announce (verify cross-checks them)
+            insert_run(s, f"run-{i}", plan_hash="p" * 64, status="running")
     ok = inproc(capsys, "audit", "verify", db=db)
     assert ok.returncode == 0 and "audit chain OK" in ok.stdout
     with Store(db) as s:

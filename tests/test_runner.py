@@ -13,6 +13,7 @@ import time
 import pytest
 
 from data.audit import verify_chain
+from data.integrity import verify_store
 from data.queries import aggregate_runs
 from data.store import Store
 from engine_adapters.telemetry import gpu_identity
@@ -146,6 +147,9 @@ def test_resume_after_sigkill_mid_cell(tmp_path, capsys):
         ended = s.query("SELECT payload_json FROM audit_events WHERE kind = 'run_ended' AND subject = ?", [runs[1]["run_id"]])
         assert json.loads(ended[0]["payload_json"])["status"] == "incomplete"
         assert verify_chain(s).ok
+        # the recovered run's end event records the digest of what it stored; verify recomputes it
+        assert json.loads(ended[0]["payload_json"])["digest"]["tables"]["requests"]["rows"] == len(partial)
+        assert [c for c in verify_store(s) if not c.ok] == []
     assert not os.path.exists(f"/proc/{orphan['pid']}") or \
         open(f"/proc/{orphan['pid']}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
 

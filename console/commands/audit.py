@@ -6,14 +6,20 @@ from rich.console import Console
 
 from console.commands.db import add_db_arg
 from console.output import FORMATS, print_rows
-from data.audit import EVENT_KINDS, events, verify_chain
+from data.audit import EVENT_KINDS, events
+from data.errors import StoreCorrupt
+from data.integrity import FAILED, load_exported, verify_store
 from data.store import open_store
 
 
 def register(sub) -> None:
     p = sub.add_parser("audit", help="verify and list the audit chain")
     ps = p.add_subparsers(dest="audit_command", metavar="ACTION", required=True)
-    v = ps.add_parser("verify", help="recompute the hash chain; names the first broken link")
+    v = ps.add_parser("verify", help="recompute the hash chain and cross-check every plan, verdict and run "
+                                     "against it; names the first failing check (docs/integrity.md)")
+    v.add_argument("--against", action="append", default=[], metavar="FILE",
+                   help="also check that the store still holds the chain up to the head recorded in FILE: an "
+                        "exported verdict document, a runs export or an anchor file (repeatable)")
     add_db_arg(v)
     v.set_defaults(func=cmd_verify)
     lg = ps.add_parser("log", help="list audit events")
@@ -26,13 +32,21 @@ def register(sub) -> None:
 
 
 def cmd_verify(args) -> int:
-    with open_store(args.db) as store:
-        res = verify_chain(store)
-    if res.ok:
-        print(f"audit chain OK: {res.message}")
-        return 0
-    print(f"audit chain BROKEN at seq {res.first_broken_seq}: {res.message}")
-    return 1
+    against = [load_exported(f) for f in args.against]
+    try:
+        with open_store(args.db, read_only=True) as store:
+            checks = verify_store(store, against)
+    except StoreCorrupt as exc:
+        print(f"audit verify FAILED: store file: {exc}")
+        return 1
+    for c in checks:
+        print(f"{c.status:<11} {c.name:<10} {c.message}")
+    failed = next((c for c in checks if c.status == FAILED), None)
+    if failed:
+        print(f"audit verify FAILED: {failed.name}: {failed.message}")
+        return 1
+    print(f"audit verify OK: {len(checks)} checks")
+    return 0
 
 
 def cmd_log(args) -> int:

@@ -1,14 +1,21 @@
-"""`campaign sql` and `campaign db info`: the run store is plain DuckDB, queryable with SQL."""
+"""`campaign sql` and `campaign db info`: the run store is plain DuckDB, queryable with SQL.
+
+`campaign sql` opens the store read-only: DuckDB itself refuses any statement that would change
+it. `--write` opens it read-write and records the statement (text and SHA-256) as a `sql_write`
+audit event in the same transaction, so a hand edit is never silent (docs/integrity.md).
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 import duckdb
 
 from console.output import FORMATS, print_rows
+from data.audit import append_event, sha256_text, whoami
 from data.errors import CampaignError
-from data.store import first_line, open_store
+from data.store import Store, first_line, open_store, resolve_db_path
 
 
 def add_db_arg(p: argparse.ArgumentParser) -> None:
@@ -18,6 +25,9 @@ def add_db_arg(p: argparse.ArgumentParser) -> None:
 def register(sub) -> None:
     p = sub.add_parser("sql", help="run SQL against the run store")
     p.add_argument("query", help="SQL statement, e.g. \"SELECT * FROM runs\"")
+    p.add_argument("--write", action="store_true",
+                   help="allow the statement to change the store; it is recorded in the audit chain "
+                        "(sql_write event) and `campaign audit verify` shows it")
     add_db_arg(p)
     p.add_argument("--format", choices=FORMATS, default="table")
     p.set_defaults(func=cmd_sql)
@@ -29,17 +39,38 @@ def register(sub) -> None:
     info.set_defaults(func=cmd_db_info)
 
 
-def cmd_sql(args) -> int:
-    with open_store(args.db) as store:
-        try:
-            cur = store.con.execute(args.query)
-        except duckdb.Error as exc:
-            raise CampaignError(f"SQL error: {first_line(exc)}") from None
+def _execute(store: Store, query: str) -> tuple[list[str] | None, list[tuple]]:
+    """(columns or None for a statement without a result, rows), with the result read to its end."""
+    try:
+        cur = store.con.execute(query)
         if cur.description is None:
-            print("OK")
-            return 0
-        columns = [d[0] for d in cur.description]
-        print_rows(columns, cur.fetchall(), args.format)
+            return None, []
+        return [d[0] for d in cur.description], cur.fetchall()
+    except duckdb.Error as exc:
+        msg = first_line(exc)
+        if not store.read_only or "read-only mode" not in msg:
+            raise CampaignError(f"SQL error: {msg}") from None
+        raise CampaignError(f"sql: refused: the statement would change the store, which `campaign sql` opens "
+                            f"read-only; add --write to run it (it is then recorded in the audit chain) ({msg})") from None
+
+
+def cmd_sql(args) -> int:
+    path = resolve_db_path(args.db)
+    if not path.exists():
+        Store(path).close()  # as every command: a missing store is created (empty, migrated)
+    with Store(path, read_only=not args.write) as store:
+        if args.write:
+            with store.transaction():
+                columns, rows = _execute(store, args.query)
+                seq = append_event(store, "sql_write", subject=sha256_text(args.query)[:12], payload={
+                    "statement": args.query, "statement_sha256": sha256_text(args.query), "by": whoami()})
+            print(f"recorded as audit event seq {seq} (sql_write)", file=sys.stderr)
+        else:
+            columns, rows = _execute(store, args.query)
+    if columns is None:
+        print("OK")
+        return 0
+    print_rows(columns, rows, args.format)
     return 0
 
 

@@ -1,5 +1,10 @@
 """`campaign export verdict ID -o verdict.json` (the stored, schema-validated verdict document) and
-`campaign export runs --format csv|parquet -o FILE [--plan HASH]` (raw per-request rows)."""
+`campaign export runs --format csv|parquet -o FILE [--plan HASH]` (raw per-request rows).
+
+Every export carries the audit chain's head at export time (`audit_head`: in the verdict document,
+in the Parquet file's metadata, in `FILE.audit-head.json` beside a CSV), so `campaign audit verify
+--against FILE` can later show that the store still holds everything up to it (docs/integrity.md).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from pathlib import Path
 import jsonschema
 
 from console.commands.db import add_db_arg
+from data.anchor import PARQUET_KEY, anchor_path, current_head, write_anchor
 from data.errors import CampaignError
 from data.store import first_line, open_store
 
@@ -39,6 +45,7 @@ def cmd_export_verdict(args) -> int:
 
     with open_store(args.db, read_only=True) as store:
         row = get_verdict(store, args.verdict_id)
+        head = current_head(store).document(store.path)
     doc = row["document"]
     if doc is None:
         raise CampaignError(f"verdict {row['verdict_id']}: stored without a document")
@@ -48,14 +55,15 @@ def cmd_export_verdict(args) -> int:
         path = "/".join(str(p) for p in exc.absolute_path) or "(root)"
         raise CampaignError(f"verdict {row['verdict_id']}: stored document does not match "
                             f"docs/verdict.schema.json at {path}: {first_line(exc)}") from None
-    text = json.dumps(doc, indent=2, sort_keys=False) + "\n"
+    text = json.dumps({**doc, "audit_head": head}, indent=2, sort_keys=False) + "\n"
     if args.output:
         out = Path(args.output)
         try:
             out.write_text(text)
         except OSError as exc:
             raise CampaignError(f"{out}: cannot write ({exc.strerror})") from None
-        print(f"{out}: verdict {row['verdict_id']} ({row['verdict']}), {doc['schema_version']}")
+        print(f"{out}: verdict {row['verdict_id']} ({row['verdict']}), {doc['schema_version']}, "
+              f"audit head seq {head['length']}")
     else:
         sys.stdout.write(text)
     return 0
@@ -79,14 +87,19 @@ def cmd_export_runs(args) -> int:
             "FROM requests q JOIN runs r USING (run_id) LEFT JOIN exclusions x USING (run_id)"
             + where + " ORDER BY r.started_at, q.run_id, q.request_index"
         )
-        table = store.con.sql(sql, params=params).to_arrow_table()
+        table = store.relation(sql, params).to_arrow_table()
+        head = current_head(store).document(store.path)
     out = Path(args.output)
     try:
         if args.format == "parquet":
-            pq.write_table(table, out)
+            meta = {**(table.schema.metadata or {}), PARQUET_KEY: json.dumps(head).encode()}
+            pq.write_table(table.replace_schema_metadata(meta), out)
+            where = "in its metadata"
         else:
             pacsv.write_csv(table, out)
+            write_anchor(anchor_path(out), head)
+            where = f"in {anchor_path(out).name}"
     except OSError as exc:
         raise CampaignError(f"{out}: cannot write ({first_line(exc)})") from None
-    print(f"{out}: {table.num_rows} request rows ({args.format})")
+    print(f"{out}: {table.num_rows} request rows ({args.format}); audit head seq {head['length']} {where}")
     return 0

@@ -1,0 +1,344 @@
+"""`audit verify`: is every stored result still the one the audit chain announced?
+
+The chain (data/audit.py) protects the events; these checks tie the other tables to them: every
+plan row to its freeze event, every verdict row to its `verdict_issued` event, every exclusion to
+its `run_excluded` event, every run's rows to the digest its run-end event recorded
+(data/digest.py), and the chain's head to the anchors kept outside the table (data/anchor.py).
+What this proves, and what it cannot, is in docs/integrity.md.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import duckdb
+
+from data.anchor import Head, anchor_path, holds, read_head
+from data.audit import events, sha256_text, verify_chain
+from data.digest import RUN_TABLES, run_digests, table_digests
+from data.errors import CampaignError
+from data.schema import SCHEMA_VERSION, TABLES
+from data.store import Store, first_line, is_corruption
+from data.verdicts import document_sha256, stored_json_sha256
+
+OK, FAILED, NOT_CHECKED = "ok", "FAILED", "not checked"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str
+    message: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status != FAILED
+
+
+def _result(name: str, problems: list[str], ok_message: str) -> Check:
+    if not problems:
+        return Check(name, OK, ok_message)
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return Check(name, FAILED, problems[0] + more)
+
+
+def _by_subject(evs: list[dict[str, Any]], *kinds: str, last: bool = False) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for e in evs:
+        if e["kind"] in kinds and (last or e["subject"] not in out):
+            out[e["subject"]] = e
+    return out
+
+
+def _row_matches(store: Store, table: str, key: str, value: str, payload: dict[str, Any]) -> bool:
+    """The row hash recorded with the event (events from before row hashes: nothing to compare)."""
+    if "row_sha256" not in payload:
+        return True
+    got = table_digests(store, table, payload["row_columns"], key, keys=[value])[value]
+    return got.rows == 1 and got.sha256 == payload["row_sha256"]
+
+
+# -- the checks -------------------------------------------------------------------------------
+def check_file(store: Store, evs: list[dict[str, Any]]) -> Check:
+    """Read every row of every table: DuckDB verifies each block's checksum as it reads it."""
+    size = store.path.stat().st_size if store.path.is_file() else 0
+    present = {r[0] for r in store.con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    rows = 0
+    for t in TABLES:
+        if t.name not in present:
+            continue
+        try:
+            for batch in store.relation(f"SELECT * FROM {t.name}").to_arrow_reader(65536):
+                rows += batch.num_rows
+        except duckdb.Error as exc:
+            if is_corruption(exc):
+                return Check("store file", FAILED, f"{store.path}: corrupt: table {t.name} cannot be read back "
+                                                   f"({first_line(exc)})")
+            raise
+    return Check("store file", OK, f"{size} bytes, {rows} rows read back, every block's checksum holds")
+
+
+def check_schema(store: Store, evs: list[dict[str, Any]]) -> Check:
+    cols = defaultdict(set)
+    for table, column in store.con.execute("SELECT table_name, column_name FROM information_schema.columns").fetchall():
+        cols[table].add(column)
+    problems = []
+    for t in TABLES:
+        if t.name not in cols:
+            problems.append(f"table {t.name} is missing (dropped)")
+            continue
+        missing = [c for c in t.column_names if c not in cols[t.name]]
+        if missing:
+            problems.append(f"table {t.name}: column(s) {', '.join(missing)} missing")
+    return _result("schema", problems, f"version {store.schema_version()} (console {SCHEMA_VERSION}), "
+                                       f"{len(TABLES)} tables with every declared column")
+
+
+def check_chain(store: Store, evs: list[dict[str, Any]]) -> Check:
+    res = verify_chain(store)
+    if res.ok:
+        return Check("chain", OK, f"audit chain OK: {res.message}")
+    return Check("chain", FAILED, f"audit chain BROKEN at seq {res.first_broken_seq}: {res.message}")
+
+
+@dataclass(frozen=True)
+class Exported:
+    """An anchor given to `audit verify --against`, and the verdict document it came in (if any)."""
+
+    label: str
+    head: Head
+    verdict: dict[str, Any] | None = None
+
+
+def load_exported(path: str | Path) -> Exported:
+    """An anchor file, an exported verdict document or a runs export (data/anchor.py)."""
+    head = read_head(path)
+    doc = None
+    try:
+        parsed = json.loads(Path(path).read_text(encoding="utf-8"))
+        if isinstance(parsed, dict) and "verdict_id" in parsed and "audit_head" in parsed:
+            doc = parsed
+    except (OSError, ValueError, UnicodeDecodeError):
+        pass  # a Parquet export: the anchor is all it carries
+    return Exported(str(path), head, doc)
+
+
+def check_anchors(store: Store, against: Sequence[Exported]) -> Check:
+    side = anchor_path(store.path)
+    heads = [(x.label, x.head) for x in against]
+    if side.exists():
+        try:
+            heads.insert(0, (str(side), read_head(side)))
+        except CampaignError as exc:
+            return Check("anchor", FAILED, f"{exc} (the side anchor is damaged)")
+    if not heads:
+        return Check("anchor", NOT_CHECKED, f"no anchor: {side.name} is absent and no --against FILE was given, "
+                                            "so deleted newest events cannot be seen")
+    problems = [p for label, head in heads if (p := holds(store, head, label))]
+    held = ", ".join(f"{Path(label).name} (seq {head.length})" for label, head in heads)
+    return _result("anchor", problems, f"the chain still holds every anchored head: {held}")
+
+
+def check_plans(store: Store, evs: list[dict[str, Any]]) -> Check:
+    frozen = {e["plan_hash"]: e for e in evs if e["kind"] in ("plan_frozen", "addendum_frozen")}
+    rows = store.query("SELECT plan_hash, parent_hash, kind, name, canonical_json, source_path FROM plans")
+    problems = []
+    for r in rows:
+        h = r["plan_hash"]
+        e = frozen.get(h)
+        if e is None:
+            problems.append(f"plan {h[:12]}: no plan_frozen/addendum_frozen event for it (inserted or re-hashed by hand)")
+            continue
+        p, seq = e["payload"], e["seq"]
+        expected_kind = "addendum" if e["kind"] == "addendum_frozen" else "plan"
+        fields = {"kind": expected_kind, "name": p.get("name"), "source_path": p.get("source_path"),
+                  "parent_hash": p.get("parent_hash")}
+        wrong = [f"{k} is {r[k]!r}, the freeze event says {v!r}" for k, v in fields.items() if r[k] != v]
+        if wrong:
+            problems.append(f"plan {h[:12]}: {wrong[0]} (seq {seq})")
+        elif "row_sha256" not in p and sha256_text(r["canonical_json"]) != h:
+            problems.append(f"plan {h[:12]}: canonical_json no longer hashes to its plan_hash (edited)")
+        elif not _row_matches(store, "plans", "plan_hash", h, p):
+            problems.append(f"plan {h[:12]}: row differs from the one frozen at seq {seq} (edited)")
+    stored = {r["plan_hash"] for r in rows}
+    problems += [f"plan {h[:12]}: frozen at seq {e['seq']} but its plans row is missing (deleted)"
+                 for h, e in frozen.items() if h not in stored]
+    return _result("plans", problems, f"{len(rows)} plan row(s) match their freeze events")
+
+
+def check_manifests(store: Store, evs: list[dict[str, Any]]) -> Check:
+    frozen = _by_subject(evs, "manifest_frozen")
+    rows = store.query("SELECT manifest_hash, manifest_json FROM workload_manifests")
+    problems = []
+    for r in rows:
+        h = r["manifest_hash"]
+        if h not in frozen:
+            problems.append(f"manifest {h[:12]}: no manifest_frozen event for it (inserted by hand)")
+        elif sha256_text(r["manifest_json"]) != h:
+            problems.append(f"manifest {h[:12]}: manifest_json no longer hashes to its manifest_hash (edited)")
+    stored = {r["manifest_hash"] for r in rows}
+    problems += [f"manifest {h[:12]}: frozen at seq {e['seq']} but its row is missing (deleted)"
+                 for h, e in frozen.items() if h not in stored]
+    return _result("manifests", problems, f"{len(rows)} workload manifest(s) match their freeze events")
+
+
+_VERDICT_FIELDS = ("kind", "name", "verdict", "method", "draws", "seed")
+_VERDICT_JSON = (("inputs_json", "inputs_sha256"), ("checks_json", "checks_sha256"), ("document_json", "document_sha256"))
+
+
+def check_verdicts(store: Store, evs: list[dict[str, Any]]) -> Check:
+    issued = _by_subject(evs, "verdict_issued")
+    rows = store.query("SELECT * FROM verdicts ORDER BY created_at, verdict_id")
+    problems = []
+    for r in rows:
+        vid = r["verdict_id"]
+        e = issued.get(vid)
+        if e is None:
+            problems.append(f"verdict {vid}: no verdict_issued event for it (inserted by hand)")
+            continue
+        p, seq = e["payload"], e["seq"]
+        wrong = [f"{k} is {r[k]!r} but its verdict_issued event (seq {seq}) says {p.get(k)!r}"
+                 for k in _VERDICT_FIELDS if r[k] != p.get(k)]
+        if r["plan_hash"] != e["plan_hash"]:
+            wrong.append(f"plan_hash is {r['plan_hash']!r} but its verdict_issued event (seq {seq}) says {e['plan_hash']!r}")
+        wrong += [f"{col} differs from the one issued (seq {seq} records sha256 {p.get(key) or '-'})"
+                  for col, key in _VERDICT_JSON if key in p and stored_json_sha256(r[col]) != p[key]]
+        if wrong:
+            problems.append(f"verdict {vid}: {wrong[0]}")
+        elif not _row_matches(store, "verdicts", "verdict_id", vid, p):
+            problems.append(f"verdict {vid}: row differs from the one issued at seq {seq} (edited)")
+    stored = {r["verdict_id"] for r in rows}
+    problems += [f"verdict {vid}: issued at seq {e['seq']} but its row is missing (deleted)"
+                 for vid, e in issued.items() if vid not in stored]
+    return _result("verdicts", problems, f"{len(rows)} verdict row(s) match their verdict_issued events")
+
+
+def check_exclusions(store: Store, evs: list[dict[str, Any]]) -> Check:
+    excluded = _by_subject(evs, "run_excluded")
+    rows = store.query("SELECT run_id, reason, audit_seq FROM exclusions")
+    problems = []
+    for r in rows:
+        e = excluded.get(r["run_id"])
+        if e is None:
+            problems.append(f"exclusion of run {r['run_id']}: no run_excluded event for it (inserted by hand)")
+        elif r["audit_seq"] != e["seq"] or r["reason"] != e["payload"].get("reason"):
+            problems.append(f"exclusion of run {r['run_id']}: differs from its run_excluded event (seq {e['seq']})")
+    stored = {r["run_id"] for r in rows}
+    problems += [f"run {rid}: excluded at seq {e['seq']} but its exclusions row is missing (deleted: "
+                 "the run is back in aggregates)" for rid, e in excluded.items() if rid not in stored]
+    return _result("exclusions", problems, f"{len(rows)} exclusion(s) match their run_excluded events")
+
+
+def _digest_problem(rid: str, seq: int, recorded: dict[str, Any], got: dict[str, Any]) -> str | None:
+    for table in [t for t, _ in RUN_TABLES] + ["gpu_samples"]:
+        want, have = recorded.get(table), got.get(table)
+        if want is None:
+            continue
+        if want["rows"] != have["rows"]:
+            return (f"run {rid}: {table}: {have['rows']} row(s), the digest recorded at run end (seq {seq}) "
+                    f"says {want['rows']} (rows deleted or added)")
+        if "sha256" in want and want["sha256"] != have["sha256"]:
+            return (f"run {rid}: {table}: content differs from the digest recorded at run end (seq {seq}) "
+                    "(a stored value was edited)")
+    return None
+
+
+def check_runs(store: Store, evs: list[dict[str, Any]]) -> Check:
+    started = _by_subject(evs, "run_started")
+    ended = _by_subject(evs, "run_ended", last=True)
+    rows = store.query("SELECT run_id, status FROM runs ORDER BY started_at, run_id")
+    problems = []
+    for r in rows:
+        rid, status = r["run_id"], r["status"]
+        if rid not in started:
+            problems.append(f"run {rid}: not in the audit chain (no run_started event: inserted by hand)")
+        elif rid not in ended and status != "running":
+            problems.append(f"run {rid}: status {status!r} but the chain has no run_ended event for it")
+        elif rid in ended and status != ended[rid]["payload"].get("status"):
+            problems.append(f"run {rid}: status {status!r} but its run_ended event (seq {ended[rid]['seq']}) "
+                            f"says {ended[rid]['payload'].get('status')!r}")
+    stored = {r["run_id"] for r in rows}
+    problems += [f"run {rid}: started at seq {e['seq']} but its runs row is missing (deleted)"
+                 for rid, e in started.items() if rid not in stored]
+    with_digest = {rid: e for rid, e in ended.items() if "digest" in e["payload"]}
+    groups: dict[str, list[str]] = defaultdict(list)  # runs recorded with the same column lists
+    for rid, e in with_digest.items():
+        groups[json.dumps(e["payload"]["digest"]["columns"], sort_keys=True)].append(rid)
+    for columns_json, rids in groups.items():
+        got = run_digests(store, rids, json.loads(columns_json))
+        for rid in rids:
+            e = with_digest[rid]
+            problem = _digest_problem(rid, e["seq"], e["payload"]["digest"]["tables"], got[rid])
+            if problem:
+                problems.append(problem)
+    legacy = len(ended) - len(with_digest)
+    note = f"; {legacy} run(s) ended before run digests were recorded: rows not compared" if legacy else ""
+    return _result("runs", problems, f"{len(with_digest)} run(s) match the digests recorded at run end{note}")
+
+
+def check_sql_writes(store: Store, evs: list[dict[str, Any]]) -> Check:
+    writes = [e for e in evs if e["kind"] == "sql_write"]
+    if not writes:
+        return Check("sql writes", OK, "none: no statement changed the store through `campaign sql --write`")
+    seqs = ", ".join(str(e["seq"]) for e in writes[:10]) + (" ..." if len(writes) > 10 else "")
+    return Check("sql writes", OK, f"{len(writes)} statement(s) changed the store by hand (seq {seqs}; "
+                                   "`campaign audit log --kind sql_write`)")
+
+
+CHECKS: tuple[tuple[str, Callable[[Store, list[dict[str, Any]]], Check]], ...] = (
+    ("store file", check_file), ("schema", check_schema), ("chain", check_chain), ("plans", check_plans),
+    ("manifests", check_manifests), ("verdicts", check_verdicts), ("exclusions", check_exclusions),
+    ("runs", check_runs), ("sql writes", check_sql_writes),
+)
+
+
+def check_exports(store: Store, evs: list[dict[str, Any]], against: Sequence[Exported]) -> Check | None:
+    """An exported verdict document must be the one its `verdict_issued` event announced."""
+    docs = [x for x in against if x.verdict is not None]
+    if not docs:
+        return None
+    issued = _by_subject(evs, "verdict_issued")
+    problems = []
+    for x in docs:
+        vid = x.verdict.get("verdict_id")
+        e = issued.get(vid)
+        body = {k: v for k, v in x.verdict.items() if k != "audit_head"}
+        if e is None:
+            problems.append(f"{x.label}: verdict {vid} was never issued in this store")
+        elif document_sha256(body) != e["payload"].get("document_sha256"):
+            problems.append(f"{x.label}: verdict {vid} differs from the document issued at seq {e['seq']} "
+                            "(the export or the store was edited)")
+    return _result("exports", problems, f"{len(docs)} exported verdict document(s) match their verdict_issued events")
+
+
+def verify_store(store: Store, against: Sequence[Exported] = ()) -> list[Check]:
+    """Every check, in order; the first FAILED one is what `audit verify` names."""
+    try:
+        evs = events(store)
+    except duckdb.Error:
+        evs = []  # the schema / chain checks say why
+    out = []
+    for name, fn in CHECKS:
+        out.append(_run(name, lambda fn=fn: fn(store, evs)))
+        if fn is check_file and not out[-1].ok:
+            return out  # nothing read from a damaged file is evidence either way
+        if fn is check_chain:
+            out.append(_run("anchor", lambda: check_anchors(store, against)))
+        if fn is check_verdicts:
+            exported = _run("exports", lambda: check_exports(store, evs, against))
+            if exported is not None:
+                out.append(exported)
+    return out
+
+
+def _run(name: str, fn: Callable[[], Check | None]) -> Check | None:
+    try:
+        return fn()
+    except duckdb.Error as exc:
+        if is_corruption(exc):
+            return Check(name, FAILED, f"corrupt: {first_line(exc)}")
+        return Check(name, FAILED, f"cannot be checked: {first_line(exc)}")

@@ -1,0 +1,323 @@
+"""Stored results cannot change unnoticed: `audit verify` against hand edits of a real campaign's
+store (made with the `duckdb` module directly, as a user with shell access would), the read-only
+`campaign sql`, the head anchor against tail truncation, corrupt and truncated files, and every
+export path on the installed DuckDB."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import jsonschema
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from data.anchor import PARQUET_KEY, SUFFIX, anchor_path
+from data.errors import StoreCorrupt, StoreLocked
+from data.store import Store
+from plans_helpers import inproc, make_workload, plan_dict, write_json
+from stats.verdict_doc import load_schema
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _cli(*args: str, db: Path) -> tuple[int, str]:
+    """The CLI in this process, output captured (a module fixture has no capsys)."""
+    import contextlib
+    import io
+
+    from console.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        rc = main([*args, "--db", str(db)])
+    return rc, out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory) -> dict:
+    """Freeze, run (two reference engines, 2 x 2 requests each) and gate a small plan: a store
+    with plans, runs, requests, chunks, two issued verdicts and the side anchor. Tests copy it."""
+    root = tmp_path_factory.mktemp("campaign")
+    wl = make_workload(root / "wl", short=True)
+    doc = plan_dict(wl, concurrencies=(1,), requests=2, repeats=2, restart="per_cell", interleave="sequential")
+    doc["quality"]["concurrencies"] = [1, 16, 32]  # the built-in controls' concurrencies
+    doc["decision_rules"] = [{"name": "fast-exceeds", "kind": "throughput_exceeds", "candidate": "ref-fast",
+                              "reference": "ref-baseline", "concurrencies": [1], "confidence": 0.95}]
+    for e in doc["engines"]:
+        e["argv"] = [sys.executable, "-m", "engine_adapters.reference", "--dialect", e["dialect"],
+                     "--profile", e["profile"], "--host", "127.0.0.1", "--port", str(e["port"])]
+    plan = write_json(root / "plan.json", doc)
+    db = root / "c.duckdb"
+    rc, out = _cli("plan", "freeze", str(plan), db=db)
+    assert rc == 0, out
+    rc, out = _cli("run", str(plan), db=db)
+    assert rc == 0, out
+    rc, out = _cli("gate", str(plan), db=db)
+    assert len(re.findall(r"verdict issued: (\S+)", out)) == 2, out
+    return {"db": db, "plan": plan}
+
+
+def _copy(campaign, tmp_path) -> Path:
+    """A private copy of the store and its side anchor (each tamper case edits its own)."""
+    db = tmp_path / "c.duckdb"
+    shutil.copy(campaign["db"], db)
+    if anchor_path(campaign["db"]).exists():
+        shutil.copy(anchor_path(campaign["db"]), anchor_path(db))
+    return db
+
+
+def _tamper(db: Path, *statements: str) -> None:
+    con = duckdb.connect(str(db))
+    try:
+        for sql in statements:
+            con.execute(sql)
+    finally:
+        con.close()
+
+
+def _verify(capsys, db, *args):
+    return inproc(capsys, "audit", "verify", *args, db=db)
+
+
+def test_untouched_store_verifies(campaign, tmp_path, capsys):
+    db = _copy(campaign, tmp_path)
+    r = _verify(capsys, db)
+    assert r.returncode == 0, r.stdout
+    assert "audit chain OK" in r.stdout and "audit verify OK" in r.stdout
+    assert re.search(r"ok +runs +4 run\(s\) match the digests recorded at run end", r.stdout)
+    assert re.search(r"ok +verdicts +2 verdict", r.stdout)
+    assert re.search(r"ok +anchor +the chain still holds", r.stdout)
+
+
+# (id, statements, the check audit verify must name first, a word its message must hold)
+TAMPER = [
+    ("verdict-pass-to-fail",  # the throughput rule's verdict (the faster profile: PASS)
+     ["UPDATE verdicts SET verdict = CASE verdict WHEN 'PASS' THEN 'FAIL' ELSE 'PASS' END WHERE kind = 'throughput'"],
+     "verdicts", "its verdict_issued event"),
+    ("delete-newest-event",
+     ["DELETE FROM audit_events WHERE seq = (SELECT max(seq) FROM audit_events)"], "anchor", "tail truncated"),
+    ("delete-verdicts-and-events",
+     ["DELETE FROM verdicts", "DELETE FROM audit_events WHERE kind = 'verdict_issued'"], "anchor", "tail truncated"),
+    ("edit-plan-row",
+     ["UPDATE plans SET canonical_json = replace(canonical_json, '\"requests_per_run\":2', '\"requests_per_run\":3')"],
+     "plans", "frozen"),
+    ("edit-first-audio",
+     ["UPDATE requests SET t_first_audio_ns = t_first_audio_ns - 50000000 "
+      "WHERE request_index = 0 AND run_id = (SELECT min(run_id) FROM runs)"], "runs", "a stored value was edited"),
+    ("delete-request-rows",
+     ["DELETE FROM requests WHERE request_index = 1 AND run_id = (SELECT max(run_id) FROM runs)"], "runs",
+     "rows deleted or added"),
+    ("drop-verdicts", ["DROP TABLE verdicts"], "schema", "verdicts is missing"),
+]
+
+
+@pytest.mark.parametrize("statements, check, needle", [t[1:] for t in TAMPER], ids=[t[0] for t in TAMPER])
+def test_each_hand_edit_fails_verify_naming_the_check(campaign, tmp_path, capsys, statements, check, needle):
+    db = _copy(campaign, tmp_path)
+    before = _tamper_guard(db, statements)
+    _tamper(db, *statements)
+    assert _tamper_guard(db, statements) != before, "the edit changed nothing: the case tests nothing"
+    r = _verify(capsys, db)
+    assert r.returncode == 1, r.stdout
+    last = r.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"audit verify FAILED: {check}: "), r.stdout
+    assert needle in last, last
+
+
+def _tamper_guard(db: Path, statements: list[str]) -> str:
+    """A fingerprint of the tables a case edits, to prove the edit happened."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        tables = {t for t in ("verdicts", "audit_events", "plans", "requests") if any(t in s for s in statements)}
+        present = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+        return json.dumps({t: str(con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall()) if t in present else None
+                           for t in sorted(tables)})
+    finally:
+        con.close()
+
+
+def test_sql_is_read_only_unless_write_and_writes_are_audited(campaign, tmp_path, capsys):
+    db = _copy(campaign, tmp_path)
+    r = inproc(capsys, "sql", "DELETE FROM verdicts", db=db)
+    assert r.returncode == 2
+    assert "refused" in r.stderr and "--write" in r.stderr and r.stderr.count("\n") == 1
+    with Store(db, read_only=True) as s:
+        assert s.scalar("SELECT count(*) FROM verdicts") == 2
+        n_events = s.scalar("SELECT count(*) FROM audit_events")
+        assert s.scalar("SELECT current_setting('autoload_known_extensions')") is False
+        assert s.scalar("SELECT current_setting('autoinstall_known_extensions')") is False
+    ok = inproc(capsys, "sql", "SELECT count(*) AS n FROM verdicts", "--format", "json", db=db)
+    assert ok.returncode == 0 and json.loads(ok.stdout) == [{"n": 2}]
+
+    w = inproc(capsys, "sql", "DELETE FROM verdicts", "--write", db=db)
+    assert w.returncode == 0 and "sql_write" in w.stderr
+    with Store(db, read_only=True) as s:
+        assert s.scalar("SELECT count(*) FROM verdicts") == 0
+        ev = s.query("SELECT seq, kind, payload_json FROM audit_events ORDER BY seq DESC LIMIT 1")[0]
+    assert ev["seq"] == n_events + 1 and ev["kind"] == "sql_write"
+    payload = json.loads(ev["payload_json"])
+    assert payload["statement"] == "DELETE FROM verdicts" and len(payload["statement_sha256"]) == 64
+    assert json.loads(anchor_path(db).read_text())["length"] == n_events + 1
+    r = _verify(capsys, db)
+    assert r.returncode == 1
+    assert re.search(r"sql writes +1 statement\(s\) changed the store by hand", r.stdout)
+    assert "audit verify FAILED: verdicts: " in r.stdout and "row is missing (deleted)" in r.stdout
+
+    bad = inproc(capsys, "sql", "DROP TABLE audit_events", "--write", db=db)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    with Store(db, read_only=True) as s:  # the failed write left nothing behind
+        assert s.scalar("SELECT count(*) FROM audit_events") == n_events + 1
+
+
+def test_exported_heads_show_truncation_even_without_the_side_anchor(campaign, tmp_path, capsys):
+    db = _copy(campaign, tmp_path)
+    with Store(db, read_only=True) as s:
+        n, vid = s.query("SELECT seq, subject FROM audit_events ORDER BY seq DESC LIMIT 1")[0].values()
+        assert s.scalar("SELECT kind FROM audit_events WHERE seq = ?", [n]) == "verdict_issued"
+    doc_path = tmp_path / "verdict.json"
+    assert inproc(capsys, "export", "verdict", vid, "-o", str(doc_path), db=db).returncode == 0
+    doc = json.loads(doc_path.read_text())
+    jsonschema.validate(doc, load_schema())
+    assert doc["audit_head"]["length"] == n and len(doc["audit_head"]["head_hash"]) == 64
+    pq_path = tmp_path / "runs.parquet"
+    assert inproc(capsys, "export", "runs", "--format", "parquet", "-o", str(pq_path), db=db).returncode == 0
+    assert json.loads(pq.read_schema(pq_path).metadata[PARQUET_KEY])["length"] == n
+    ok = _verify(capsys, db, "--against", str(doc_path), "--against", str(pq_path))
+    assert ok.returncode == 0, ok.stdout
+    assert re.search(r"ok +exports +1 exported verdict document", ok.stdout)
+
+    anchor_path(db).unlink()  # the attacker removes the side anchor too
+    _tamper(db, f"DELETE FROM verdicts WHERE verdict_id = '{vid}'", f"DELETE FROM audit_events WHERE seq = {n}")
+    blind = _verify(capsys, db)
+    assert re.search(r"not checked +anchor +no anchor", blind.stdout)
+    r = _verify(capsys, db, "--against", str(doc_path))
+    assert r.returncode == 1
+    assert f"audit verify FAILED: anchor: {doc_path} records {n} events" in r.stdout
+    assert re.search(rf"FAILED +exports +{re.escape(str(doc_path))}: verdict {vid} was never issued", r.stdout)
+
+
+def test_edited_export_does_not_match_its_issued_verdict(campaign, tmp_path, capsys):
+    db = _copy(campaign, tmp_path)
+    with Store(db, read_only=True) as s:
+        vid = s.scalar("SELECT min(verdict_id) FROM verdicts")
+    doc_path = tmp_path / "verdict.json"
+    assert inproc(capsys, "export", "verdict", vid, "-o", str(doc_path), db=db).returncode == 0
+    doc = json.loads(doc_path.read_text())
+    doc["verdict"] = "FAIL" if doc["verdict"] == "PASS" else "PASS"
+    doc_path.write_text(json.dumps(doc))
+    r = _verify(capsys, db, "--against", str(doc_path))
+    assert r.returncode == 1 and "audit verify FAILED: exports: " in r.stdout and "differs from the document" in r.stdout
+
+
+def test_anchor_never_moves_back_over_a_truncation(campaign, tmp_path, capsys):
+    from data.queries import exclude_run
+
+    db = _copy(campaign, tmp_path)
+    anchored = json.loads(anchor_path(db).read_text())
+    _tamper(db, "DELETE FROM audit_events WHERE seq = (SELECT max(seq) FROM audit_events)")
+    with Store(db) as s:  # a later append must not hide the loss by rewriting the anchor
+        exclude_run(s, s.scalar("SELECT min(run_id) FROM runs"), "profiler attached")
+    assert "the anchor is left as it is" in capsys.readouterr().err
+    assert json.loads(anchor_path(db).read_text())["head_hash"] == anchored["head_hash"]
+    r = _verify(capsys, db)
+    assert r.returncode == 1 and "audit verify FAILED: anchor: " in r.stdout and "history" in r.stdout
+
+
+def test_half_size_store_is_reported_corrupt(campaign, tmp_path, capsys):
+    db = _copy(campaign, tmp_path)
+    with open(db, "r+b") as f:
+        f.truncate(db.stat().st_size // 2)
+    info = inproc(capsys, "db", "info", db=db)
+    assert info.returncode != 0
+    assert "corrupt" in info.stderr and "in use" not in info.stderr and info.stderr.count("\n") == 1
+    r = _verify(capsys, db)
+    assert r.returncode == 1
+    assert r.stdout.count("\n") == 1 and "audit verify FAILED: store file: " in r.stdout and "corrupt" in r.stdout
+    with pytest.raises(StoreCorrupt, match="truncated"):
+        Store(db, read_only=True)
+
+
+def test_damaged_block_is_corrupt_never_in_use(campaign, tmp_path, capsys):
+    """DuckDB's checksum message ends in '... in block at location N': "block" contains "lock"."""
+    db = _copy(campaign, tmp_path)
+    with open(db, "r+b") as f:
+        f.seek(3 * 4096 + 100)  # the first block after the headers
+        f.write(b"\x55" * 2000)
+    for args in (("db", "info"), ("audit", "verify"), ("runs", "list")):
+        r = inproc(capsys, *args, db=db)
+        text = r.stdout + r.stderr
+        assert r.returncode != 0 and "corrupt" in text and "in use" not in text, (args, text)
+    with pytest.raises(StoreCorrupt):
+        Store(db)
+
+
+def test_store_held_by_another_process_is_locked(tmp_path):
+    db = tmp_path / "c.duckdb"
+    Store(db).close()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time, duckdb\n"
+                               f"con = duckdb.connect({str(db)!r}); print('held', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(StoreLocked, match="in use by another process"):
+            Store(db, read_only=True)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+@pytest.mark.parametrize("plan_filter", [False, True], ids=["all-runs", "plan"])
+def test_export_runs_every_path(campaign, tmp_path, capsys, fmt, plan_filter):
+    db = _copy(campaign, tmp_path)
+    with Store(db, read_only=True) as s:
+        n = s.scalar("SELECT count(*) FROM requests")
+        plan_hash = s.scalar("SELECT plan_hash FROM plans")
+    out = tmp_path / f"runs.{fmt}"
+    args = ["export", "runs", "--format", fmt, "-o", str(out)] + (["--plan", plan_hash[:12]] if plan_filter else [])
+    r = inproc(capsys, *args, db=db)
+    assert r.returncode == 0, r.stderr
+    df = pd.read_csv(out) if fmt == "csv" else pd.read_parquet(out)
+    assert len(df) == n == 8 and {"engine", "concurrency", "kind", "excluded_reason", "t_first_audio_ns"} <= set(df.columns)
+    head = out.with_name(out.name + SUFFIX) if fmt == "csv" else out
+    assert _verify(capsys, db, "--against", str(head)).returncode == 0
+
+
+def test_export_verdict_to_stdout_and_file(campaign, tmp_path, capsys):
+    db = _copy(campaign, tmp_path)
+    with Store(db, read_only=True) as s:
+        ids = [r[0] for r in s.con.execute("SELECT verdict_id FROM verdicts ORDER BY verdict_id").fetchall()]
+    for vid in ids:
+        r = inproc(capsys, "export", "verdict", vid, db=db)
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        jsonschema.validate(doc, load_schema())
+        assert doc["verdict_id"] == vid and doc["audit_head"]["schema"] == "omni-campaign-audit-head/1"
+        f = tmp_path / f"{vid}.json"
+        assert inproc(capsys, "export", "verdict", vid[:24], "-o", str(f), db=db).returncode == 0
+        assert json.loads(f.read_text())["verdict_id"] == vid
+
+
+def test_digest_line_is_the_documented_canonical_form(store):
+    """docs/integrity.md: fields joined by ',', VARCHAR as <length>:<text>, NULL as '~', then '\\n';
+    a change here would invalidate every digest already recorded."""
+    import hashlib
+
+    from data.digest import line_sql, table_digests
+
+    store.insert("chunks", {"run_id": "r,1", "request_index": 0, "chunk_index": 2, "t_arrival_ns": -5,
+                            "kind": "a\nb", "samples": 0, "payload_bytes": 7})
+    cols = ["run_id", "request_index", "chunk_index", "t_arrival_ns", "kind", "samples", "payload_bytes",
+            "server_emit_ns"]
+    line = store.scalar(f"SELECT {line_sql('chunks', cols)} FROM chunks")
+    assert line == "3:r,1,0,2,-5,3:a\nb,0,7,~\n"
+    got = table_digests(store, "chunks", cols, "run_id", ("request_index", "chunk_index"), keys=["r,1", "none"])
+    assert got["r,1"].rows == 1 and got["r,1"].sha256 == hashlib.sha256(line.encode()).hexdigest()
+    assert got["none"].rows == 0 and got["none"].sha256 == hashlib.sha256(b"").hexdigest()
