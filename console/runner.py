@@ -23,14 +23,14 @@ import os
 import signal
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
 from data.audit import append_event, atomic, canonical_json
 from data.errors import CampaignError
 from data.manifest import build_manifest, holdout_opened, load_plan_workload
-from data.plans import EngineSpec, Plan
+from data.plans import EngineSpec, Plan, engine_environment, plan_secrets
 from data.store import Store, utcnow
 from data.workload import Utterance
 
@@ -103,8 +103,10 @@ class EngineManager:
     """Starts and stops engines through the shared lifecycle adapters (console.recording.launch_engine
     stores every launch in engine_launches) and records each launch's outcome as an attempt."""
 
-    def __init__(self, store: Store, plan: Plan, logs_dir: Path, log: Callable[[str], None]):
+    def __init__(self, store: Store, plan: Plan, logs_dir: Path, log: Callable[[str], None],
+                 env: dict[str, dict[str, str]] | None = None):
         self.store, self.plan, self.logs_dir, self.log = store, plan, logs_dir, log
+        self.env = env or {}  # engine name -> real environment (data.plans.engine_environment)
         self.up: dict[str, Launch] = {}
 
     def adapter_spec(self, engine: EngineSpec) -> Any:
@@ -112,7 +114,8 @@ class EngineManager:
 
         index = [e.name for e in self.plan.engines].index(engine.name)
         entry = {k: v for k, v in self.plan.raw["engines"][index].items() if not k.startswith("_")}
-        return spec_from_plan(entry, model=self.plan.model.id, where=f"engines[{index}]")
+        spec = spec_from_plan(entry, model=self.plan.model.id, where=f"engines[{index}]")
+        return replace(spec, env=self.env[engine.name]) if engine.name in self.env else spec
 
     def launch(self, engine: EngineSpec) -> Launch:
         """Spawn and wait for health; a startup failure is recorded and raised as EngineStartupFailed."""
@@ -168,7 +171,8 @@ def record_attempt(store: Store, plan: Plan, engine: EngineSpec, outcome: str, *
                    launch_id: str | None = None, run_ids: list[str] | None = None) -> str:
     attempt_id = f"A-{uuid.uuid4().hex[:12]}"
     config = {"adapter": engine.adapter, "revision": engine.revision, "profile": engine.profile,
-              "argv": _argv_or_reason(engine, plan), "env": engine.env}
+              "argv": _argv_or_reason(engine, plan), "env": engine.env,  # names -> sha256 (data/secrets.py)
+              "env_passthrough": engine.env_passthrough}
     with atomic(store):
         store.insert("attempts", {
             "attempt_id": attempt_id, "plan_hash": plan.hash, "created_at": utcnow(), "engine": engine.name,
@@ -306,6 +310,7 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
     log = opts.log
     manifest_hash = check_preconditions(store, plan, opts.phase)
     cells = plan_cells(plan, opts.phase)
+    env = engine_environment(plan, plan_secrets(store, plan), {c.engine for c in cells})
     keys = {c.key for c in cells}
     existing = [r for r in store.query("SELECT run_id, cell_key, status FROM runs WHERE plan_hash = ?", [plan.hash])
                 if r["cell_key"] in keys]
@@ -330,7 +335,7 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
                    "throughput_scale": plan.metrics.throughput_scale, "stall_threshold_s": plan.metrics.stall_threshold_s,
                    "preroll_s": plan.metrics.preroll_s, "phase": opts.phase}
 
-    engines = EngineManager(store, plan, opts.artifacts_dir / "logs", log)
+    engines = EngineManager(store, plan, opts.artifacts_dir / "logs", log, env)
     failed: dict[str, str] = {}
     run_ids: list[str] = []
     current: dict[str, int] = {}  # engine -> concurrency it served last (for per_cell restarts)
