@@ -255,10 +255,26 @@ class RunnerResult:
     run_ids: list[str]
     failed_engines: dict[str, str]
     recovered: list[str]
+    cells_run: int = 0  # cells this invocation set out to run
+    problems: list[tuple[str, str]] = field(default_factory=list)  # (cell key, why it did not succeed)
 
     @property
     def ok(self) -> bool:
-        return not self.failed_engines
+        """Every cell of this invocation has a complete run in which a request succeeded: the exit
+        status of `campaign run` (docs/reliability-plans.md)."""
+        return not self.failed_engines and not self.problems
+
+
+def cell_problem(store: Store, run_id: str) -> str | None:
+    """Why a recorded run does not count as a successful cell, or None."""
+    status, ok = store.con.execute(
+        "SELECT r.status, (SELECT count(*) FROM requests q WHERE q.run_id = r.run_id AND q.outcome = 'ok' "
+        "AND NOT q.is_warmup) FROM runs r WHERE r.run_id = ?", [run_id]).fetchone()
+    if status != "complete":
+        return f"run {run_id} {status}"
+    if not ok:
+        return f"no request succeeded (run {run_id})"
+    return None
 
 
 @dataclass
@@ -302,6 +318,16 @@ def check_preconditions(store: Store, plan: Plan, phase: str) -> str:
     return manifest.hash
 
 
+def refuse_rerun(store: Store, plan: Plan, keys: set[str], resume: bool) -> None:
+    """A phase that already has runs continues only with --resume."""
+    existing = [r for r in store.query("SELECT run_id, cell_key, status FROM runs WHERE plan_hash = ?", [plan.hash])
+                if r["cell_key"] in keys]
+    if existing and not resume:
+        done = sum(r["status"] == "complete" for r in existing)
+        raise CampaignError(f"plan {plan.hash[:12]} already has {len(existing)} run(s) in this phase ({done} complete); "
+                            f"use --resume to continue without repeating completed cells")
+
+
 def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
     """Execute the plan's cells for one phase; see the module docstring for the rules."""
     from console.recording import record_run
@@ -312,13 +338,8 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
     cells = plan_cells(plan, opts.phase)
     env = engine_environment(plan, plan_secrets(store, plan), {c.engine for c in cells})
     keys = {c.key for c in cells}
-    existing = [r for r in store.query("SELECT run_id, cell_key, status FROM runs WHERE plan_hash = ?", [plan.hash])
-                if r["cell_key"] in keys]
+    refuse_rerun(store, plan, keys, opts.resume)
     recovered: list[str] = []
-    if existing and not opts.resume:
-        done = sum(r["status"] == "complete" for r in existing)
-        raise CampaignError(f"plan {plan.hash[:12]} already has {len(existing)} run(s) in this phase ({done} complete); "
-                            f"use --resume to continue without repeating completed cells")
     if opts.resume:
         recovered = recover_interrupted(store, plan, log)
     done = completed_cells(store, plan.hash)
@@ -337,6 +358,7 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
 
     engines = EngineManager(store, plan, opts.artifacts_dir / "logs", log, env)
     failed: dict[str, str] = {}
+    problems: list[tuple[str, str]] = []
     run_ids: list[str] = []
     current: dict[str, int] = {}  # engine -> concurrency it served last (for per_cell restarts)
     log(f"plan {plan.hash[:12]} ({plan.name}): {len(cells)} cells, {len(cells) - len(todo)} already complete, "
@@ -345,6 +367,7 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
     try:
         for i, cell in enumerate(todo):
             if cell.engine in failed:
+                problems.append((cell.key, "skipped: its engine did not start"))
                 if opts.on_cell:
                     opts.on_cell(i, len(todo), cell, "skipped")
                 continue
@@ -360,6 +383,7 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
                     engines.launch(engine)
                 except EngineStartupFailed as exc:
                     failed[cell.engine] = str(exc)
+                    problems.append((cell.key, "its engine did not start"))
                     log(f"engine {cell.engine}: {exc}")
                     continue
             launch = engines.up[cell.engine]
@@ -379,7 +403,10 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
                              on_progress=opts.on_progress, live=opts.live)
             run_ids.append(rid)
             status = store.scalar("SELECT status FROM runs WHERE run_id = ?", [rid])
-            log(f"[{i + 1}/{len(todo)}] {cell.key}: run {rid} {status}")
+            problem = cell_problem(store, rid)
+            if problem:
+                problems.append((cell.key, problem))
+            log(f"[{i + 1}/{len(todo)}] {cell.key}: run {rid} {status}" + ("; no request succeeded" if status == "complete" and problem else ""))
             if opts.on_cell:
                 opts.on_cell(i, len(todo), cell, status or "unknown")
     except BaseException:
@@ -387,4 +414,4 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
         raise
     finally:
         engines.stop_all(outcome)
-    return RunnerResult(plan.hash, len(cells), len(cells) - len(todo), run_ids, failed, recovered)
+    return RunnerResult(plan.hash, len(cells), len(cells) - len(todo), run_ids, failed, recovered, len(todo), problems)

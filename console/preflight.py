@@ -1,0 +1,57 @@
+"""What `campaign run --detach` checks in the foreground before it detaches, so that an error is a
+one-line message and a non-zero exit where the user is looking, never a "running in the
+background" followed by a failure in a log file: the store opens (not locked by another
+campaign, not damaged), the plan is frozen and unaltered, its workload unchanged, the phase can
+start (holdout opened, no earlier runs without --resume), every env value is available, and
+every engine port is free.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import socket
+
+from console.runner import _pid_matches, check_preconditions, plan_cells, refuse_rerun
+from data.errors import CampaignError
+from data.plans import Plan, engine_environment, plan_secrets
+from data.store import Store
+
+
+def port_taken(host: str, port: int) -> bool:
+    """Is a socket listening on (host, port)? Binds the way servers do (SO_REUSEADDR, so a port
+    in TIME_WAIT reads as free); an address this host cannot bind is left to the launch."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        return False
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(addr)
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
+
+
+def _orphan_ports(store: Store, plan: Plan) -> set[tuple[str, int]]:
+    """Ports held by engines an interrupted runner left up: `--resume` stops them first."""
+    rows = store.query("SELECT engine, pid, argv_json FROM engine_launches WHERE plan_hash = ? "
+                       "AND status IN ('starting', 'ready')", [plan.hash])
+    names = {r["engine"] for r in rows if r["pid"] and _pid_matches(r["pid"], json.loads(r["argv_json"]))}
+    return {(e.host, e.port) for e in plan.engines if e.name in names}
+
+
+def check_startable(store: Store, plan: Plan, phase: str, resume: bool) -> None:
+    """Raise a one-line CampaignError when `campaign run` of this plan and phase would refuse."""
+    check_preconditions(store, plan, phase)
+    cells = plan_cells(plan, phase)
+    names = {c.engine for c in cells}
+    engine_environment(plan, plan_secrets(store, plan), names)
+    refuse_rerun(store, plan, {c.key for c in cells}, resume)
+    spare = _orphan_ports(store, plan) if resume else set()
+    for i, e in enumerate(plan.engines):
+        if e.name in names and (e.host, e.port) not in spare and port_taken(e.host, e.port):
+            raise CampaignError(f"engines[{i}].port: {e.host}:{e.port} is already in use by another process; "
+                                f"stop it or choose another port (addendum)")
