@@ -50,7 +50,7 @@ class ClosedStdoutGuard(io.TextIOBase):
     (`campaign run PLAN | head -2`), the first write that meets the closed pipe says so once on
     stderr, points fd 1 at /dev/null (so child processes and the interpreter's final flush do not
     meet it either) and the command carries on with its output discarded. `closed_pipe` tells the
-    command to put its closing summary on stderr. See docs/reliability-plans.md."""
+    command to put its closing summary on stderr (the policy: console/commands/run.py)."""
 
     def __init__(self, inner: Any, notice: str):
         super().__init__()

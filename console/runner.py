@@ -261,7 +261,7 @@ class RunnerResult:
     @property
     def ok(self) -> bool:
         """Every cell of this invocation has a complete run in which a request succeeded: the exit
-        status of `campaign run` (docs/reliability-plans.md)."""
+        status of `campaign run` (console/commands/run.py)."""
         return not self.failed_engines and not self.problems
 
 

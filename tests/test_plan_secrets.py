@@ -162,6 +162,9 @@ def test_missing_values_are_refused_before_any_launch(tmp_path):
     assert r.returncode == 2, r.stdout + r.stderr
     assert "engines[0].env.OMNI_TEST_SECRET: the store holds only the value's SHA-256" in r.stderr
     assert "changed" not in r.stderr and "kept-in-the-file" not in r.stderr
+    v = campaign("plan", "verify", str(plan), db=db, env={**env, "COLUMNS": "400"})  # the diff shows the changed hash, never a value
+    assert v.returncode == 1 and "engines[0].env.OMNI_TEST_SECRET" in v.stdout
+    assert "changed" not in v.stdout.replace("ALTERED", "") and "kept-in-the-file" not in v.stdout
     con = duckdb.connect(str(db), read_only=True)
     assert con.execute("SELECT count(*) FROM engine_launches").fetchone()[0] == 0
     con.close()
@@ -178,3 +181,23 @@ def test_env_passthrough_names_are_checked(tmp_path):
     write_json(plan, doc)
     r = campaign("plan", "freeze", str(plan), db=tmp_path / "c.duckdb")
     assert r.returncode == 2 and "engines[0].env_passthrough[0]" in r.stderr
+
+
+def test_addendum_env_values_are_redacted_and_found_again(tmp_path, store):
+    """An addendum that gives an engine a new env value stores its hash; the value is found by
+    that hash in the addendum file, the parent's value in the parent's file."""
+    from data.plans import engine_environment, freeze, plan_from_store, plan_secrets
+
+    plan, doc = _secret_plan(tmp_path, "parent-value-123")
+    parent = freeze(store, plan).hash
+    engines = json.loads(json.dumps(doc["engines"]))
+    engines[1]["env"] = {"NEW_TOKEN": "addendum-value-456"}
+    add = write_json(tmp_path / "addendum.json", {"schema": "omni-campaign-addendum/1", "parent": parent,
+                                                   "name": "new token", "reason": "rotate", "changes": {"engines": engines}})
+    child = freeze(store, add, expected_parent=parent).hash
+    stored = store.scalar("SELECT string_agg(canonical_json, '') FROM plans")
+    assert "parent-value-123" not in stored and "addendum-value-456" not in stored
+    effective = plan_from_store(store, child)
+    env = engine_environment(effective, plan_secrets(store, effective), environ={"OMNI_PASS_SECRET": "p"})
+    assert env["ref-baseline"]["OMNI_TEST_SECRET"] == "parent-value-123"
+    assert env["ref-fast"] == {"NEW_TOKEN": "addendum-value-456", "OMNI_PASS_SECRET": "p"}

@@ -3,8 +3,8 @@
 Exit status: 0 only when every cell this invocation ran has a complete run in which a request
 succeeded; 1 when a cell failed, measured nothing or was skipped; 2 for a refusal before anything
 ran; 130 when interrupted. A closed stdout (`| head`) neither stops the campaign nor changes its
-exit status: it goes on with its output discarded and says so on stderr
-(docs/reliability-plans.md).
+exit status: it goes on with its output discarded and says so on stderr (measurement is the
+point, and everything is in the store); the closing summary then goes to stderr.
 """
 
 from __future__ import annotations
