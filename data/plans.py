@@ -387,6 +387,12 @@ def _legacy_hash(doc: Any) -> str:
     return sha256_text(canonical_json(doc))
 
 
+def hash_matches(doc: Any, plan_hash: str) -> bool:
+    """Does a stored plan document still match its hash? (Redacted definition, or the pre-redaction
+    one for a row with env values frozen by an earlier version: docs/plans.md.)"""
+    return plan_hash in (document_hash(doc), _legacy_hash(doc))
+
+
 def is_addendum(doc: Any) -> bool:
     return isinstance(doc, dict) and doc.get("schema") == ADDENDUM_SCHEMA_ID
 
@@ -445,7 +451,7 @@ def plan_from_store(store: Store, plan_hash: str, label: str | None = None) -> P
     full = resolve_hash(store, plan_hash)
     row = store.query("SELECT * FROM plans WHERE plan_hash = ?", [full])[0]
     doc = json.loads(row["canonical_json"])
-    if full not in (document_hash(doc), _legacy_hash(doc)):
+    if not hash_matches(doc, full):
         raise CampaignError(f"{label or 'plan'} {full[:12]}: stored JSON no longer matches its hash (store tampered)")
     if row["kind"] == "addendum":
         return _addendum_plan(store, doc, f"addendum {full[:12]}", source_path=row["source_path"])
@@ -480,8 +486,10 @@ def engine_environment(plan: Plan, secrets: dict[str, str], names: set[str] | No
 
 
 def stored_document(store: Store, plan_hash: str) -> dict[str, Any] | None:
+    """The frozen document as shown and exported: redacted (a row frozen before redaction existed
+    may still hold env values; they are never shown or exported)."""
     row = store.query("SELECT canonical_json FROM plans WHERE plan_hash = ?", [plan_hash])
-    return json.loads(row[0]["canonical_json"]) if row else None
+    return redact_document(json.loads(row[0]["canonical_json"])) if row else None
 
 
 # -- freezing ---------------------------------------------------------------------------------

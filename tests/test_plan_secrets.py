@@ -201,3 +201,21 @@ def test_addendum_env_values_are_redacted_and_found_again(tmp_path, store):
     env = engine_environment(effective, plan_secrets(store, effective), environ={"OMNI_PASS_SECRET": "p"})
     assert env["ref-baseline"]["OMNI_TEST_SECRET"] == "parent-value-123"
     assert env["ref-fast"] == {"NEW_TOKEN": "addendum-value-456", "OMNI_PASS_SECRET": "p"}
+
+
+def test_row_frozen_before_redaction_still_loads_and_is_shown_redacted(tmp_path, store):
+    """A store written by an earlier version holds a plan hashed over its env values: it still
+    verifies and runs, and `plan show` / verdict exports show only the hashes."""
+    from data.audit import canonical_json, sha256_text
+    from data.plans import plan_from_store, plan_secrets, stored_document
+    from data.store import utcnow
+
+    _, doc = _secret_plan(tmp_path, "legacy-value-789")
+    legacy = sha256_text(canonical_json(doc))
+    assert legacy != document_hash(doc)
+    store.insert("plans", {"plan_hash": legacy, "kind": "plan", "name": doc["name"], "canonical_json": canonical_json(doc),
+                           "frozen_at": utcnow()})
+    plan = plan_from_store(store, legacy[:12])
+    assert plan.hash == legacy and "legacy-value-789" not in json.dumps(plan.raw)
+    assert "legacy-value-789" not in json.dumps(stored_document(store, legacy))
+    assert "legacy-value-789" in plan_secrets(store, plan).values()
