@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
+import os
 import sys
 from datetime import date, datetime
 from decimal import Decimal
@@ -41,3 +43,69 @@ def print_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str =
         for r in rows:
             table.add_row(*["NULL" if v is None else str(_jsonable(v)) for v in r])
         (console or Console()).print(table)
+
+
+class ClosedStdoutGuard(io.TextIOBase):
+    """Stands in for sys.stdout during a long command (`campaign run`): when the reader goes away
+    (`campaign run PLAN | head -2`), the first write that meets the closed pipe says so once on
+    stderr, points fd 1 at /dev/null (so child processes and the interpreter's final flush do not
+    meet it either) and the command carries on with its output discarded. `closed_pipe` tells the
+    command to put its closing summary on stderr (the policy: console/commands/run.py)."""
+
+    def __init__(self, inner: Any, notice: str):
+        super().__init__()
+        self.inner, self.notice, self.closed_pipe = inner, notice, False
+
+    def _closed(self) -> None:
+        self.closed_pipe = True
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self.inner.fileno())
+            os.close(null)
+            self.inner.flush()  # what was buffered goes to /dev/null now
+        except (OSError, ValueError):
+            pass
+        try:
+            print(self.notice, file=sys.stderr, flush=True)
+        except OSError:
+            pass
+
+    def write(self, s: str) -> int:
+        if not self.closed_pipe:
+            try:
+                return self.inner.write(s)
+            except BrokenPipeError:
+                self._closed()
+        return len(s)
+
+    def flush(self) -> None:
+        if not self.closed_pipe:
+            try:
+                self.inner.flush()
+            except BrokenPipeError:
+                self._closed()
+
+    def isatty(self) -> bool:
+        return self.inner.isatty()
+
+    def fileno(self) -> int:
+        return self.inner.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return self.inner.encoding
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def summary_stream(self) -> Any:
+        """Where a closing summary can still be read."""
+        return sys.stderr if self.closed_pipe else self
+
+
+def guard_stdout(notice: str) -> ClosedStdoutGuard:
+    """Install a ClosedStdoutGuard as sys.stdout (idempotent) and return it."""
+    if not isinstance(sys.stdout, ClosedStdoutGuard):
+        sys.stdout = ClosedStdoutGuard(sys.stdout, notice)
+    return sys.stdout

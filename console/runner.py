@@ -23,7 +23,7 @@ import os
 import signal
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -31,7 +31,7 @@ from data.audit import append_event, atomic, canonical_json
 from data.digest import run_digest
 from data.errors import CampaignError
 from data.manifest import build_manifest, holdout_opened, load_plan_workload
-from data.plans import EngineSpec, Plan
+from data.plans import EngineSpec, Plan, engine_environment, plan_secrets
 from data.store import Store, utcnow
 from data.workload import Utterance
 
@@ -104,8 +104,10 @@ class EngineManager:
     """Starts and stops engines through the shared lifecycle adapters (console.recording.launch_engine
     stores every launch in engine_launches) and records each launch's outcome as an attempt."""
 
-    def __init__(self, store: Store, plan: Plan, logs_dir: Path, log: Callable[[str], None]):
+    def __init__(self, store: Store, plan: Plan, logs_dir: Path, log: Callable[[str], None],
+                 env: dict[str, dict[str, str]] | None = None):
         self.store, self.plan, self.logs_dir, self.log = store, plan, logs_dir, log
+        self.env = env or {}  # engine name -> real environment (data.plans.engine_environment)
         self.up: dict[str, Launch] = {}
 
     def adapter_spec(self, engine: EngineSpec) -> Any:
@@ -113,7 +115,8 @@ class EngineManager:
 
         index = [e.name for e in self.plan.engines].index(engine.name)
         entry = {k: v for k, v in self.plan.raw["engines"][index].items() if not k.startswith("_")}
-        return spec_from_plan(entry, model=self.plan.model.id, where=f"engines[{index}]")
+        spec = spec_from_plan(entry, model=self.plan.model.id, where=f"engines[{index}]")
+        return replace(spec, env=self.env[engine.name]) if engine.name in self.env else spec
 
     def launch(self, engine: EngineSpec) -> Launch:
         """Spawn and wait for health; a startup failure is recorded and raised as EngineStartupFailed."""
@@ -169,7 +172,8 @@ def record_attempt(store: Store, plan: Plan, engine: EngineSpec, outcome: str, *
                    launch_id: str | None = None, run_ids: list[str] | None = None) -> str:
     attempt_id = f"A-{uuid.uuid4().hex[:12]}"
     config = {"adapter": engine.adapter, "revision": engine.revision, "profile": engine.profile,
-              "argv": _argv_or_reason(engine, plan), "env": engine.env}
+              "argv": _argv_or_reason(engine, plan), "env": engine.env,  # names -> sha256 (data/secrets.py)
+              "env_passthrough": engine.env_passthrough}
     with atomic(store):
         store.insert("attempts", {
             "attempt_id": attempt_id, "plan_hash": plan.hash, "created_at": utcnow(), "engine": engine.name,
@@ -253,10 +257,26 @@ class RunnerResult:
     run_ids: list[str]
     failed_engines: dict[str, str]
     recovered: list[str]
+    cells_run: int = 0  # cells this invocation set out to run
+    problems: list[tuple[str, str]] = field(default_factory=list)  # (cell key, why it did not succeed)
 
     @property
     def ok(self) -> bool:
-        return not self.failed_engines
+        """Every cell of this invocation has a complete run in which a request succeeded: the exit
+        status of `campaign run` (console/commands/run.py)."""
+        return not self.failed_engines and not self.problems
+
+
+def cell_problem(store: Store, run_id: str) -> str | None:
+    """Why a recorded run does not count as a successful cell, or None."""
+    status, ok = store.con.execute(
+        "SELECT r.status, (SELECT count(*) FROM requests q WHERE q.run_id = r.run_id AND q.outcome = 'ok' "
+        "AND NOT q.is_warmup) FROM runs r WHERE r.run_id = ?", [run_id]).fetchone()
+    if status != "complete":
+        return f"run {run_id} {status}"
+    if not ok:
+        return f"no request succeeded (run {run_id})"
+    return None
 
 
 @dataclass
@@ -300,6 +320,16 @@ def check_preconditions(store: Store, plan: Plan, phase: str) -> str:
     return manifest.hash
 
 
+def refuse_rerun(store: Store, plan: Plan, keys: set[str], resume: bool) -> None:
+    """A phase that already has runs continues only with --resume."""
+    existing = [r for r in store.query("SELECT run_id, cell_key, status FROM runs WHERE plan_hash = ?", [plan.hash])
+                if r["cell_key"] in keys]
+    if existing and not resume:
+        done = sum(r["status"] == "complete" for r in existing)
+        raise CampaignError(f"plan {plan.hash[:12]} already has {len(existing)} run(s) in this phase ({done} complete); "
+                            f"use --resume to continue without repeating completed cells")
+
+
 def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
     """Execute the plan's cells for one phase; see the module docstring for the rules."""
     from console.recording import record_run
@@ -308,14 +338,10 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
     log = opts.log
     manifest_hash = check_preconditions(store, plan, opts.phase)
     cells = plan_cells(plan, opts.phase)
+    env = engine_environment(plan, plan_secrets(store, plan), {c.engine for c in cells})
     keys = {c.key for c in cells}
-    existing = [r for r in store.query("SELECT run_id, cell_key, status FROM runs WHERE plan_hash = ?", [plan.hash])
-                if r["cell_key"] in keys]
+    refuse_rerun(store, plan, keys, opts.resume)
     recovered: list[str] = []
-    if existing and not opts.resume:
-        done = sum(r["status"] == "complete" for r in existing)
-        raise CampaignError(f"plan {plan.hash[:12]} already has {len(existing)} run(s) in this phase ({done} complete); "
-                            f"use --resume to continue without repeating completed cells")
     if opts.resume:
         recovered = recover_interrupted(store, plan, log)
     done = completed_cells(store, plan.hash)
@@ -332,8 +358,9 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
                    "throughput_scale": plan.metrics.throughput_scale, "stall_threshold_s": plan.metrics.stall_threshold_s,
                    "preroll_s": plan.metrics.preroll_s, "phase": opts.phase}
 
-    engines = EngineManager(store, plan, opts.artifacts_dir / "logs", log)
+    engines = EngineManager(store, plan, opts.artifacts_dir / "logs", log, env)
     failed: dict[str, str] = {}
+    problems: list[tuple[str, str]] = []
     run_ids: list[str] = []
     current: dict[str, int] = {}  # engine -> concurrency it served last (for per_cell restarts)
     log(f"plan {plan.hash[:12]} ({plan.name}): {len(cells)} cells, {len(cells) - len(todo)} already complete, "
@@ -342,6 +369,7 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
     try:
         for i, cell in enumerate(todo):
             if cell.engine in failed:
+                problems.append((cell.key, "skipped: its engine did not start"))
                 if opts.on_cell:
                     opts.on_cell(i, len(todo), cell, "skipped")
                 continue
@@ -357,6 +385,7 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
                     engines.launch(engine)
                 except EngineStartupFailed as exc:
                     failed[cell.engine] = str(exc)
+                    problems.append((cell.key, "its engine did not start"))
                     log(f"engine {cell.engine}: {exc}")
                     continue
             launch = engines.up[cell.engine]
@@ -376,10 +405,17 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
                              on_progress=opts.on_progress, live=opts.live, engine_process=launch.process)
             run_ids.append(rid)
             status = store.scalar("SELECT status FROM runs WHERE run_id = ?", [rid])
+<<<<<<< HEAD
             crash = launch.process.exit_cause()
             log(f"[{i + 1}/{len(todo)}] {cell.key}: run {rid} {status}" + (f" ({crash})" if crash else ""))
             if crash:  # recorded as a crashed launch; the engine's next cell gets a fresh one
                 engines.stop(cell.engine)
+=======
+            problem = cell_problem(store, rid)
+            if problem:
+                problems.append((cell.key, problem))
+            log(f"[{i + 1}/{len(todo)}] {cell.key}: run {rid} {status}" + ("; no request succeeded" if status == "complete" and problem else ""))
+>>>>>>> wip-plans
             if opts.on_cell:
                 opts.on_cell(i, len(todo), cell, status or "unknown")
     except BaseException:
@@ -387,4 +423,4 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
         raise
     finally:
         engines.stop_all(outcome)
-    return RunnerResult(plan.hash, len(cells), len(cells) - len(todo), run_ids, failed, recovered)
+    return RunnerResult(plan.hash, len(cells), len(cells) - len(todo), run_ids, failed, recovered, len(todo), problems)

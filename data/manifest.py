@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from data.audit import append_event, atomic, canonical_json, events, sha256_text
 from data.errors import CampaignError
 from data.store import Store, utcnow
-from data.workload import Workload, load_workload, sha256_file
+from data.workload import Workload, load_workload, pool_error_message, sha256_file
 
 if TYPE_CHECKING:
     from data.plans import Plan
@@ -69,7 +69,8 @@ def load_plan_workload(plan: "Plan") -> Workload:
 
 
 def build_manifest(plan: "Plan", label: str = "plan") -> Manifest:
-    """Hash the workload as the plan uses it; refuses missing pools or prompt wavs."""
+    """Hash the workload as the plan uses it; refuses missing pools or prompt wavs, and pools that
+    include a bad meta.lst line (data/workload.py)."""
     try:
         wl = load_plan_workload(plan)
     except CampaignError as exc:
@@ -78,6 +79,9 @@ def build_manifest(plan: "Plan", label: str = "plan") -> Manifest:
     for name in plan_pools(plan):
         if name is not None and name not in wl.pools:
             raise CampaignError(f"{label}: workload: pool {name!r} not found in {wl.root} (have: {', '.join(sorted(wl.pools)) or 'none'})")
+        bad = wl.pool_errors(name)
+        if bad:  # a pool is never silently shortened by a line that did not parse
+            raise CampaignError(f"{label}: workload: {pool_error_message(name, bad)}")
         pools[name or ALL] = [u.utt_id for u in wl.pool(name)]
     by_id = wl.by_id
     hashes: dict[str, str] = {}

@@ -8,12 +8,19 @@ problem in one line, e.g. `plan.json: sweep.concurrencies[2]: -4 is less than th
 
 Keys starting with `_` are comments. They are part of the frozen document (the hash covers
 exactly what was frozen), so editing a comment after freezing also reads as an altered plan.
+
+Engine `env` values are secrets as far as the store is concerned (data/secrets.py): the frozen
+document, and so the plan hash, is the redacted form in which each value is its SHA-256; the plan
+file keeps the value and `campaign run` takes it from there. Numbers must be finite and inside
+the bounds data/plan_schema.json declares (docs/plans.md lists them).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
+import math
+import os
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -23,6 +30,7 @@ import jsonschema
 from data.audit import append_event, atomic, canonical_json, sha256_text, whoami
 from data.digest import row_sha256
 from data.errors import CampaignError
+from data.secrets import passthrough_errors, redact_document, resolve_env, secret_values
 from data.store import Store, utcnow
 
 PLAN_SCHEMA_ID = "omni-campaign-plan/1"
@@ -68,7 +76,8 @@ class EngineSpec:
     revision: str | None = None
     profile: str | None = None
     argv: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # values are "sha256:<hex>" once loaded (data/secrets.py)
+    env_passthrough: list[str] = field(default_factory=list)
     host: str = "127.0.0.1"
     health_timeout_s: float = 600.0
     config_path: str | None = None
@@ -177,6 +186,7 @@ class Plan:
     kind: str = "plan"
     parent_hash: str | None = None
     source_path: str | None = None
+    secrets: dict[str, str] = field(default_factory=dict, repr=False, compare=False)  # value hash -> value
 
     def engine(self, name: str) -> EngineSpec:
         for e in self.engines:
@@ -198,13 +208,17 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
 
 
 def plan_from_dict(raw: dict[str, Any], *, hash: str = "", kind: str = "plan", parent_hash: str | None = None,
-                   source_path: str | None = None) -> Plan:
+                   source_path: str | None = None, secrets: dict[str, str] | None = None) -> Plan:
+    """A Plan from a validated document; `raw` is kept redacted (env values hashed), the values
+    found in the document go to `secrets`."""
+    secrets = {**secret_values(raw), **(secrets or {})}
+    raw = redact_document(raw)
     kwargs: dict[str, Any] = {k: _build(cls, raw[k]) for k, cls in _SECTIONS.items() if k in raw}
     kwargs["engines"] = [_build(EngineSpec, e) for e in raw["engines"]]
     kwargs["decision_rules"] = [_build(DecisionRule, r) for r in raw.get("decision_rules", [])]
     kwargs["validators"] = [_build(Validator, v) for v in raw.get("validators", [])]
     return Plan(schema=raw["schema"], name=raw["name"], description=raw.get("description", ""), hash=hash,
-                raw=raw, kind=kind, parent_hash=parent_hash, source_path=source_path, **kwargs)
+                raw=raw, kind=kind, parent_hash=parent_hash, source_path=source_path, secrets=secrets, **kwargs)
 
 
 # -- validation -------------------------------------------------------------------------------
@@ -233,16 +247,74 @@ def _message(err: jsonschema.ValidationError) -> str:
     return err.message
 
 
+# JSON Schema counts 2.0 as an integer; range(2.0) does not: an integer field takes an int only
+_STRICT_TYPES = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+    "integer", lambda _checker, v: isinstance(v, int) and not isinstance(v, bool))
+_Validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=_STRICT_TYPES)
+
+MAX_SWEEP_REQUESTS = 10_000_000  # engines x concurrencies x repeats x requests (docs/plans.md)
+
+
 def schema_errors(doc: Any, schema: dict[str, Any]) -> list[str]:
     """Every schema violation as 'field.path: problem', sorted by path."""
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = _Validator(schema)
     errors = sorted(validator.iter_errors(doc), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     return [f"{format_path(e.absolute_path)}: {_message(e)}" for e in errors]
 
 
+def _json_number(v: float) -> str:
+    return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+
+
+def _subschema(schema: dict[str, Any], path: list[Any]) -> dict[str, Any]:
+    """The schema of one field (for its declared range); {} when the path leaves the schema."""
+    for part in path:
+        if isinstance(part, int):
+            schema = schema.get("items", {})
+        else:
+            schema = schema.get("properties", {}).get(part, schema.get("additionalProperties", {}))
+        if not isinstance(schema, dict):
+            return {}
+    return schema
+
+
+def allowed_range(schema: dict[str, Any], path: list[Any]) -> str:
+    """'0 < timeout_s <= 86400' from a field's declared bounds ('' when it declares none)."""
+    sub = _subschema(schema, path)
+    name = next((str(p) for p in reversed(path) if isinstance(p, str)), "value")
+    low = (f"{sub['exclusiveMinimum']:g} < " if "exclusiveMinimum" in sub
+           else f"{sub['minimum']:g} <= " if "minimum" in sub else "")
+    high = (f" < {sub['exclusiveMaximum']:g}" if "exclusiveMaximum" in sub
+            else f" <= {sub['maximum']:g}" if "maximum" in sub else "")
+    return f"{low}{name}{high}" if low or high else ""
+
+
+def nonfinite_errors(doc: Any, schema: dict[str, Any], path: list[Any] | None = None) -> list[str]:
+    """NaN and Infinity (Python's json reads them, and 1e400 as Infinity) anywhere in the
+    document: they pass every JSON Schema range check, so they are refused here."""
+    path = path or []
+    if isinstance(doc, float) and not math.isfinite(doc):
+        rng = allowed_range(schema, path)
+        return [f"{format_path(path)}: {_json_number(doc)} is not a finite number" + (f" (allowed: {rng})" if rng else "")]
+    if isinstance(doc, dict):
+        return [e for k, v in doc.items() for e in nonfinite_errors(v, schema, path + [k])]
+    if isinstance(doc, list):
+        return [e for i, v in enumerate(doc) for e in nonfinite_errors(v, schema, path + [i])]
+    return []
+
+
+def _sweep_size_errors(raw: dict[str, Any]) -> list[str]:
+    sw = raw["sweep"]
+    total = (len(raw["engines"]) * len(sw["concurrencies"]) * (sw.get("warmup_repeats", 0) + sw["measured_repeats"])
+             * (sw["requests_per_run"] + sw.get("warmup_requests", 0)))
+    if total > MAX_SWEEP_REQUESTS:
+        return [f"sweep: {total} requests in all (engines x concurrencies x repeats x requests); at most {MAX_SWEEP_REQUESTS}"]
+    return []
+
+
 def semantic_errors(raw: dict[str, Any]) -> list[str]:
     """Cross-field rules JSON Schema cannot express."""
-    errs: list[str] = []
+    errs: list[str] = _sweep_size_errors(raw) + passthrough_errors(raw["engines"])
     names = [e["name"] for e in raw["engines"]]
     seen: set[str] = set()
     for i, n in enumerate(names):
@@ -281,7 +353,7 @@ def _fail(label: str, errs: list[str]) -> CampaignError:
 
 def validate_plan_dict(raw: Any, label: str = "plan") -> None:
     """Raise a one-line CampaignError naming the first bad field, else return."""
-    errs = schema_errors(raw, plan_schema())
+    errs = nonfinite_errors(raw, plan_schema()) or schema_errors(raw, plan_schema())
     if not errs:
         errs = semantic_errors(raw)
     if errs:
@@ -305,7 +377,21 @@ def read_json(path: str | Path) -> Any:
 
 
 def document_hash(doc: Any) -> str:
+    """The plan hash: SHA-256 of the canonical JSON of the redacted document (env values as
+    their SHA-256, data/secrets.py), so a stored plan verifies without its secrets. A document
+    without env values is its own redacted form."""
+    return sha256_text(canonical_json(redact_document(doc)))
+
+
+def _legacy_hash(doc: Any) -> str:
+    """How plans with env values were hashed before redaction (over the values themselves)."""
     return sha256_text(canonical_json(doc))
+
+
+def hash_matches(doc: Any, plan_hash: str) -> bool:
+    """Does a stored plan document still match its hash? (Redacted definition, or the pre-redaction
+    one for a row with env values frozen by an earlier version: docs/plans.md.)"""
+    return plan_hash in (document_hash(doc), _legacy_hash(doc))
 
 
 def is_addendum(doc: Any) -> bool:
@@ -333,19 +419,19 @@ def load_plan(path: str | Path, store: Store | None = None) -> Plan:
         if store is None:
             raise CampaignError(f"{label}: is an addendum; its parent plan comes from the run store")
         return _addendum_plan(store, doc, label, source_path=str(path))
-    validate_plan_dict(doc, label)
+    validate_plan_dict(redact_document(doc), label)  # messages name fields, never an env value
     return plan_from_dict(doc, hash=document_hash(doc), source_path=str(path))
 
 
 def _addendum_plan(store: Store, doc: dict[str, Any], label: str, source_path: str | None = None) -> Plan:
-    errs = schema_errors(doc, ADDENDUM_SCHEMA)
+    errs = nonfinite_errors(doc, ADDENDUM_SCHEMA) or schema_errors(doc, ADDENDUM_SCHEMA)
     if errs:
         raise _fail(label, errs)
     parent = plan_from_store(store, doc["parent"], label=f"{label}: parent")
-    merged = merge_patch(parent.raw, doc["changes"])
+    merged = merge_patch(parent.raw, redact_document(doc)["changes"])
     validate_plan_dict(merged, f"{label} (parent + changes)")
     return plan_from_dict(merged, hash=document_hash(doc), kind="addendum", parent_hash=doc["parent"],
-                          source_path=source_path)
+                          source_path=source_path, secrets=secret_values(doc))
 
 
 def resolve_hash(store: Store, prefix: str) -> str:
@@ -366,17 +452,45 @@ def plan_from_store(store: Store, plan_hash: str, label: str | None = None) -> P
     full = resolve_hash(store, plan_hash)
     row = store.query("SELECT * FROM plans WHERE plan_hash = ?", [full])[0]
     doc = json.loads(row["canonical_json"])
-    if document_hash(doc) != full:
+    if not hash_matches(doc, full):
         raise CampaignError(f"{label or 'plan'} {full[:12]}: stored JSON no longer matches its hash (store tampered)")
     if row["kind"] == "addendum":
         return _addendum_plan(store, doc, f"addendum {full[:12]}", source_path=row["source_path"])
-    validate_plan_dict(doc, f"plan {full[:12]}")
+    validate_plan_dict(redact_document(doc), f"plan {full[:12]}")
     return plan_from_dict(doc, hash=full, source_path=row["source_path"])
 
 
+def plan_secrets(store: Store, plan: Plan, paths: list[str | Path] = ()) -> dict[str, str]:
+    """Env values of a frozen plan, found by their hash: in `paths` (the file given on the command
+    line), the plan itself, and the files its lineage was frozen from. A file that is gone, or
+    that no longer holds a value, simply contributes nothing (data/secrets.py)."""
+    from data.manifest import plan_lineage
+
+    found: dict[str, str] = {}
+    rows = store.query("SELECT source_path FROM plans WHERE plan_hash IN (SELECT unnest(?))", [plan_lineage(store, plan.hash)])
+    for p in [*paths, *(r["source_path"] for r in rows if r["source_path"])]:
+        try:
+            found.update(secret_values(json.loads(Path(p).read_text(encoding="utf-8"))))
+        except (OSError, ValueError):
+            continue
+    return {**found, **plan.secrets}
+
+
+def engine_environment(plan: Plan, secrets: dict[str, str], names: set[str] | None = None,
+                       environ: dict[str, str] | None = None) -> dict[str, dict[str, str]]:
+    """engine name -> the real env it is launched with (values and passed-through variables), for
+    the engines in `names` (default: all); refuses, naming the field, when a value is not
+    available, so this is checked before any launch."""
+    environ = os.environ if environ is None else environ
+    return {e.name: resolve_env(e.env, e.env_passthrough, secrets, environ, f"engines[{i}]")
+            for i, e in enumerate(plan.engines) if names is None or e.name in names}
+
+
 def stored_document(store: Store, plan_hash: str) -> dict[str, Any] | None:
+    """The frozen document as shown and exported: redacted (a row frozen before redaction existed
+    may still hold env values; they are never shown or exported)."""
     row = store.query("SELECT canonical_json FROM plans WHERE plan_hash = ?", [plan_hash])
-    return json.loads(row[0]["canonical_json"]) if row else None
+    return redact_document(json.loads(row[0]["canonical_json"])) if row else None
 
 
 # -- freezing ---------------------------------------------------------------------------------
@@ -423,7 +537,7 @@ def freeze(store: Store, path: str | Path, expected_parent: str | None = None) -
     with atomic(store):
         store.insert("plans", {
             "plan_hash": h, "parent_hash": plan.parent_hash, "kind": kind, "name": doc["name"],
-            "canonical_json": canonical_json(doc), "source_path": str(Path(path).resolve()),
+            "canonical_json": canonical_json(redact_document(doc)), "source_path": str(Path(path).resolve()),
             "frozen_at": utcnow(), "frozen_by": whoami(),
         })
         payload = {"name": doc["name"], "source_path": str(Path(path).resolve()),
@@ -481,8 +595,9 @@ def verify_plan_file(store: Store, path: str | Path) -> VerifyResult:
     from (same source path, else same name, most recent)."""
     doc = read_json(path)
     h = document_hash(doc)
-    row = store.query("SELECT plan_hash, frozen_at FROM plans WHERE plan_hash = ?", [h])
+    row = store.query("SELECT plan_hash, frozen_at FROM plans WHERE plan_hash IN (?, ?)", [h, _legacy_hash(doc)])
     if row:
+        h = row[0]["plan_hash"]
         return VerifyResult(True, h, h, [], f"{path}: matches frozen plan {h} (frozen {row[0]['frozen_at']:%Y-%m-%d %H:%M:%S %Z})")
     name = doc.get("name") if isinstance(doc, dict) else None
     cands = store.query(
@@ -493,7 +608,8 @@ def verify_plan_file(store: Store, path: str | Path) -> VerifyResult:
     if not cands:
         return VerifyResult(False, h, None, [], f"{path}: not frozen (hash {h}); no frozen plan with this path or name to compare")
     frozen_hash = cands[0]["plan_hash"]
-    diffs = diff_documents(json.loads(cands[0]["canonical_json"]), doc)
+    # both sides redacted: a changed env value shows as a changed hash, never as the value
+    diffs = diff_documents(redact_document(json.loads(cands[0]["canonical_json"])), redact_document(doc))
     return VerifyResult(False, h, frozen_hash, diffs,
                         f"{path}: ALTERED since freezing: hash {h} != frozen {frozen_hash} ({len(diffs)} field(s) differ)")
 
@@ -506,4 +622,5 @@ def frozen_plan_for_file(store: Store, path: str | Path) -> Plan:
             fields_ = ", ".join(p for p, _, _ in v.differences[:5]) + (" ..." if len(v.differences) > 5 else "")
             raise CampaignError(f"{path}: altered since it was frozen as {v.frozen_hash[:12]} (changed: {fields_}); freeze it again or use an addendum")
         raise CampaignError(f"{path}: plan is not frozen; run `campaign plan freeze {path}` first")
-    return plan_from_store(store, v.hash)
+    plan = plan_from_store(store, v.hash)
+    return replace(plan, secrets={**secret_values(read_json(path)), **plan.secrets})

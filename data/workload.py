@@ -4,6 +4,11 @@
 The prompt speaker id is the part of `utt_id` before the first `-`. Named pools (`tuning`,
 `holdout`, ...) come from an optional `pools.json` at the workload root. A real Seed-TTS
 directory and the bundled sample go through exactly this code.
+
+A bad line (wrong field count, duplicate id, a wav path that is absolute or resolves outside the
+workload root, symlinks followed) is never loaded: it is a `LineError` with file:line, listed by
+`campaign workload show`, and a plan whose pools include its id is refused (data/manifest.py;
+docs/plans.md, "Workload").
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ class LineError:
     path: Path
     line_no: int
     problem: str
+    utt_id: str | None = None  # the line's first field, when it has one: which pools it touches
 
     def __str__(self) -> str:
         return f"{self.path}:{self.line_no}: {self.problem}"
@@ -63,17 +69,34 @@ class Workload:
     def missing_prompt_wavs(self) -> list[Utterance]:
         return [u for u in self.utterances if not u.prompt_wav.is_file()]
 
+    def pool_errors(self, name: str | None) -> list[LineError]:
+        """Bad lines a pool includes (by utterance id); for None (every utterance): all of them."""
+        if name is None:
+            return list(self.errors)
+        members = set(self.pools.get(name, ()))
+        return [e for e in self.errors if e.utt_id in members]
+
     def pool(self, name: str | None) -> list[Utterance]:
-        """Utterances of a named pool in pool order; None means all, in file order."""
+        """Utterances of a named pool in pool order; None means all, in file order. A pool that
+        includes a bad line is refused (never silently shortened)."""
+        if name is not None and name not in self.pools:
+            raise CampaignError(f"{self.root}: no pool named {name!r} (have: {', '.join(sorted(self.pools)) or 'none'})")
+        bad = self.pool_errors(name)
+        if bad:
+            raise CampaignError(pool_error_message(name, bad))
         if name is None:
             return list(self.utterances)
-        if name not in self.pools:
-            raise CampaignError(f"{self.root}: no pool named {name!r} (have: {', '.join(sorted(self.pools)) or 'none'})")
         index = self.by_id
         return [index[i] for i in self.pools[name]]
 
     def meta_sha256(self) -> str:
         return sha256_file(self.meta_path)
+
+
+def pool_error_message(name: str | None, bad: list[LineError]) -> str:
+    what = f"pool {name!r} includes" if name is not None else "the plan uses every utterance and meta.lst has"
+    more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+    return f"{what} a malformed meta.lst line: {bad[0]}{more}"
 
 
 def sha256_file(path: Path, block: int = 1 << 20) -> str:
@@ -101,9 +124,22 @@ def _find_meta(root: Path, locale: str | None) -> tuple[str, Path]:
     return candidates[0].parent.name, candidates[0]
 
 
-def parse_meta(meta_path: Path) -> tuple[list[Utterance], list[LineError]]:
-    """Parse meta.lst; malformed lines are reported with file and line number, not raised."""
+def _outside(kind: str, rel: str, base: Path, root: Path) -> str | None:
+    """Why a wav path from meta.lst may not be read, or None: it must resolve inside the root."""
+    if Path(rel).is_absolute():
+        why = "is absolute"
+    elif not (base / rel).resolve().is_relative_to(root):
+        why = "leaves the workload root"
+    else:
+        return None
+    return f"{kind} {rel!r} {why} ({kind.split('_', 1)[0]} wavs must be inside {root})"
+
+
+def parse_meta(meta_path: Path, root: Path | None = None) -> tuple[list[Utterance], list[LineError]]:
+    """Parse meta.lst; malformed lines are reported with file and line number, not raised. Wav
+    paths must resolve inside `root` (default: the directory above the locale directory)."""
     base = meta_path.parent
+    root = (root or base.parent).resolve()
     utterances: list[Utterance] = []
     errors: list[LineError] = []
     seen: dict[str, int] = {}
@@ -116,8 +152,9 @@ def parse_meta(meta_path: Path) -> tuple[list[Utterance], list[LineError]]:
         if not line.strip():
             continue
         parts = line.split("|")
+        first = parts[0].strip() or None
         if len(parts) not in (4, 5):
-            errors.append(LineError(meta_path, line_no, f"expected 4 or 5 '|'-separated fields, found {len(parts)}"))
+            errors.append(LineError(meta_path, line_no, f"expected 4 or 5 '|'-separated fields, found {len(parts)}", first))
             continue
         utt_id, prompt_text, prompt_wav, target_text = (p.strip() for p in parts[:4])
         gt = parts[4].strip() if len(parts) == 5 and parts[4].strip() else None
@@ -132,8 +169,10 @@ def parse_meta(meta_path: Path) -> tuple[list[Utterance], list[LineError]]:
             problem = "empty prompt_wav path"
         elif not target_text:
             problem = "empty target_text"
+        else:
+            problem = _outside("prompt_wav", prompt_wav, base, root) or (gt and _outside("ground_truth_wav", gt, base, root))
         if problem:
-            errors.append(LineError(meta_path, line_no, problem))
+            errors.append(LineError(meta_path, line_no, problem, first))
             continue
         seen[utt_id] = line_no
         utterances.append(
@@ -142,7 +181,9 @@ def parse_meta(meta_path: Path) -> tuple[list[Utterance], list[LineError]]:
     return utterances, errors
 
 
-def _load_pools(root: Path, ids: set[str]) -> dict[str, list[str]]:
+def _load_pools(root: Path, ids: set[str], bad: set[str | None] = frozenset()) -> dict[str, list[str]]:
+    """Pools from pools.json; an id on a bad meta.lst line is kept (the pool is refused when a
+    plan uses it, naming the line), an id on no line at all is an error here."""
     path = root / POOLS_NAME
     if not path.is_file():
         return {}
@@ -153,7 +194,7 @@ def _load_pools(root: Path, ids: set[str]) -> dict[str, list[str]]:
     if not isinstance(raw, dict) or not all(isinstance(v, list) for v in raw.values()):
         raise CampaignError(f"{path}: expected an object mapping pool name -> list of utterance ids")
     for name, members in raw.items():
-        unknown = [m for m in members if m not in ids]
+        unknown = [m for m in members if m not in ids and m not in bad]
         if unknown:
             raise CampaignError(f"{path}: pool {name!r} names unknown utterance id(s) {unknown[:5]}")
     return {str(k): [str(m) for m in v] for k, v in raw.items()}
@@ -169,6 +210,6 @@ def load_workload(root: str | Path | None = None, locale: str | None = None) -> 
         raise CampaignError(f"{meta}: no such file")
     if root.is_file():
         root = meta.parent.parent
-    utterances, errors = parse_meta(meta)
-    pools = _load_pools(root, {u.utt_id for u in utterances})
+    utterances, errors = parse_meta(meta, meta.parent.parent)
+    pools = _load_pools(root, {u.utt_id for u in utterances}, {e.utt_id for e in errors})
     return Workload(root=root, locale=locale, meta_path=meta, utterances=utterances, pools=pools, errors=errors)

@@ -2,7 +2,8 @@
 with SIGTERM then SIGKILL, never leave children behind (the engine runs in its own process
 group and the whole group is signalled; an orphan guard stops the group if the console dies
 without stopping it, see orphan_guard.py, so `pid` is the guard's, the group leader's). Produces
-`engine_launches` rows as plain dicts; the console layer stores them.
+`engine_launches` rows as plain dicts; the console layer stores them. The row holds each env
+variable's name and the SHA-256 of its value, never the value (data/secrets.py).
 
 Only the launched engine is measured (docs/engines.md, "Measuring the right engine"): a launch
 on a port another process already listens on is refused, and a 200 from /health counts only
@@ -29,6 +30,7 @@ from typing import Any
 import httpx
 
 from data.errors import CampaignError
+from data.secrets import redact_env, scrub
 from engine_adapters import ports
 from engine_adapters.identity import LAUNCH_ID_ENV, reported_identity
 from engine_adapters.specs import EngineSpec
@@ -139,7 +141,7 @@ class EngineProcess:
         self.row = {
             "launch_id": self.launch_id, "plan_hash": self.plan_hash, "engine": spec.name, "adapter": spec.adapter,
             "revision": spec.revision, "profile": spec.profile, "argv_json": json.dumps(argv),
-            "env_json": json.dumps(spec.env, sort_keys=True), "log_path": str(self.log_path),
+            "env_json": json.dumps(redact_env(spec.env), sort_keys=True), "log_path": str(self.log_path),
             "config_path": spec.config_path, "config_sha256": cfg_sha,
             "checkpoint_sha256_json": json.dumps(ckpt, sort_keys=True), "url": spec.url,
             "started_at": datetime.now(timezone.utc), "started_ns": time.perf_counter_ns(), "status": "starting",
@@ -169,8 +171,12 @@ class EngineProcess:
         self.row["pid"] = self.proc.pid if self.proc else None
         return self
 
+    def _log_tail(self) -> str:
+        """The stored log tail, without the env values (an engine may print its environment)."""
+        return scrub(log_tail(self.log_path), self.spec.env.values())
+
     def _failed(self, reason: str, exit_code: int | None = None) -> None:
-        self.row.update(status="startup_failed", failure_reason=reason, log_tail=log_tail(self.log_path),
+        self.row.update(status="startup_failed", failure_reason=reason, log_tail=self._log_tail(),
                         exit_code=exit_code)
 
     def wait_healthy(self, timeout_s: float | None = None, poll_s: float = 0.25) -> None:
@@ -249,7 +255,7 @@ class EngineProcess:
         _signal_group(self.proc.pid, signal.SIGKILL)  # stragglers the engine forked and left behind
         _wait_group_gone(self.proc.pid)  # so the port is free for the next launch
         self.row.update(stopped_ns=time.perf_counter_ns(), exit_code=self.proc.returncode,
-                        log_tail=log_tail(self.log_path))
+                        log_tail=self._log_tail())
         if self.row.get("status") == "ready":
             self.row["status"] = "crashed" if crashed else "stopped"
             if crashed:

@@ -76,7 +76,7 @@ def test_healthy_launch_and_stop_leaves_no_children(store, tmp_path):
     pgid = eng.proc.pid
     row = store.query("SELECT * FROM engine_launches")[0]
     assert row["status"] == "ready" and row["ready_ns"] > row["started_ns"] and row["revision"] == "abc123"
-    assert json.loads(row["argv_json"])[0] == sys.executable and json.loads(row["env_json"]) == {"TOY_ENV": "1"}
+    assert json.loads(row["argv_json"])[0] == sys.executable and json.loads(row["env_json"]) == {"TOY_ENV": "sha256:" + hashlib.sha256(b"1").hexdigest()}
     assert json.loads(row["checkpoint_sha256_json"]) == {
         str((ck / "model.safetensors").resolve()): hashlib.sha256(b"weights").hexdigest()}
     assert row["config_sha256"] and len(row["config_sha256"]) == 64

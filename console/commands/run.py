@@ -1,4 +1,11 @@
-"""`campaign run PLAN [--resume] [--holdout]`: execute a frozen plan (see console/runner.py)."""
+"""`campaign run PLAN [--resume] [--holdout]`: execute a frozen plan (see console/runner.py).
+
+Exit status: 0 only when every cell this invocation ran has a complete run in which a request
+succeeded; 1 when a cell failed, measured nothing or was skipped; 2 for a refusal before anything
+ran; 130 when interrupted. A closed stdout (`| head`) neither stops the campaign nor changes its
+exit status: it goes on with its output discarded and says so on stderr (measurement is the
+point, and everything is in the store); the closing summary then goes to stderr.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +20,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from console.commands.db import add_db_arg
 from console.commands.plan import plan_for_arg
-from console.runner import RunnerOptions, run_plan
 from console.live import LiveFeed
+from console.output import guard_stdout
+from console.preflight import check_startable
+from console.runner import RunnerOptions, run_plan
 from data.store import open_store, resolve_db_path
+
+STDOUT_CLOSED = ("campaign: stdout is closed (broken pipe); the campaign goes on with its output discarded "
+                 "(follow it with `campaign tui` or `campaign runs`); the exit status is the campaign's")
 
 
 def register(sub) -> None:
@@ -37,8 +49,13 @@ def _sigterm_to_interrupt(signum, frame):  # noqa: ARG001 - signal handler signa
 
 def detach(args) -> int:
     """Re-run this command in a new session with no terminal: closing the SSH connection sends no
-    SIGHUP to it, and its output goes to `<db>.run.log`. Progress is followed through the live file."""
+    SIGHUP to it, and its output goes to `<db>.run.log`. Progress is followed through the live file.
+    Everything that can be checked before the campaign starts is checked here, in the foreground
+    (console/preflight.py), so a refusal is an error and exit status 2, not a line in the log."""
     db = resolve_db_path(args.db).resolve()
+    with open_store(db) as store:
+        plan = plan_for_arg(store, args.plan)
+        check_startable(store, plan, "holdout" if args.holdout else "sweep", args.resume)
     log_path = db.with_name(db.name + ".run.log")
     argv = [sys.executable, "-m", "console.cli", "run", args.plan, "--db", str(db)]
     argv += ["--resume"] * args.resume + ["--holdout"] * args.holdout + ["--no-telemetry"] * args.no_telemetry
@@ -55,47 +72,79 @@ def detach(args) -> int:
 def cmd_run(args) -> int:
     if args.detach:
         return detach(args)
+    stdout = guard_stdout(STDOUT_CLOSED)
+    try:
+        return _run(args, stdout)
+    finally:
+        sys.stdout = stdout.inner
+
+
+def _run(args, stdout) -> int:
     console = Console(stderr=False)
     signal.signal(signal.SIGTERM, _sigterm_to_interrupt)  # `kill` interrupts like Ctrl-C: runs marked incomplete
-    with LiveFeed(resolve_db_path(args.db)) as feed, open_store(args.db) as store:  # feed finishes after the store closes
+    # the live file is the running campaign's: it is written only once this process holds the store
+    # and has its plan, so a refused run (store in use, bad plan) never touches it
+    store = open_store(args.db)
+    try:
         plan = plan_for_arg(store, args.plan)
-        feed.campaign(plan.name, plan.hash, metrics={"throughput_scale": plan.metrics.throughput_scale,
-                      "stall_threshold_s": plan.metrics.stall_threshold_s, "preroll_s": plan.metrics.preroll_s})
-        artifacts = Path(args.artifacts) if args.artifacts else store.path.resolve().parent / "artifacts"
-        interactive = console.is_terminal
-        progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                            console=console, disable=not interactive, transient=False)
-        cells_task = progress.add_task("cells", total=None)
-        req_task = progress.add_task("requests", total=None)
-
-        def log(msg: str) -> None:
-            if interactive:
-                progress.console.print(msg, highlight=False, markup=False)
-            else:
-                print(msg, flush=True)
-
-        def on_cell(i: int, total: int, cell, state: str) -> None:
-            feed.cell(i, total, cell, state)
-            if state == "running":
-                progress.update(cells_task, total=total, completed=i, description=f"cell {cell.key}")
-                progress.reset(req_task, total=None, description="requests")
-            else:
-                progress.update(cells_task, total=total, completed=i + 1)
-
-        def on_progress(done: int, total: int) -> None:
-            progress.update(req_task, total=total, completed=done)
-
-        opts = RunnerOptions(artifacts_dir=artifacts, resume=args.resume, phase="holdout" if args.holdout else "sweep",
-                             telemetry=not args.no_telemetry, log=log, on_cell=on_cell, on_progress=on_progress, live=feed)
-        try:
-            with progress:
-                res = run_plan(store, plan, opts)
-        except KeyboardInterrupt:
-            print(f"campaign: interrupted; the current run is marked incomplete. Continue with "
-                  f"`campaign run {args.plan} --resume`", file=sys.stderr)
-            return 130
+    except BaseException:
+        store.close()
+        raise
+    feed = LiveFeed(resolve_db_path(args.db))
+    try:
+        with store:  # closes before the feed says "finished", so the TUI may then open the store
+            res = _sweep(args, console, store, plan, feed)
+    finally:
+        feed.finished()
+    if res is None:
+        return 130
+    out = stdout.summary_stream
     print(f"plan {res.plan_hash[:12]}: {len(res.run_ids)} run(s) recorded, {res.cells_skipped} cell(s) already complete"
-          + (f", {len(res.recovered)} interrupted run(s) marked incomplete" if res.recovered else ""))
+          + (f", {len(res.recovered)} interrupted run(s) marked incomplete" if res.recovered else ""), file=out)
     for engine, why in res.failed_engines.items():
-        print(f"engine {engine}: {why}; its remaining cells were skipped (resume to retry)")
+        print(f"engine {engine}: {why}; its remaining cells were skipped (resume to retry)", file=out)
+    for key, why in res.problems:
+        print(f"cell {key}: {why}", file=out)
+    if res.problems:
+        print(f"{len(res.problems)} of {res.cells_run} cell(s) did not succeed", file=out)
+    out.flush()
     return 0 if res.ok else 1
+
+
+def _sweep(args, console: Console, store, plan, feed: LiveFeed):
+    """Run the sweep with progress output; None when interrupted."""
+    feed.campaign(plan.name, plan.hash, metrics={"throughput_scale": plan.metrics.throughput_scale,
+                  "stall_threshold_s": plan.metrics.stall_threshold_s, "preroll_s": plan.metrics.preroll_s})
+    artifacts = Path(args.artifacts) if args.artifacts else store.path.resolve().parent / "artifacts"
+    interactive = console.is_terminal
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=console, disable=not interactive, transient=False)
+    cells_task = progress.add_task("cells", total=None)
+    req_task = progress.add_task("requests", total=None)
+
+    def log(msg: str) -> None:
+        if interactive:
+            progress.console.print(msg, highlight=False, markup=False)
+        else:
+            print(msg, flush=True)
+
+    def on_cell(i: int, total: int, cell, state: str) -> None:
+        feed.cell(i, total, cell, state)
+        if state == "running":
+            progress.update(cells_task, total=total, completed=i, description=f"cell {cell.key}")
+            progress.reset(req_task, total=None, description="requests")
+        else:
+            progress.update(cells_task, total=total, completed=i + 1)
+
+    def on_progress(done: int, total: int) -> None:
+        progress.update(req_task, total=total, completed=done)
+
+    opts = RunnerOptions(artifacts_dir=artifacts, resume=args.resume, phase="holdout" if args.holdout else "sweep",
+                         telemetry=not args.no_telemetry, log=log, on_cell=on_cell, on_progress=on_progress, live=feed)
+    try:
+        with progress:
+            return run_plan(store, plan, opts)
+    except KeyboardInterrupt:
+        print(f"campaign: interrupted; the current run is marked incomplete. Continue with "
+              f"`campaign run {args.plan} --resume`", file=sys.stderr)
+        return None

@@ -1,0 +1,39 @@
+"""What `campaign run --detach` checks in the foreground before it detaches, so that an error is a
+one-line message and a non-zero exit where the user is looking, never a "running in the
+background" followed by a failure in a log file: the store opens (not locked by another
+campaign, not damaged), the plan is frozen and unaltered, its workload unchanged, the phase can
+start (holdout opened, no earlier runs without --resume), every env value is available, and
+every engine port is free.
+"""
+
+from __future__ import annotations
+
+import json
+
+from console.runner import _pid_matches, check_preconditions, plan_cells, refuse_rerun
+from data.errors import CampaignError
+from data.plans import Plan, engine_environment, plan_secrets
+from data.store import Store
+from engine_adapters.lifecycle import port_in_use
+
+
+def _orphan_ports(store: Store, plan: Plan) -> set[tuple[str, int]]:
+    """Ports held by engines an interrupted runner left up: `--resume` stops them first."""
+    rows = store.query("SELECT engine, pid, argv_json FROM engine_launches WHERE plan_hash = ? "
+                       "AND status IN ('starting', 'ready')", [plan.hash])
+    names = {r["engine"] for r in rows if r["pid"] and _pid_matches(r["pid"], json.loads(r["argv_json"]))}
+    return {(e.host, e.port) for e in plan.engines if e.name in names}
+
+
+def check_startable(store: Store, plan: Plan, phase: str, resume: bool) -> None:
+    """Raise a one-line CampaignError when `campaign run` of this plan and phase would refuse."""
+    check_preconditions(store, plan, phase)
+    cells = plan_cells(plan, phase)
+    names = {c.engine for c in cells}
+    engine_environment(plan, plan_secrets(store, plan), names)
+    refuse_rerun(store, plan, {c.key for c in cells}, resume)
+    spare = _orphan_ports(store, plan) if resume else set()
+    for i, e in enumerate(plan.engines):
+        taken = port_in_use(e.host, e.port) if e.name in names and (e.host, e.port) not in spare else None
+        if taken:
+            raise CampaignError(f"engines[{i}].port: {taken}; stop it or choose another port (addendum)")

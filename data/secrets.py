@@ -1,0 +1,112 @@
+"""Engine environment values never leave the plan file: stored and exported copies of a plan, the
+`engine_launches` and `attempts` rows and stored log tails hold each variable's name and the
+SHA-256 of its value ("sha256:<hex>"), never the value (docs/plans.md, "Engine environment").
+
+A plan gives an engine's environment in two ways: `env` (name -> value, the value written in the
+plan file) and `env_passthrough` (names whose values come from the console's own environment
+when the engine starts, so the value never is in any file). The plan hash covers the redacted
+form, so the stored row verifies against its hash without the value; the values themselves are
+found again at run time by their hash, in the plan file given to `campaign run` or in the files
+the plan lineage was frozen from.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import re
+from typing import Any, Iterable, Mapping
+
+from data.errors import CampaignError
+
+HASH_PREFIX = "sha256:"
+_HASHED = re.compile(r"^sha256:[0-9a-f]{64}$")
+SCRUB_MIN_LEN = 8  # shorter values ("0", "true") are not secrets and would mangle a log tail
+SCRUBBED = "<redacted>"
+
+
+def value_hash(value: str) -> str:
+    """The stored stand-in for an env value."""
+    return HASH_PREFIX + hashlib.sha256(value.encode("utf-8")).hexdigest()
+
+
+def is_hashed(value: Any) -> bool:
+    return isinstance(value, str) and bool(_HASHED.match(value))
+
+
+def redact_env(env: Mapping[str, Any]) -> dict[str, Any]:
+    """name -> "sha256:<hex>" (values already in that form, and non-strings the schema refuses,
+    are kept as they are)."""
+    return {k: (value_hash(v) if isinstance(v, str) and not is_hashed(v) else v) for k, v in env.items()}
+
+
+def _engines(doc: Any) -> list[dict[str, Any]]:
+    """The engine entries of a plan document or of an addendum's `changes`."""
+    if not isinstance(doc, dict):
+        return []
+    out: list[dict[str, Any]] = []
+    for holder in (doc, doc.get("changes")):
+        engines = holder.get("engines") if isinstance(holder, dict) else None
+        if isinstance(engines, list):
+            out += [e for e in engines if isinstance(e, dict)]
+    return out
+
+
+def redact_document(doc: Any) -> Any:
+    """A copy of a plan (or addendum) document with every `engines[].env` value hashed; a
+    document without env values comes back equal to itself (so its hash is unchanged)."""
+    if not any(isinstance(e.get("env"), dict) and e["env"] for e in _engines(doc)):
+        return doc
+    out = copy.deepcopy(doc)
+    for engine in _engines(out):
+        if isinstance(engine.get("env"), dict):
+            engine["env"] = redact_env(engine["env"])
+    return out
+
+
+def secret_values(doc: Any) -> dict[str, str]:
+    """hash -> value for every env value written in a plan (or addendum) document."""
+    return {value_hash(v): v for e in _engines(doc) if isinstance(e.get("env"), dict)
+            for v in e["env"].values() if isinstance(v, str) and not is_hashed(v)}
+
+
+def passthrough_errors(engines: list[Any]) -> list[str]:
+    """Cross-field rule: a name is given either a value (`env`) or passed through, not both."""
+    errs = []
+    for i, e in enumerate(engines):
+        env = e.get("env") or {}
+        for name in e.get("env_passthrough") or []:
+            if name in env:
+                errs.append(f"engines[{i}].env_passthrough: {name} is also set in engines[{i}].env; give it one source")
+    return errs
+
+
+def resolve_env(env: Mapping[str, str], passthrough: Iterable[str], secrets: Mapping[str, str],
+                environ: Mapping[str, str], where: str) -> dict[str, str]:
+    """The real environment an engine gets: plan values (looked up by their hash when the plan
+    holds only the hash) and passed-through variables. Raises a one-line CampaignError naming
+    the field when a value cannot be found; the message never holds a value."""
+    out: dict[str, str] = {}
+    for name, value in env.items():
+        if is_hashed(value):
+            if value not in secrets:
+                raise CampaignError(
+                    f"{where}.env.{name}: the store holds only the value's SHA-256 ({value[:19]}...); run from "
+                    f"the plan file that holds the value, or pass it from the environment with env_passthrough")
+            value = secrets[value]
+        out[name] = value
+    for name in passthrough:
+        if name not in environ:
+            raise CampaignError(f"{where}.env_passthrough: {name} is not set in the console's environment")
+        out[name] = environ[name]
+    return out
+
+
+def scrub(text: str | None, values: Iterable[str]) -> str | None:
+    """`text` with every env value of at least SCRUB_MIN_LEN characters replaced (stored log
+    tails: an engine may print its own environment)."""
+    if not text:
+        return text
+    for v in sorted((v for v in values if len(v) >= SCRUB_MIN_LEN), key=len, reverse=True):
+        text = text.replace(v, SCRUBBED)
+    return text
