@@ -405,17 +405,14 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
                              on_progress=opts.on_progress, live=opts.live, engine_process=launch.process)
             run_ids.append(rid)
             status = store.scalar("SELECT status FROM runs WHERE run_id = ?", [rid])
-<<<<<<< HEAD
             crash = launch.process.exit_cause()
-            log(f"[{i + 1}/{len(todo)}] {cell.key}: run {rid} {status}" + (f" ({crash})" if crash else ""))
-            if crash:  # recorded as a crashed launch; the engine's next cell gets a fresh one
-                engines.stop(cell.engine)
-=======
             problem = cell_problem(store, rid)
             if problem:
                 problems.append((cell.key, problem))
-            log(f"[{i + 1}/{len(todo)}] {cell.key}: run {rid} {status}" + ("; no request succeeded" if status == "complete" and problem else ""))
->>>>>>> wip-plans
+            detail = f" ({crash})" if crash else ("; no request succeeded" if status == "complete" and problem else "")
+            log(f"[{i + 1}/{len(todo)}] {cell.key}: run {rid} {status}{detail}")
+            if crash:  # recorded as a crashed launch; the engine's next cell gets a fresh one
+                engines.stop(cell.engine)
             if opts.on_cell:
                 opts.on_cell(i, len(todo), cell, status or "unknown")
     except BaseException:

@@ -111,7 +111,7 @@ def test_detach_checks_ports_and_store_lock(tmp_path):
         holder.listen()
         r = campaign("run", str(plan), "--detach", db=db)
     assert r.returncode == 2 and "background" not in r.stdout
-    assert f"engines[0].port: 127.0.0.1:{port} is already in use" in r.stderr
+    assert f"engines[0].port: port {port} on 127.0.0.1 is already in use (held by pid {os.getpid()} (" in r.stderr
     con = duckdb.connect(str(db))  # another process holds the store, as a running campaign does
     try:
         r = campaign("run", str(plan), "--detach", db=db)
