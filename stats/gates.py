@@ -213,7 +213,8 @@ def canonical_table(df: pd.DataFrame) -> pd.DataFrame:
     """The eight input columns with fixed types, rows sorted by (arm, concurrency, repeat, utt_id)."""
     t = pd.DataFrame({
         "arm": df["arm"].astype(str), "concurrency": df["concurrency"].astype(np.int64),
-        "repeat": df["repeat"].astype(np.int64), "utt_id": df["utt_id"].astype(str),
+        "repeat": df["repeat"].astype(np.int64),
+        "utt_id": df["utt_id"].map(lambda u: "" if u is None or (isinstance(u, float) and math.isnan(u)) else str(u)),
         **{c: df[c].astype(np.float64) for c in ("wer_errors", "wer_words", "sim", "utmos")},
     })
     return t.sort_values(["arm", "concurrency", "repeat", "utt_id"], kind="mergesort").reset_index(drop=True)
@@ -223,7 +224,8 @@ HASH_RECIPE = (
     "sha256 over: b'omni-campaign-scores/1\\n'; then for arm and utt_id the values joined by "
     "'\\x1f' plus '\\n' (UTF-8); then concurrency and repeat as little-endian int64 bytes; then "
     "wer_errors, wer_words, sim, utmos as little-endian float64 bytes (NaN as numpy.nan) — rows "
-    "sorted by (arm, concurrency, repeat, utt_id)"
+    "sorted by (arm, concurrency, repeat, utt_id); a missing utt_id (a missing run whose ids are unknown) "
+    "hashes as ''"
 )
 
 
