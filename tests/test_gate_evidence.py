@@ -134,6 +134,7 @@ def test_reserved_holdout_verdict_at_plan_concurrencies_then_addendum_on_reused_
     assert ("evidence: reused — REUSED prompts: pool 'holdout' (3 ids) was requested by 8 earlier run(s) of plan(s) "
             f"{plan.hash[:12]}") in out and "not a new untouched holdout" in out
     v2 = re.search(r"verdict issued: (quality-\S+)", out).group(1)
+    assert f"earlier verdict of parent plan {plan.hash[:12]} stays as issued: {v1} (PASS)" in out
     doc2 = json.loads(verdict_row(db, v2)["document_json"])
     jsonschema.validate(doc2, load_schema())
     assert doc2["evidence"]["status"] == "reused" and doc2["evidence"]["earlier_runs_total"] == 8
@@ -149,14 +150,32 @@ def test_reserved_holdout_verdict_at_plan_concurrencies_then_addendum_on_reused_
 
 
 def test_tui_verdicts_view_shows_the_evidence(world, capsys):
-    from console.tui.data import load_verdicts
+    import asyncio
+
+    from textual.widgets import DataTable, Static
+
+    from console.tui.app import VERDICT_COLUMNS, CampaignApp
 
     rc, out = gate(capsys, world["plan_path"], "--db", world["db"])
     assert rc == 0
-    with Store(world["db"]) as s:
-        views = {v.verdict_id: v for v in load_verdicts(s)}
     vid = re.search(r"verdict issued: (quality-\S+)", out).group(1)
-    assert views[vid].evidence == "reserved" and "reserved and unused at freeze" in views[vid].evidence_summary
+
+    async def look():
+        app = CampaignApp(world["db"])
+        async with app.run_test(size=(200, 50)) as pilot:
+            await pilot.pause()
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            await pilot.press("3")
+            await pilot.pause()
+            table = app.query_one("#verdicts-table", DataTable)
+            rows = {str(k.value): [str(c) for c in table.get_row(k)] for k in table.rows}
+            title = str(app.query_one("#checks-title", Static).render())
+            return rows, title
+
+    rows, title = asyncio.run(look())
+    assert rows[vid][VERDICT_COLUMNS.index("evidence")] == "reserved"
+    assert vid in title and "evidence: holdout pool 'holdout' (3 ids) reserved and unused at freeze" in title
 
 
 def test_plan_mode_failed_incomplete_or_excluded_run_is_a_gap_naming_ids_and_repeat(world, tmp_path, capsys):

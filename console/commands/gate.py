@@ -239,11 +239,25 @@ def gate_plan(args, console: Console) -> int:
                 issued.append(issue_rule(store, rr, plan=plan, metrics_version=METRICS_VERSION))
     for vid in issued:
         console.print(f"verdict issued: {vid}")
+    if plan.parent_hash and issued:
+        print_earlier_verdicts(console, args.db, plan)
     if args.dry_run:
         console.print("dry run: nothing issued")
     if not verdicts:
         raise CampaignError(f"plan {plan.hash[:12]}: nothing to gate (no quality arms and no decision rules)")
     return max(EXIT[v] for v in verdicts) if FAIL not in verdicts else EXIT[FAIL]
+
+
+def print_earlier_verdicts(console: Console, db, plan) -> None:
+    """An addendum never re-judges: its ancestors' verdicts stay as issued, beside the new ones."""
+    from data.manifest import plan_lineage
+    from data.verdicts import list_verdicts
+
+    with open_store(db) as store:
+        earlier = [v for h in plan_lineage(store, plan.hash)[1:] for v in list_verdicts(store, h)]
+    for v in earlier:
+        console.print(f"earlier verdict of parent plan {v['plan_hash'][:12]} stays as issued: {v['verdict_id']} "
+                      f"({v['verdict']})")
 
 
 def cmd_verdicts(args) -> int:
