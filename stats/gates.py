@@ -348,8 +348,6 @@ def aggregate_cell(df_c: pd.DataFrame, concurrency: int, repeats: tuple[int, ...
     arrays.pop("n_cand")
     covered = {m: np.logical_and.reduce([complete[(a, c)] for a, cols in METRIC_COLUMNS[m].items() for c in cols])
                for m in METRICS}
-    if k == 0:
-        covered = {m: np.zeros(0, bool) for m in METRICS}
     gaps: dict[str, str] = {}
     if "gap" in df_c.columns:
         for uid, gap in df_c.loc[df_c["gap"].notna(), ["utt_id", "gap"]].itertuples(index=False):
