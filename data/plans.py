@@ -43,7 +43,8 @@ ADDENDUM_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "schema": {"const": ADDENDUM_SCHEMA_ID},
-        "parent": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+        # the parent plan's hash or a unique prefix of it (>= 6 hex digits, as on the command line)
+        "parent": {"type": "string", "pattern": "^[0-9a-fA-F]{6,64}$"},
         "name": {"type": "string", "minLength": 1},
         "reason": {"type": "string", "minLength": 1},
         "changes": {"type": "object", "minProperties": 1},
@@ -423,14 +424,24 @@ def load_plan(path: str | Path, store: Store | None = None) -> Plan:
     return plan_from_dict(doc, hash=document_hash(doc), source_path=str(path))
 
 
-def _addendum_plan(store: Store, doc: dict[str, Any], label: str, source_path: str | None = None) -> Plan:
+def _addendum_plan(store: Store, doc: dict[str, Any], label: str, source_path: str | None = None,
+                   parent_full: str | None = None) -> Plan:
+    """`parent_full`: the full parent hash recorded at freeze (a prefix could become ambiguous later)."""
     errs = nonfinite_errors(doc, ADDENDUM_SCHEMA) or schema_errors(doc, ADDENDUM_SCHEMA)
     if errs:
         raise _fail(label, errs)
-    parent = plan_from_store(store, doc["parent"], label=f"{label}: parent")
+    if parent_full is None:
+        try:
+            parent_full = resolve_hash(store, doc["parent"])
+        except CampaignError as exc:
+            raise CampaignError(f"{label}: parent: {exc}") from None
+    elif not parent_full.startswith(doc["parent"].strip().lower()):
+        raise CampaignError(f"{label}: parent: stored parent hash {parent_full[:12]} does not match the document's "
+                            f"{doc['parent']!r} (store tampered)")
+    parent = plan_from_store(store, parent_full, label=f"{label}: parent")
     merged = merge_patch(parent.raw, redact_document(doc)["changes"])
     validate_plan_dict(merged, f"{label} (parent + changes)")
-    return plan_from_dict(merged, hash=document_hash(doc), kind="addendum", parent_hash=doc["parent"],
+    return plan_from_dict(merged, hash=document_hash(doc), kind="addendum", parent_hash=parent.hash,
                           source_path=source_path, secrets=secret_values(doc))
 
 
@@ -455,7 +466,8 @@ def plan_from_store(store: Store, plan_hash: str, label: str | None = None) -> P
     if not hash_matches(doc, full):
         raise CampaignError(f"{label or 'plan'} {full[:12]}: stored JSON no longer matches its hash (store tampered)")
     if row["kind"] == "addendum":
-        return _addendum_plan(store, doc, f"addendum {full[:12]}", source_path=row["source_path"])
+        return _addendum_plan(store, doc, f"addendum {full[:12]}", source_path=row["source_path"],
+                              parent_full=row["parent_hash"])
     validate_plan_dict(redact_document(doc), f"plan {full[:12]}")
     return plan_from_dict(doc, hash=full, source_path=row["source_path"])
 
@@ -524,7 +536,8 @@ def freeze(store: Store, path: str | Path, expected_parent: str | None = None) -
         parent_full = resolve_hash(store, expected_parent)
         if doc.get("parent") is None:
             raise CampaignError(f"{label}: parent: missing; add \"parent\": \"{parent_full}\" to bind the addendum")
-        if doc["parent"] != parent_full:
+        if not isinstance(doc["parent"], str) or not parent_full.startswith(doc["parent"].strip().lower()) \
+                or len(doc["parent"].strip()) < 6:
             raise CampaignError(f"{label}: parent: {doc['parent']!r} is not {parent_full} given on the command line")
     plan = load_plan(path, store)
     h = plan.hash

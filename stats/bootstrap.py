@@ -1,4 +1,4 @@
-"""Paired prompt-cluster bootstrap (DESIGN.md §7), written so any numpy user can reproduce a bound.
+"""Paired prompt-cluster bootstrap (docs/statistics.md), written so any numpy user can reproduce a bound.
 
 Protocol for one concurrency cell with K utterance ids (ascending string order):
 

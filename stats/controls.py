@@ -1,16 +1,18 @@
 """Synthetic controls: the gate proves itself on generated data with known answers before it may
-issue a real verdict (DESIGN.md §7).
+issue a real verdict (docs/statistics.md).
 
 Each control builds a long table (same shape as `stats.quality.scores_frame`) from a fixed data
-seed, runs `evaluate_gates` with the campaign's own margins, draws, seed and method, and compares
-the outcome with the answer the construction guarantees.
+seed at the campaign's own quality concurrencies and measured repeats, runs `evaluate_gates` with
+the campaign's margins, draws, seed and method, and compares the outcome with the answer the
+construction guarantees. A plan with quality concurrencies [1, 4] gets control data at 1 and 4;
+data generated at fixed concurrencies would leave the plan's cells empty and fail every control.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -36,9 +38,11 @@ class ControlResult:
         return dict(self.__dict__)
 
 
-def baseline_table(n_ids: int = N_IDS, repeats: int = REPEATS, concurrencies=CONCURRENCIES,
+def baseline_table(n_ids: int = N_IDS, repeats: int | Sequence[int] = REPEATS, concurrencies=CONCURRENCIES,
                    data_seed: int = DATA_SEED) -> pd.DataFrame:
-    """A plausible baseline arm: ~3 % WER, SIM ≈ 65 ± 3, UTMOS ≈ 3.5 ± 0.3, per-repeat jitter."""
+    """A plausible baseline arm: ~3 % WER, SIM ≈ 65 ± 3, UTMOS ≈ 3.5 ± 0.3, per-repeat jitter.
+    `repeats`: a count (repeats 0..n-1) or the repeat indices themselves."""
+    repeats = range(repeats) if isinstance(repeats, int) else tuple(repeats)
     rng = np.random.default_rng(data_seed)
     ids = [f"spk{i % 7:02d}-utt{i:04d}" for i in range(n_ids)]
     words = rng.integers(8, 30, n_ids)
@@ -46,7 +50,7 @@ def baseline_table(n_ids: int = N_IDS, repeats: int = REPEATS, concurrencies=CON
     mos_id = rng.normal(3.5, 0.3, n_ids)
     rows = []
     for c in concurrencies:
-        for r in range(repeats):
+        for r in repeats:
             errs = rng.binomial(words, 0.03)
             sim = sim_id + rng.normal(0, 0.3, n_ids)
             mos = mos_id + rng.normal(0, 0.02, n_ids)
@@ -94,11 +98,21 @@ def _bounds(result: GateResult) -> list[float | None]:
     return [c.bound for c in result.checks]
 
 
+def control_shape(config: GateConfig) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(concurrencies, measured repeats) the control data is generated at: the campaign's own,
+    else the reference campaign's (1/16/32, 3 repeats)."""
+    concs = tuple(int(c) for c in config.concurrencies) if config.concurrencies else CONCURRENCIES
+    reps = tuple(int(r) for r in config.repeats) if config.repeats else tuple(range(REPEATS))
+    return concs, reps
+
+
 def run_controls(config: GateConfig) -> list[ControlResult]:
-    """Run every control with the campaign's margins, B, seed and method."""
-    base = baseline_table()
+    """Run every control with the campaign's concurrencies, repeats, margins, B, seed and method."""
+    concs, reps = control_shape(config)
+    base = baseline_table(repeats=reps, concurrencies=concs)
     m = config.margins
     k = _wer_scale(m["wer"])
+    first_c, last_c = concs[0], concs[-1]
     out: list[ControlResult] = []
 
     def control(name: str, description: str, expected: str, frame: pd.DataFrame, *,
@@ -131,10 +145,11 @@ def run_controls(config: GateConfig) -> list[ControlResult]:
     control("inside-margins", "small SIM/UTMOS drops (a tenth of each margin), WER unchanged, 64 ids", PASS,
             with_candidate(base, sim_shift=0.1 * float(m["sim"]), utmos_shift=0.1 * float(m["utmos"]),
                            sim_noise=0.2, utmos_noise=0.005))
-    missing = identical[~((identical["arm"] == "candidate") & (identical["concurrency"] == CONCURRENCIES[1])
+    missing = identical[~((identical["arm"] == "candidate") & (identical["concurrency"] == last_c)
                           & (identical["utt_id"] == "spk01-utt0008"))]
-    control("missing-id", f"one utterance missing from the candidate at C{CONCURRENCIES[1]}", INCONCLUSIVE, missing,
+    control("missing-id", f"one utterance missing from the candidate at C{last_c}", INCONCLUSIVE, missing,
             extra=lambda r: (any("spk01-utt0008" in c.reason for c in r.checks), "gap names spk01-utt0008"))
+    _repeat_controls(control, config, concs, reps)
     no_mos = identical.assign(utmos=np.nan)
     control("scorer-unavailable", "UTMOS scorer unavailable (no local model)", INCONCLUSIVE, no_mos,
             status={"wer": "ok", "sim": "ok", "mos": "unavailable: model directory not found"})
@@ -144,11 +159,11 @@ def run_controls(config: GateConfig) -> list[ControlResult]:
     # Boundary: a margin exactly equal to the computed bound must fail (pass iff bound < margin).
     inside = with_candidate(base, sim_shift=0.1 * float(m["sim"]), sim_noise=0.2)
     probe = evaluate_gates(inside, config, attribution=False)
-    edge_bound = next(c.bound for c in probe.checks if c.metric == "sim" and c.concurrency == CONCURRENCIES[0])
+    edge_bound = next(c.bound for c in probe.checks if c.metric == "sim" and c.concurrency == first_c)
     edge = replace(config, margins={**dict(m), "sim": edge_bound})
-    control("bound-equals-margin", f"SIM margin at C{CONCURRENCIES[0]} set equal to its computed bound "
+    control("bound-equals-margin", f"SIM margin at C{first_c} set equal to its computed bound "
             f"({edge_bound:.6g}); equal fails", FAIL, inside, cfg=edge,
-            extra=lambda r: _failed_metrics(r, {"sim"}, only_c=CONCURRENCIES[0]))
+            extra=lambda r: _failed_metrics(r, {"sim"}, only_c=first_c))
 
     # Same seed -> identical bounds; another seed -> different bounds (the seed is really used).
     data = with_candidate(base, extra_errors=lambda ids: _every_third(ids, k), sim_shift=0.1, sim_noise=0.3, utmos_noise=0.01)
@@ -160,6 +175,50 @@ def run_controls(config: GateConfig) -> list[ControlResult]:
                              "identical", "identical" if same else "different", same and differs,
                              f"{len(a)} bounds compared; seed+1 changes them: {differs}"))
     return out
+
+
+GAP_ID = "spk02-utt0030"
+
+
+def _repeat_controls(control: Callable[..., GateResult], config: GateConfig, concs: tuple[int, ...],
+                     reps: tuple[int, ...]) -> None:
+    """Unequal repeat sets must come out INCONCLUSIVE (docs/statistics.md, coverage). They need
+    two or more repeats; a one-repeat campaign runs them on repeats r, r+1, r+2 with the same
+    margins, B, seed and method."""
+    if len(reps) < 2:
+        reps = tuple(reps[0] + i for i in range(REPEATS))
+        config = replace(config, repeats=reps if config.repeats is not None else None)
+    base = baseline_table(repeats=reps, concurrencies=concs)
+    first, later = reps[0], reps[1:]
+    shown = ", ".join(str(r) for r in later)
+    worse = with_candidate(base)
+    cand = worse["arm"] == "candidate"
+    worse.loc[cand, "wer_errors"] = 2 * worse.loc[cand, "wer_errors"]
+    only_first = worse[~cand | (worse["repeat"] == first)]
+    control("candidate-missing-repeats",
+            f"candidate has only repeat {first} of {len(reps)} for every utterance, with twice the baseline's "
+            f"errors in it", INCONCLUSIVE, only_first, cfg=config,
+            extra=lambda r: _all_gaps_name(r, f"candidate lacks repeat{'s' if len(later) > 1 else ''} {shown}"))
+    identical = with_candidate(base)
+    base_first = identical[(identical["arm"] == "candidate") | (identical["repeat"] == first)]
+    control("baseline-missing-repeats", f"baseline has only repeat {first} of {len(reps)} for every utterance",
+            INCONCLUSIVE, base_first, cfg=config,
+            extra=lambda r: _all_gaps_name(r, f"baseline lacks repeat{'s' if len(later) > 1 else ''} {shown}"))
+    last_c, last_r = concs[-1], reps[-1]
+    one = identical[~((identical["arm"] == "candidate") & (identical["concurrency"] == last_c)
+                      & (identical["utt_id"] == GAP_ID) & (identical["repeat"] == last_r))]
+    needle = f"{GAP_ID} (candidate lacks repeat {last_r})"
+    control("one-id-missing-one-repeat", f"{GAP_ID} lacks candidate repeat {last_r} at C{last_c}", INCONCLUSIVE,
+            one, cfg=config,
+            extra=lambda r: (all(needle in c.reason for c in r.checks if c.concurrency == last_c)
+                             and all(c.status != INCONCLUSIVE for c in r.checks if c.concurrency != last_c),
+                             f"C{last_c} gaps name {needle}"))
+
+
+def _all_gaps_name(res: GateResult, needle: str) -> tuple[bool, str]:
+    """Every check is a coverage gap whose reason says which repeats an arm lacks."""
+    ok = all(c.status == INCONCLUSIVE and "coverage gap" in c.reason and needle in c.reason for c in res.checks)
+    return ok, f"every check names '{needle}': {ok}"
 
 
 def _failed_metrics(res: GateResult, metrics: set[str], only_c: int | None = None) -> tuple[bool, str]:

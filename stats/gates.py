@@ -1,11 +1,14 @@
-"""Noninferiority gates: the nine (concurrency × metric) checks and the verdict (DESIGN.md §7).
+"""Noninferiority gates: the nine (concurrency × metric) checks and the verdict (docs/statistics.md).
 
 Input is the quality long table (one row per arm, concurrency, repeat, utterance id) — either
 `stats.quality.scores_frame` or a user's own CSV/Parquet. Within each id the measured repeats are
 aggregated first (WER error and word counts summed, SIM and UTMOS averaged); ids are then the
-bootstrap's clusters. A check is computed only over full coverage: any id that is missing or failed
-in either arm (or an unavailable scorer) makes that check INCONCLUSIVE — never PASS — and the
-bound over the ids that are present is shown as a diagnostic only.
+bootstrap's clusters. A check is computed only over full coverage: every id must have exactly one
+usable value at every expected measured repeat in both arms (the plan's `sweep.measured_repeats`
+in plan mode; in `--scores` mode every repeat either arm has at that concurrency). Any id that
+misses that — a missing, failed, incomplete or excluded run, a failed request, a repeat one arm
+lacks — or an unavailable scorer makes the check INCONCLUSIVE, never PASS; the reason names the
+ids and repeats, and the bound over the covered ids is shown as a diagnostic only.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class GateConfig:
     method: str = "percentile"
     confidence: float = 0.95
     concurrencies: tuple[int, ...] | None = None
+    repeats: tuple[int, ...] | None = None  # expected measured repeats (the plan's); None: as the table has them
 
     def __post_init__(self) -> None:
         for m in METRICS:
@@ -64,6 +68,8 @@ class GateConfig:
             raise CampaignError(f"bootstrap draws {self.draws!r}: must be a positive integer")
         if not 0.5 <= float(self.confidence) < 1:
             raise CampaignError(f"bootstrap confidence {self.confidence!r}: must be in [0.5, 1)")
+        if self.repeats is not None and not self.repeats:
+            raise CampaignError("measured repeats: the expected set is empty")
 
     @classmethod
     def from_plan(cls, raw: Mapping[str, Any]) -> "GateConfig":
@@ -74,6 +80,7 @@ class GateConfig:
         for m, keys in PLAN_METRIC_KEYS.items():
             margins[m] = next((margins_raw[k] for k in keys if k in margins_raw), None)
         concs = q.get("concurrencies")
+        n_rep = (raw.get("sweep") or {}).get("measured_repeats")
         return cls(
             margins=margins,
             draws=int(b.get("draws", 20000)),
@@ -81,12 +88,14 @@ class GateConfig:
             method=str(b.get("method", "percentile")).lower(),
             confidence=float(b.get("confidence", 0.95)),
             concurrencies=tuple(int(c) for c in concs) if concs else None,
+            repeats=tuple(range(int(n_rep))) if n_rep else None,
         )
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["margins"] = {m: float(self.margins[m]) for m in METRICS}
         d["concurrencies"] = list(self.concurrencies) if self.concurrencies else None
+        d["repeats"] = list(self.repeats) if self.repeats is not None else None
         return d
 
 
@@ -204,7 +213,8 @@ def canonical_table(df: pd.DataFrame) -> pd.DataFrame:
     """The eight input columns with fixed types, rows sorted by (arm, concurrency, repeat, utt_id)."""
     t = pd.DataFrame({
         "arm": df["arm"].astype(str), "concurrency": df["concurrency"].astype(np.int64),
-        "repeat": df["repeat"].astype(np.int64), "utt_id": df["utt_id"].astype(str),
+        "repeat": df["repeat"].astype(np.int64),
+        "utt_id": df["utt_id"].map(lambda u: "" if u is None or (isinstance(u, float) and math.isnan(u)) else str(u)),
         **{c: df[c].astype(np.float64) for c in ("wer_errors", "wer_words", "sim", "utmos")},
     })
     return t.sort_values(["arm", "concurrency", "repeat", "utt_id"], kind="mergesort").reset_index(drop=True)
@@ -214,7 +224,8 @@ HASH_RECIPE = (
     "sha256 over: b'omni-campaign-scores/1\\n'; then for arm and utt_id the values joined by "
     "'\\x1f' plus '\\n' (UTF-8); then concurrency and repeat as little-endian int64 bytes; then "
     "wer_errors, wer_words, sim, utmos as little-endian float64 bytes (NaN as numpy.nan) — rows "
-    "sorted by (arm, concurrency, repeat, utt_id)"
+    "sorted by (arm, concurrency, repeat, utt_id); a missing utt_id (a missing run whose ids are unknown) "
+    "hashes as ''"
 )
 
 
@@ -234,15 +245,33 @@ def frame_sha256(df: pd.DataFrame) -> str:
 
 # -- aggregation ------------------------------------------------------------------------------
 
+# Which columns each arm needs for a metric (the candidate's word count is not used: WER is
+# normalised by the baseline's reference words).
+METRIC_COLUMNS = {
+    "wer": {"baseline": ("wer_errors", "wer_words"), "candidate": ("wer_errors",)},
+    "sim": {"baseline": ("sim",), "candidate": ("sim",)},
+    "utmos": {"baseline": ("utmos",), "candidate": ("utmos",)},
+}
+
+
 @dataclass(frozen=True)
 class CellCoverage:
-    """Per-id aggregates of one concurrency plus which ids each metric covers."""
+    """Per-id aggregates of one concurrency plus which ids each metric covers.
+
+    Coverage rule (docs/statistics.md): an id is covered for a metric iff, in both arms, it has
+    exactly one usable value at every expected repeat and none at any other repeat. The expected
+    repeats are the plan's measured repeats (plan mode) or every repeat that appears at this
+    concurrency in either arm (`--scores`). Checking each arm against its own repeat count would
+    let a candidate with one repeat be divided by the baseline's three-repeat word total."""
 
     concurrency: int
     ids: tuple[str, ...]
     arrays: dict[str, np.ndarray]  # e_base, e_cand, n_base, sim_base, ... aligned with ids
     covered: dict[str, np.ndarray]  # metric -> bool mask over ids
     gaps: dict[str, str]  # utt_id -> a cause, where one is known
+    repeats: tuple[int, ...] = ()  # the measured repeats every id must have in both arms
+    seen_repeats: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # columns of `counts`
+    counts: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)  # (arm, column) -> ids x seen_repeats
 
     def cell(self, metric: str | None = None) -> CellArrays:
         mask = np.ones(len(self.ids), bool) if metric is None else self.covered[metric]
@@ -250,45 +279,80 @@ class CellCoverage:
         a = {k: np.ascontiguousarray(v[mask], dtype=np.float64) for k, v in self.arrays.items()}
         return CellArrays(ids, **a)
 
+    def repeat_problem(self, metric: str, index: int) -> str:
+        """How id `index`'s measured repeats differ from the expected set, per arm ('' if they do not)."""
+        want = set(self.repeats)
+        parts = []
+        for arm, cols in METRIC_COLUMNS[metric].items():
+            if not self.counts:
+                break
+            n = np.min(np.stack([self.counts[(arm, c)][index] for c in cols]), axis=0)
+            hi = np.max(np.stack([self.counts[(arm, c)][index] for c in cols]), axis=0)
+            reps = [int(r) for r in self.seen_repeats]
+            lacks = [r for r, k in zip(reps, n) if r in want and k == 0]
+            twice = [r for r, k in zip(reps, hi) if r in want and k > 1]
+            extra = [r for r, k in zip(reps, hi) if r not in want and k > 0]
+            if lacks:
+                parts.append(f"{arm} lacks repeat{'s' if len(lacks) > 1 else ''} {_list(lacks)}")
+            if twice:
+                parts.append(f"{arm} has repeat{'s' if len(twice) > 1 else ''} {_list(twice)} more than once")
+            if extra:
+                parts.append(f"{arm} has repeat{'s' if len(extra) > 1 else ''} {_list(extra)} outside the measured "
+                             f"repeats")
+        return "; ".join(parts)
 
-def aggregate_cell(df_c: pd.DataFrame, concurrency: int) -> CellCoverage:
+    def gap_list(self, metric: str) -> list[dict[str, Any]]:
+        """Every uncovered id of a metric: which repeats differ and the recorded cause, if any."""
+        return [{"utt_id": uid, "repeats": self.repeat_problem(metric, i), "cause": self.gaps.get(uid)}
+                for i, (uid, ok) in enumerate(zip(self.ids, self.covered[metric])) if not ok]
+
+
+def _list(values: list[int]) -> str:
+    return ", ".join(str(v) for v in values)
+
+
+def aggregate_cell(df_c: pd.DataFrame, concurrency: int, repeats: tuple[int, ...] | None = None) -> CellCoverage:
     """Aggregate one concurrency's rows within each utterance id (numpy bincounts: this runs on
-    every gate, so it is kept as cheap as the bootstrap itself)."""
-    utt = df_c["utt_id"].to_numpy(dtype=object)
+    every gate, so it is kept as cheap as the bootstrap itself). `repeats`: the expected measured
+    repeats (the plan's); None takes every repeat present at this concurrency in either arm."""
+    df_c = df_c[df_c["utt_id"].notna()]  # a missing run of an unknowable pool: `repeats` finds the gap
+    utt = df_c["utt_id"].astype(str).to_numpy(dtype=object)
     uniq, codes = np.unique(utt, return_inverse=True)  # ascending string order: column k = k-th id
     ids = tuple(str(u) for u in uniq)
     k = len(ids)
     arm = df_c["arm"].to_numpy(dtype=object)
-    rep = df_c["repeat"].to_numpy()
+    rep = df_c["repeat"].to_numpy(dtype=np.int64)
+    expected = tuple(sorted({int(r) for r in (rep.tolist() if repeats is None else repeats)}))
+    seen = np.unique(np.concatenate([np.asarray(expected, dtype=np.int64), rep]))
+    width = len(seen)
+    slot = codes * width + np.searchsorted(seen, rep)  # (id, repeat) cell of each row
+    want = np.isin(seen, expected)
     arrays: dict[str, np.ndarray] = {}
     complete: dict[tuple[str, str], np.ndarray] = {}
+    counts: dict[tuple[str, str], np.ndarray] = {}
     for arm_name, short in (("baseline", "base"), ("candidate", "cand")):
         sel = arm == arm_name
-        n_rep = len(np.unique(rep[sel]))
         cs = codes[sel]
-        present = (np.bincount(cs, minlength=k) == n_rep) if n_rep else np.zeros(k, bool)
         for col, key in (("wer_errors", "e"), ("wer_words", "n"), ("sim", "sim"), ("utmos", "utmos")):
             v = df_c[col].to_numpy(dtype=np.float64)[sel]
             ok = ~np.isnan(v)
+            per_rep = np.bincount(slot[sel][ok], minlength=k * width).reshape(k, width)
+            counts[(arm_name, col)] = per_rep
+            complete[(arm_name, col)] = np.all(per_rep[:, want] == 1, axis=1) & np.all(per_rep[:, ~want] == 0, axis=1)
             nonnull = np.bincount(cs[ok], minlength=k)
             total = np.bincount(cs[ok], weights=v[ok], minlength=k)
-            complete[(arm_name, col)] = present & (nonnull == n_rep)
             if key in ("e", "n"):
                 arrays[f"{key}_{short}"] = np.where(nonnull > 0, total, np.nan)
             else:
                 arrays[f"{key}_{short}"] = np.divide(total, nonnull, out=np.full(k, np.nan), where=nonnull > 0)
     arrays.pop("n_cand")
-    covered = {
-        "wer": complete[("baseline", "wer_errors")] & complete[("baseline", "wer_words")]
-        & complete[("candidate", "wer_errors")],
-        "sim": complete[("baseline", "sim")] & complete[("candidate", "sim")],
-        "utmos": complete[("baseline", "utmos")] & complete[("candidate", "utmos")],
-    }
+    covered = {m: np.logical_and.reduce([complete[(a, c)] for a, cols in METRIC_COLUMNS[m].items() for c in cols])
+               for m in METRICS}
     gaps: dict[str, str] = {}
     if "gap" in df_c.columns:
         for uid, gap in df_c.loc[df_c["gap"].notna(), ["utt_id", "gap"]].itertuples(index=False):
             gaps.setdefault(str(uid), str(gap))
-    return CellCoverage(concurrency, ids, arrays, covered, gaps)
+    return CellCoverage(concurrency, ids, arrays, covered, gaps, expected, seen, counts)
 
 
 def _arm_values(cell: CellArrays, metric: str) -> tuple[float, float]:
@@ -299,11 +363,16 @@ def _arm_values(cell: CellArrays, metric: str) -> tuple[float, float]:
     return float(np.mean(b)), float(np.mean(c))
 
 
-def _missing_reason(cov: CellCoverage, metric: str) -> str:
-    missing = [i for i, ok in zip(cov.ids, cov.covered[metric]) if not ok]
-    shown = ", ".join(f"{i} ({cov.gaps[i]})" if i in cov.gaps else i for i in missing[:3])
-    more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-    return f"coverage gap: {len(missing)} of {len(cov.ids)} ids missing or failed in an arm: {shown}{more}"
+def _missing_reason(cov: CellCoverage, metric: str, shown_max: int = 3) -> str:
+    """Names the uncovered ids with how their repeats differ (and the stored cause, if any)."""
+    gaps = cov.gap_list(metric)
+    def one(g: dict[str, Any]) -> str:
+        why = "; ".join(x for x in (g["repeats"], g["cause"]) if x)
+        return f"{g['utt_id']} ({why})" if why else g["utt_id"]
+    shown = ", ".join(one(g) for g in gaps[:shown_max])
+    more = f" and {len(gaps) - shown_max} more" if len(gaps) > shown_max else ""
+    return (f"coverage gap: {len(gaps)} of {len(cov.ids)} ids lack exactly one usable value per measured "
+            f"repeat ({_list(list(cov.repeats))}) in both arms: {shown}{more}")
 
 
 # -- the gates --------------------------------------------------------------------------------
@@ -349,7 +418,7 @@ def evaluate_gates(frame: pd.DataFrame, config: GateConfig, *, scorer_status: Ma
     attributions: list[dict[str, Any]] = []
     ids_by_c: dict[int, list[str]] = {}
     by_c = {int(c): g for c, g in df.groupby("concurrency", sort=False)}
-    covs = [aggregate_cell(by_c.get(int(c), df.iloc[:0]), c) for c in concs]
+    covs = [aggregate_cell(by_c.get(int(c), df.iloc[:0]), c, config.repeats) for c in concs]
     full = [tuple(m for m in METRICS if m not in unavailable and cov.covered[m].all() and len(cov.ids) >= 2)
             for cov in covs]
     batch = [i for i, f in enumerate(full) if f]

@@ -4,8 +4,11 @@ and the issuing of verdicts.
 The document is assembled once, when the verdict is issued, and stored with it (insert-only), so
 `campaign export verdict` writes exactly what was decided. It carries what a reviewer needs to
 redo the decision without the console: the frozen plan, every check, the per-id aggregates the
-bootstrap resampled (so a dozen lines of numpy reproduce each bound), attribution, the throughput
-table of every concurrency, the runs used, the exclusions with reasons, and the commands.
+bootstrap resampled (so a dozen lines of numpy reproduce each bound), the coverage rule and every
+gap (ids and repeats), what kind of evidence it is (the quality pool's status: reserved and unused
+at freeze, or reused, see data.pool_status), attribution, the throughput table of every
+concurrency, the runs used, the exclusions with reasons, and the commands. docs/statistics.md
+states the protocol.
 """
 
 from __future__ import annotations
@@ -21,6 +24,15 @@ from data.store import Store, utcnow
 from data.verdicts import VerdictRow, insert_verdict, new_verdict_id
 
 SCHEMA_VERSION = "omni-campaign-verdict/1"
+COVERAGE_RULE = (
+    "an utterance id enters a check only if both arms have exactly one usable value at every expected "
+    "measured repeat and none at any other repeat; the expected repeats are the plan's measured repeats "
+    "(0 .. sweep.measured_repeats-1) in plan mode, or every repeat either arm has at that concurrency for "
+    "a user's scores table. An id whose set of measured repeats differs between the arms or from the plan's "
+    "(a run missing, failed, incomplete or excluded; a failed request; a scorer error) is a coverage gap: "
+    "the check is INCONCLUSIVE, names the ids and repeats, and its figures over the covered ids are "
+    "diagnostic only"
+)
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "docs" / "verdict.schema.json"
 
 NUMPY_SNIPPET = '''\
@@ -65,14 +77,27 @@ def cells_section(frame, result) -> list[dict[str, Any]]:
 
     out = []
     for c in result.ids:
-        cov = aggregate_cell(frame[frame["concurrency"] == c], c)
+        cov = aggregate_cell(frame[frame["concurrency"] == c], c, result.config.repeats)
         out.append({
             "concurrency": int(c),
             "ids": list(cov.ids),
+            "repeats": list(cov.repeats),
             "arrays": {k: finite(v) for k, v in cov.arrays.items()},
             "full_coverage": {m: bool(cov.covered[m].all()) for m in cov.covered},
         })
     return out
+
+
+def coverage_section(frame, result) -> dict[str, Any]:
+    """The coverage rule and, per concurrency, the expected repeats and every gap by metric."""
+    from stats.gates import METRICS, aggregate_cell
+
+    cells = []
+    for c in result.ids:
+        cov = aggregate_cell(frame[frame["concurrency"] == c], c, result.config.repeats)
+        cells.append({"concurrency": int(c), "expected_repeats": list(cov.repeats), "ids": len(cov.ids),
+                      "gaps": {m: cov.gap_list(m) for m in METRICS}})
+    return {"rule": COVERAGE_RULE, "cells": cells}
 
 
 def throughput_table(store: Store, plan) -> list[dict[str, Any]]:
@@ -152,7 +177,8 @@ def reproduce_section(verdict_id: str, plan, source: str | None, config) -> dict
 
 def quality_document(*, verdict_id: str, created_at, result, frame, plan=None, store: Store | None = None,
                      metrics_version: str | None = None, controls=None, source: str | None = None,
-                     scorer_status: dict | None = None, scorers: dict | None = None) -> dict[str, Any]:
+                     scorer_status: dict | None = None, scorers: dict | None = None,
+                     pool: dict | None = None) -> dict[str, Any]:
     from stats.gates import HASH_RECIPE, UNITS
 
     cfg = result.config
@@ -165,7 +191,8 @@ def quality_document(*, verdict_id: str, created_at, result, frame, plan=None, s
         "name": (plan.name if plan is not None else "scores") + ": noninferiority",
         "verdict": result.verdict,
         "rule": "PASS iff every check's one-sided upper bound < its margin; FAIL if any check fails; "
-                "otherwise INCONCLUSIVE (coverage gap or scorer unavailable)",
+                "otherwise INCONCLUSIVE (coverage gap or scorer unavailable). Coverage: " + COVERAGE_RULE,
+        "evidence": finite(pool) if pool is not None else None,
         "plan": plan_section(store, plan),
         "metrics_version": metrics_version,
         "bootstrap": {
@@ -189,6 +216,7 @@ def quality_document(*, verdict_id: str, created_at, result, frame, plan=None, s
         "inputs": finite({**result.inputs, "hash_recipe": HASH_RECIPE, "scorer_status": scorer_status or {},
                           "scorers": scorers or {}}),
         "cells": cells_section(frame, result),
+        "coverage": finite(coverage_section(frame, result)),
         "throughput": throughput_table(store, plan) if (store is not None and plan is not None) else [],
         "runs": finite(runs),
         "exclusions": exclusions,
@@ -236,13 +264,19 @@ def rule_document(*, verdict_id: str, created_at, rule_result, plan, store: Stor
 # -- issuing ----------------------------------------------------------------------------------
 
 def issue_quality(store: Store, result, frame, *, plan=None, metrics_version: str | None = None, controls=None,
-                  source: str | None = None, scorer_status: dict | None = None, scorers: dict | None = None) -> str:
-    """Store a quality verdict (insert-only, audited) with its full document; returns its id."""
+                  source: str | None = None, scorer_status: dict | None = None, scorers: dict | None = None,
+                  pool: dict | None = None) -> str:
+    """Store a quality verdict (insert-only, audited) with its full document; returns its id.
+    `pool`: `data.pool_status` as a dict (what kind of evidence this is); computed here if omitted."""
+    from data.pool_status import external_status, pool_status
+
+    if pool is None:
+        pool = (pool_status(store, plan) if plan is not None else external_status(source or "scores")).as_dict()
     created = utcnow()
     vid = new_verdict_id("quality", [result.inputs, result.checks_dicts()], created)
     doc = quality_document(verdict_id=vid, created_at=created, result=result, frame=frame, plan=plan, store=store,
                            metrics_version=metrics_version, controls=controls, source=source,
-                           scorer_status=scorer_status, scorers=scorers)
+                           scorer_status=scorer_status, scorers=scorers, pool=pool)
     cfg = result.config
     return insert_verdict(store, VerdictRow(
         kind="quality", verdict=result.verdict, name=doc["name"], plan_hash=plan.hash if plan else None,

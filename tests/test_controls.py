@@ -50,3 +50,60 @@ def test_gate_refuses_when_controls_fail(monkeypatch, tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "synthetic controls failed" in err and "refuses to issue" in err
     assert not db.exists() or __import__("data.store", fromlist=["Store"]).Store(db).scalar("SELECT count(*) FROM verdicts") == 0
+
+
+REPEAT_CONTROLS = ("candidate-missing-repeats", "baseline-missing-repeats", "one-id-missing-one-repeat")
+
+
+@pytest.fixture(scope="module")
+def reference_results():
+    return {r.name: r for r in run_controls(GateConfig(margins={"wer": 0.2, "sim": 0.5, "utmos": 0.05}, draws=2000,
+                                                       seed=20261022))}
+
+
+@pytest.mark.parametrize("name", REPEAT_CONTROLS)
+def test_unequal_repeat_controls_are_inconclusive(reference_results, name):
+    r = reference_results[name]
+    assert r.expected == r.observed == "INCONCLUSIVE" and r.ok, r.detail
+
+
+def test_unequal_repeat_controls_name_ids_and_repeats(reference_results):
+    assert "candidate lacks repeats 1, 2" in reference_results["candidate-missing-repeats"].detail
+    assert "baseline lacks repeats 1, 2" in reference_results["baseline-missing-repeats"].detail
+    assert "spk02-utt0030 (candidate lacks repeat 2)" in reference_results["one-id-missing-one-repeat"].detail
+
+
+def test_unequal_repeat_controls_catch_a_gate_that_checks_each_arm_on_its_own(monkeypatch):
+    """Fault injection: the old coverage rule (each arm against its own repeat count) fails them."""
+    import numpy as np
+
+    real = gates.aggregate_cell
+
+    def per_arm(df_c, concurrency, repeats=None):
+        cov = real(df_c, concurrency, repeats)
+        arm_reps = {a: sorted(set(df_c.loc[df_c["arm"] == a, "repeat"])) for a in gates.ARMS}
+        covered = {}
+        for m in gates.METRICS:
+            ok = np.ones(len(cov.ids), bool)
+            for arm, cols in gates.METRIC_COLUMNS[m].items():
+                cols_idx = np.isin(cov.seen_repeats, arm_reps[arm])
+                for c in cols:
+                    ok &= np.all(cov.counts[(arm, c)][:, cols_idx] == 1, axis=1)
+            covered[m] = ok
+        return gates.CellCoverage(cov.concurrency, cov.ids, cov.arrays, covered, cov.gaps, cov.repeats,
+                                  cov.seen_repeats, cov.counts)
+
+    monkeypatch.setattr(gates, "aggregate_cell", per_arm)
+    results = run_controls(GateConfig(margins={"wer": 0.2, "sim": 0.5, "utmos": 0.05}, draws=1000, seed=1))
+    assert {"candidate-missing-repeats", "baseline-missing-repeats"} <= {r.name for r in results if not r.ok}
+
+
+@pytest.mark.parametrize("concurrencies,repeats", [((1, 4), (0, 1, 2)), ((1,), (0, 1)), ((1,), (0,))])
+def test_controls_follow_the_plans_concurrencies_and_repeats(concurrencies, repeats):
+    cfg = GateConfig(margins={"wer": 0.2, "sim": 0.5, "utmos": 0.05}, draws=2000, seed=20261022,
+                     concurrencies=concurrencies, repeats=repeats)
+    results = run_controls(cfg)
+    assert all_ok(results), [(r.name, r.detail) for r in results if not r.ok]
+    assert set(REPEAT_CONTROLS) <= {r.name for r in results}
+    for r in results:
+        assert "C16" not in r.detail and "C32" not in r.detail  # the data lies at the plan's concurrencies

@@ -22,6 +22,7 @@ from rich.table import Table
 from console.commands.db import add_db_arg
 from console.output import FORMATS, print_rows
 from data.errors import CampaignError
+from data.pool_status import external_status, pool_status
 from data.store import first_line, open_store
 from stats.controls import all_ok, run_controls
 from stats.gates import FAIL, INCONCLUSIVE, PASS, GateConfig, evaluate_gates, validate_long_frame
@@ -63,7 +64,8 @@ def _fmt(v, digits: int = 4) -> str:
     return f"{v:+.{digits}f}" if isinstance(v, float) else str(v)
 
 
-def print_checks(console: Console, result, title: str) -> None:
+def print_checks(console: Console, result, title: str, evidence=None) -> None:
+    """The checks table; `evidence`: the quality pool's status (data.pool_status.PoolStatus)."""
     t = Table(title=title)
     for col in ("C", "metric", "base", "cand", "point", "upper bound", "margin", "ids", "result", "note"):
         t.add_column(col, justify="right" if col not in ("metric", "result", "note") else "left")
@@ -80,6 +82,15 @@ def print_checks(console: Console, result, title: str) -> None:
     console.print(f"bootstrap: {cfg.method}, B={cfg.draws}, seed={cfg.seed}, one-sided {cfg.confidence:g} upper "
                   f"bound; pass iff bound < margin. Input: {result.inputs['rows']} rows, sha256 "
                   f"{result.inputs['sha256'][:16]}…")
+    if result.config.repeats is not None:
+        console.print(f"coverage: every id needs exactly measured repeats {', '.join(map(str, result.config.repeats))} "
+                      "in both arms (the plan's sweep.measured_repeats); otherwise its checks are INCONCLUSIVE")
+    else:
+        console.print("coverage: every id needs the same measured repeats in both arms (every repeat the table has at "
+                      "its concurrency); otherwise its checks are INCONCLUSIVE")
+    if evidence is not None:
+        style = {"reserved": "green", "reused": "bold yellow"}.get(evidence.status, "")
+        console.print(f"evidence: [{style or 'default'}]{evidence.status}[/] — {evidence.summary}")
     for a in result.attribution:
         if not a["contributions"] or a["net_error_change"] == 0:
             continue
@@ -171,14 +182,15 @@ def gate_scores(args, console: Console) -> int:
     frame = validate_long_frame(read_scores(args.scores), args.scores)
     controls = require_controls(console, cfg)
     result = evaluate_gates(frame, cfg, source=str(args.scores))
-    print_checks(console, result, f"noninferiority gates: {args.scores}")
+    evidence = external_status(str(args.scores))
+    print_checks(console, result, f"noninferiority gates: {args.scores}", evidence)
     if args.issue:
         from stats.metrics import METRICS_VERSION
         from stats.verdict_doc import issue_quality
 
         with open_store(args.db) as store:
             vid = issue_quality(store, result, frame, metrics_version=METRICS_VERSION, controls=controls,
-                                source=str(args.scores))
+                                source=str(args.scores), pool=evidence.as_dict())
         console.print(f"verdict issued: {vid}")
     return EXIT[result.verdict]
 
@@ -205,12 +217,15 @@ def gate_plan(args, console: Console) -> int:
                 raise CampaignError(f"plan {plan.hash[:12]}: no quality rows (run the quality cells and "
                                     "`campaign score` first)")
             result = evaluate_gates(frame, cfg, scorer_status=status, source=f"plan {plan.hash[:12]}")
-            print_checks(console, result, f"noninferiority gates: {plan.name} ({q.candidate} vs {q.baseline})")
+            evidence = pool_status(store, plan)
+            print_checks(console, result, f"noninferiority gates: {plan.name} ({q.candidate} vs {q.baseline})",
+                         evidence)
             verdicts.append(result.verdict)
             if not args.dry_run:
                 issued.append(issue_quality(store, result, frame, plan=plan, metrics_version=METRICS_VERSION,
                                             controls=controls, scorer_status=status,
-                                            scorers=dict(frame.attrs.get("scorers") or {})))
+                                            scorers=dict(frame.attrs.get("scorers") or {}),
+                                            pool=evidence.as_dict()))
         else:
             console.print("plan has no quality baseline/candidate: no noninferiority gates")
         for rule in plan.decision_rules:
@@ -224,6 +239,8 @@ def gate_plan(args, console: Console) -> int:
                 issued.append(issue_rule(store, rr, plan=plan, metrics_version=METRICS_VERSION))
     for vid in issued:
         console.print(f"verdict issued: {vid}")
+    if plan.parent_hash and issued:
+        print_earlier_verdicts(console, args.db, plan)
     if args.dry_run:
         console.print("dry run: nothing issued")
     if not verdicts:
@@ -231,12 +248,28 @@ def gate_plan(args, console: Console) -> int:
     return max(EXIT[v] for v in verdicts) if FAIL not in verdicts else EXIT[FAIL]
 
 
+def print_earlier_verdicts(console: Console, db, plan) -> None:
+    """An addendum never re-judges: its ancestors' verdicts stay as issued, beside the new ones."""
+    from data.manifest import plan_lineage
+    from data.verdicts import list_verdicts
+
+    with open_store(db) as store:
+        earlier = [v for h in plan_lineage(store, plan.hash)[1:] for v in list_verdicts(store, h)]
+    for v in earlier:
+        console.print(f"earlier verdict of parent plan {v['plan_hash'][:12]} stays as issued: {v['verdict_id']} "
+                      f"({v['verdict']})")
+
+
 def cmd_verdicts(args) -> int:
     from data.plans import resolve_hash
+    from data.pool_status import verdict_evidence
     from data.verdicts import list_verdicts
 
     with open_store(args.db) as store:
         rows = list_verdicts(store, resolve_hash(store, args.plan) if args.plan else None)
-    cols = ["verdict_id", "created_at", "kind", "name", "verdict", "method", "draws", "seed", "plan_hash"]
+        evidence = verdict_evidence(store)
+    for r in rows:
+        r["evidence"] = evidence.get(r["verdict_id"], "-")
+    cols = ["verdict_id", "created_at", "kind", "name", "verdict", "evidence", "method", "draws", "seed", "plan_hash"]
     print_rows(cols, [[r[c] for c in cols] for r in rows], args.format, console=Console(width=max(Console().width, 220)))
     return 0

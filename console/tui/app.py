@@ -44,7 +44,8 @@ RUN_COLUMNS = ("engine", "C", "kind", "pool", "rep", "status", "excluded",
                header(METRICS_BY_NAME["ttfa_p95_s"]), header(METRICS_BY_NAME["rtf_mean"]), "stalls", "failed",
                "started (UTC)", "plan", "run id")
 RUN_NUMERIC = {"C", "rep"} | set(RUN_COLUMNS[7:13])
-VERDICT_COLUMNS = ("issued (UTC)", "kind", "name", "verdict", "method", "draws", "seed", "plan", "verdict id")
+VERDICT_COLUMNS = ("issued (UTC)", "kind", "name", "verdict", "evidence", "method", "draws", "seed", "plan",
+                   "verdict id")
 CHECK_COLUMNS = ("C", "metric", "unit", "status", "ids", "estimate", "bound", "margin", "baseline", "candidate", "reason")
 AUDIT_COLUMNS = ("seq", "time (UTC)", "kind", "plan", "subject", "payload")
 
@@ -254,7 +255,7 @@ class CampaignApp(App):
         self.verdicts = list(reversed(msg.verdicts))
         rows = []
         for v in self.verdicts:
-            cells = (v.created, v.kind, v.name or "-", verdict_text(v.verdict), v.method or "-",
+            cells = (v.created, v.kind, v.name or "-", verdict_text(v.verdict), v.evidence, v.method or "-",
                      num(plain(v.draws)), num(plain(v.seed)), (v.plan_hash or "-")[:12], v.verdict_id)
             rows.append((v.verdict_id, cells, " ".join(str(c) for c in cells).lower()))
         self.tables["verdicts-table"] = TableRows(rows)
@@ -273,7 +274,8 @@ class CampaignApp(App):
         if v is None:
             title.update("No verdicts issued yet.")
             return
-        title.update(Text.assemble("checks of ", (v.verdict_id, "bold"), "  ", verdict_text(v.verdict)))
+        title.update(Text.assemble("checks of ", (v.verdict_id, "bold"), "  ", verdict_text(v.verdict),
+                                   *(("\nevidence: ", (v.evidence_summary, "bold")) if v.evidence_summary else ())))
         for i, c in enumerate(v.checks):
             if v.kind == "throughput":
                 c = rule_cell_as_check(c)

@@ -16,6 +16,7 @@ from typing import Any
 from console.commands.report import ReportCell, build_report
 from data.audit import ChainResult, verify_chain
 from data.plans import Plan, plan_from_store
+from data.pool_status import evidence_of
 from data.store import Store
 from stats.metrics import RequestMetrics, RunMetrics, load_run_records, request_metrics, run_metrics
 
@@ -166,12 +167,14 @@ class VerdictRowView:
     seed: int | None
     plan_hash: str | None
     checks: list[dict[str, Any]]
+    evidence: str = "-"  # pool status (data.pool_status): reserved / reused / unreserved / external
+    evidence_summary: str = ""  # its one-line statement, as recorded in the verdict document
 
 
 def load_verdicts(store: Store) -> list[VerdictRowView]:
     rows = store.query(
         "SELECT verdict_id, strftime(created_at AT TIME ZONE 'UTC', '%Y-%m-%d %H:%M:%S') AS created, kind, name, "
-        "verdict, method, draws, seed, plan_hash, checks_json FROM verdicts ORDER BY created_at, verdict_id")
+        "verdict, method, draws, seed, plan_hash, checks_json, document_json FROM verdicts ORDER BY created_at, verdict_id")
     out = []
     for r in rows:
         try:
@@ -179,7 +182,8 @@ def load_verdicts(store: Store) -> list[VerdictRowView]:
         except json.JSONDecodeError:
             checks = [{"reason": "checks_json is not valid JSON"}]
         out.append(VerdictRowView(r["verdict_id"], r["created"], r["kind"], r["name"], r["verdict"], r["method"],
-                                  r["draws"], r["seed"], r["plan_hash"], checks if isinstance(checks, list) else []))
+                                  r["draws"], r["seed"], r["plan_hash"], checks if isinstance(checks, list) else [],
+                                  *evidence_of(r["document_json"])))
     return out
 
 
