@@ -337,11 +337,14 @@ def score_plan(store: Store, plan: Any, *, scorers: Iterable[str] | None = None,
 
     names = list(scorers) if scorers else list(plan_scorers(plan).values())
     paths = _q(plan).get("model_paths") or {}
+    dtypes = _q(plan).get("dtypes") or {}
     artifacts_dir = artifacts_dir or default_artifacts_dir(store)
     try:
-        built = [make_scorer(n, paths, device=device, batch_size=batch_size) for n in names]
+        built = [make_scorer(n, paths, dtypes=dtypes, device=device, batch_size=batch_size) for n in names]
     except UnknownScorer as exc:
         raise CampaignError(f"--scorer: {exc}") from None
+    except ValueError as exc:
+        raise CampaignError(f"quality.dtypes: {exc}") from None
     for s in built:
         ok, why = s.available()
         if not ok:
