@@ -136,3 +136,26 @@ def build_tiny_seedtts_sim(folder: Path, *, seed: int = 0, cfg: dict | None = No
                       for k, v in ssl.state_dict().items()})
     torch.save({"model": state}, folder / SV_FILE)
     return folder
+
+
+def build_tiny_utmos22(folder: Path, *, seed: int = 0, embed: int = 24, layers: int = 2, conv: int = 16,
+                       rnn: int = 8, proj: int = 16, emb: int = 4) -> Path:
+    """`utmos22_strong_step7459_v1.pt`: a bare state dict in SpeechMOS UTMOS22Strong key names
+    (wav2vec2.*, domain_emb, judge_emb, blstm.*, projection.*), small random weights."""
+    import torch
+
+    from stats.quality.utmos_model import HEADS, STATE_FILE, STRIDES, Utmos22Strong
+    from stats.quality.wavlm import WavLMConfig
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    kernels = (10, 3, 3, 3, 3, 2, 2)
+    cfg = WavLMConfig.from_cfg({"extractor_mode": "default", "encoder_layers": layers, "encoder_embed_dim": embed,
+                                "encoder_ffn_embed_dim": 2 * embed, "encoder_attention_heads": HEADS,
+                                "conv_feature_layers": repr([(conv, k, s) for k, s in zip(kernels, STRIDES)]),
+                                "conv_pos": 16, "conv_pos_groups": 4})
+    gen = torch.Generator().manual_seed(seed)
+    model = Utmos22Strong(cfg, emb, emb, rnn, proj)
+    _randomise(model, gen)
+    torch.save(model.state_dict(), folder / STATE_FILE)
+    return folder
