@@ -312,6 +312,19 @@ def score_expected(store: Store, expected: Sequence[Expected], scorer: Scorer, *
     return summary
 
 
+def score_files(scorer: Scorer, items: Sequence[ScoreItem]) -> list[ScoreResult]:
+    """Score arbitrary files (`campaign scorers run`) through the calls `score_expected` makes:
+    availability, one model load, `score_batch` per `batch_size` items. Nothing is stored."""
+    ok, why = scorer.available()
+    if not ok:
+        raise CampaignError(f"scorer {scorer.name}: unavailable: {why}")
+    scorer.ensure_loaded()
+    out: list[ScoreResult] = []
+    for start in range(0, len(items), scorer.batch_size):
+        out += scorer.score_batch(list(items[start:start + scorer.batch_size]))
+    return out
+
+
 def _count(summary: ScoreSummary, rows: Sequence[dict]) -> None:
     summary.scored_ok += sum(r["status"] == "ok" for r in rows)
     summary.scored_error += sum(r["status"] == "error" for r in rows)
