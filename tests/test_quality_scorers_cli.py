@@ -60,14 +60,19 @@ def test_run_json_sim_and_mos(models, files):
     assert rec["scorer_id"] == "utmos22" and 1.0 < rec["value"] < 5.0 and "utmos22_strong_step7459_v1.pt" in rec["scorer_version"]
 
 
-def test_list_shows_status_folder_and_hash(models):
+def test_list_shows_status_folder_and_hash(models, monkeypatch, capsys):
+    from console.cli import main
     sim, mos = models
-    r = cli("scorers", env={"CAMPAIGN_SEEDTTS_SIM_DIR": str(sim), "CAMPAIGN_UTMOS_DIR": str(mos / "absent"),
-                            "COLUMNS": "400"})
-    assert r.returncode == 0, r.stderr
-    line = next(ln for ln in r.stdout.splitlines() if "seedtts-sim" in ln)
+    monkeypatch.setenv("CAMPAIGN_SEEDTTS_SIM_DIR", str(sim))
+    monkeypatch.setenv("CAMPAIGN_UTMOS_DIR", str(mos / "absent"))
+    monkeypatch.setenv("COLUMNS", "400")
+    assert main(["scorers"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    line = next(ln for ln in out if "seedtts-sim" in ln)
     assert "available" in line and str(sim) in line and "unavailable" not in line
-    assert any("utmos22" in ln and "unavailable: model directory" in ln for ln in r.stdout.splitlines())
+    from stats.quality.sim import SeedTtsSimScorer
+    assert SeedTtsSimScorer(sim).model_hash[:16] in line
+    assert any("utmos22" in ln and "unavailable: model directory" in ln for ln in out)
 
 
 def test_bad_items_one_line_each_nonzero(models, files):
@@ -83,16 +88,18 @@ def test_bad_items_one_line_each_nonzero(models, files):
     assert [x["status"] for x in recs] == ["error", "error", "error", "ok"]
 
 
-def test_other_architecture_checkpoint_is_one_line(models, files, tmp_path):
+def test_other_architecture_checkpoint_is_one_line(models, files, tmp_path, capsys):
     sim, mos = models
     wrong = tmp_path / "wrong"
     wrong.mkdir()
     (wrong / "wavlm_large.pt").write_bytes((mos / "utmos22_strong_step7459_v1.pt").read_bytes())
     (wrong / "wavlm_large_finetune.pth").write_bytes((sim / "wavlm_large_finetune.pth").read_bytes())
-    r = cli("scorers", "run", "seedtts-sim", "--model-dir", wrong, "--device", "cpu",
-            f"{files / 'a.wav'}:{files / 'b.wav'}")
-    assert r.returncode == 2 and "Traceback" not in r.stderr
-    (line,) = r.stderr.strip().splitlines()
+    from console.cli import main
+    code = main(["scorers", "run", "seedtts-sim", "--model-dir", str(wrong), "--device", "cpu",
+                 f"{files / 'a.wav'}:{files / 'b.wav'}"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    (line,) = err.strip().splitlines()
     assert "unavailable" in line and "no cfg dict" in line
 
 
