@@ -16,7 +16,7 @@ class AudioError(Exception):
     """A WAV cannot be read or holds no samples; becomes a scorer-error row, not a crash."""
 
 
-RESAMPLERS = ("soxr", "sinc")
+RESAMPLERS = ("soxr", "sinc", "fft")
 
 
 def load_audio(path: Path, rate: int = SCORER_RATE, resampler: str = "soxr") -> np.ndarray:
@@ -24,7 +24,8 @@ def load_audio(path: Path, rate: int = SCORER_RATE, resampler: str = "soxr") -> 
 
     `soxr`: soxr HQ, clipped to [-1, 1] (the bundled scorers). `sinc`: the Hann-windowed sinc
     resampler the protocol's reference scripts use (stats.quality.resample), not clipped, so a
-    protocol scorer sees the samples seed-tts-eval / SpeechMOS would."""
+    protocol scorer sees the samples seed-tts-eval / SpeechMOS would. `fft`: scipy.signal.resample
+    to int(n * rate / sr) samples in float64, as seed-tts-eval's run_wer.py feeds Whisper."""
     try:
         data, sr = sf.read(str(path), dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError, OSError) as exc:
@@ -35,6 +36,11 @@ def load_audio(path: Path, rate: int = SCORER_RATE, resampler: str = "soxr") -> 
     if resampler == "sinc":
         from stats.quality.resample import resample_sinc
         return resample_sinc(mono, sr, rate)
+    if resampler == "fft":
+        if sr == rate:
+            return mono
+        from scipy.signal import resample
+        return resample(mono.astype(np.float64), int(len(mono) * rate / sr)).astype(np.float32)
     if sr != rate:
         mono = soxr.resample(mono, sr, rate, quality="HQ").astype(np.float32)
     return np.clip(mono, -1.0, 1.0)
