@@ -20,7 +20,7 @@ WHISPER_SPECIALS = ["<|endoftext|>", "<|startoftranscript|>", "<|en|>", "<|trans
 
 
 def build_tiny_whisper(folder: Path, *, seed: int = 0, d_model: int = 64, layers: int = 2,
-                       max_new_tokens: int = 24) -> Path:
+                       max_new_tokens: int = 24, heads: int = 2, ffn: int | None = None, mel_bins: int = 80) -> Path:
     import torch
     from transformers import (GenerationConfig, WhisperConfig, WhisperFeatureExtractor,
                               WhisperForConditionalGeneration, WhisperProcessor, WhisperTokenizer)
@@ -38,11 +38,12 @@ def build_tiny_whisper(folder: Path, *, seed: int = 0, d_model: int = 64, layers
                            bos_token="<|endoftext|>", eos_token="<|endoftext|>", pad_token="<|endoftext|>")
     tok.add_special_tokens({"additional_special_tokens": WHISPER_SPECIALS[1:]})
     ids = dict(zip(WHISPER_SPECIALS, tok.convert_tokens_to_ids(WHISPER_SPECIALS)))
-    proc = WhisperProcessor(feature_extractor=WhisperFeatureExtractor(feature_size=80), tokenizer=tok)
+    proc = WhisperProcessor(feature_extractor=WhisperFeatureExtractor(feature_size=mel_bins), tokenizer=tok)
     eot, sot = ids["<|endoftext|>"], ids["<|startoftranscript|>"]
-    cfg = WhisperConfig(vocab_size=len(tok), num_mel_bins=80, d_model=d_model, encoder_layers=layers,
-                        decoder_layers=layers, encoder_attention_heads=2, decoder_attention_heads=2,
-                        encoder_ffn_dim=2 * d_model, decoder_ffn_dim=2 * d_model, max_source_positions=1500,
+    ffn = ffn or 2 * d_model
+    cfg = WhisperConfig(vocab_size=len(tok), num_mel_bins=mel_bins, d_model=d_model, encoder_layers=layers,
+                        decoder_layers=layers, encoder_attention_heads=heads, decoder_attention_heads=heads,
+                        encoder_ffn_dim=ffn, decoder_ffn_dim=ffn, max_source_positions=1500,
                         max_target_positions=64, pad_token_id=eot, bos_token_id=eot, eos_token_id=eot,
                         decoder_start_token_id=sot)
     torch.manual_seed(seed)
