@@ -141,18 +141,23 @@ def test_unavailable_reasons_without_network(tmp_path, monkeypatch):
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     (ckpt / "utmos22_strong_step7459_v1.pt").write_bytes(b"\0" * 16)
-    r = why(ckpt)
-    assert "raw UTMOS22 checkpoint" in r and "model code" in r and "docs/utmos22.md" in r
+    r = why(ckpt)  # the release file name, but not a checkpoint (16 zero bytes)
+    assert "utmos22_strong_step7459_v1.pt is not a PyTorch checkpoint" in r
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "model.ckpt").write_bytes(b"\0" * 16)
+    r = why(other)
+    assert "holds model.ckpt but neither utmos22_strong_step7459_v1.pt" in r and "docs/utmos22.md" in r
     assert "is a file" in why(ckpt / "utmos22_strong_step7459_v1.pt")
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert f"no {EXPORT_NAME}" in why(empty)
+    assert f"neither utmos22_strong_step7459_v1.pt nor {EXPORT_NAME}" in why(empty)
     plain = tmp_path / "plain"
     plain.mkdir()
     torch.save(TinyMos().state_dict(), plain / EXPORT_NAME)  # right name, but a state dict
     assert "plain PyTorch checkpoint" in why(plain) and torchscript_problem(plain / EXPORT_NAME)
     status = scorer_status({"quality": {"scorers": {"mos": "utmos22"}, "model_paths": {"utmos22": str(ckpt)}}})
-    assert status["mos"].startswith("unavailable: ") and "docs/utmos22.md" in status["mos"]
+    assert status["mos"].startswith("unavailable: ") and "not a PyTorch checkpoint" in status["mos"]
 
 
 def test_export_recipe_round_trip(tmp_path, wavs):

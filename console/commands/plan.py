@@ -27,6 +27,18 @@ def _engine(name: str, profile: str, port: int, dialect: str = "vllm-omni") -> d
     }
 
 
+def _quality_scorers(demo: bool) -> dict:
+    """The demo scores with the bundled scorers; a real campaign with the Seed-TTS protocol's
+    (whisper / seedtts-sim / utmos22, docs/quality.md says which files each folder holds)."""
+    if demo:
+        return {"scorers": {"wer": "pocketsphinx", "sim": "resemblyzer", "mos": "dnsmos"}, "model_paths": {}}
+    return {"scorers": {"wer": "whisper", "sim": "seedtts-sim", "mos": "utmos22"},
+            "model_paths": {"whisper": "<folder: openai/whisper-large-v3 snapshot>",
+                            "seedtts-sim": "<folder: wavlm_large.pt + wavlm_large_finetune.pth>",
+                            "utmos22": "<folder: utmos22_strong_step7459_v1.pt>"},
+            "dtypes": {}}
+
+
 def template(demo: bool) -> dict:
     """The plan written by `plan init`; `_comment` keys document each section (JSON has no comments)."""
     engines = [_engine("ref-baseline", "baseline", 8091), _engine("ref-fast", "fast", 8092)]
@@ -66,7 +78,7 @@ def template(demo: bool) -> dict:
         "metrics": {"_comment": "throughput = throughput_scale x delivered audio s / wall s (25 = codec tokens/s)",
                     "throughput_scale": 25, "stall_threshold_s": 0.1, "preroll_s": 0.0},
         "quality": {"baseline": base, "candidate": cand, "concurrencies": [1, 16, 32], "pool": "holdout",
-                    "scorers": {"wer": "pocketsphinx", "sim": "resemblyzer", "mos": "dnsmos"}, "model_paths": {},
+                    **_quality_scorers(demo),
                     "margins": {"wer_pp": 0.20, "sim": 0.50, "mos": 0.05}},
         "bootstrap": {"draws": 20000, "seed": 20261022, "method": "percentile", "confidence": 0.95},
         "decision_rules": [{"name": "candidate-exceeds-baseline", "kind": "throughput_exceeds", "candidate": cand,

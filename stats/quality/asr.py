@@ -14,6 +14,7 @@ from stats.quality.wer import wer_counts
 
 class AsrScorer(Scorer):
     metric = "wer"
+    resampler = "soxr"  # how stored WAVs reach 16 kHz (stats.quality.audio.load_audio)
 
     @abstractmethod
     def transcribe(self, wavs: Sequence[np.ndarray]) -> list[str]:
@@ -25,7 +26,7 @@ class AsrScorer(Scorer):
         loaded: list[np.ndarray | AudioError] = []
         for p in paths:
             try:
-                loaded.append(load_audio(p))
+                loaded.append(load_audio(p, resampler=self.resampler))
             except AudioError as exc:
                 loaded.append(exc)
         good = [(i, w) for i, w in enumerate(loaded) if not isinstance(w, AudioError)]

@@ -22,6 +22,7 @@ from data.workload import sha256_file
 from stats.quality.wer import WerCounts
 
 METRICS = ("wer", "sim", "mos")
+DTYPES = ("float32", "float16")
 
 
 @dataclass(frozen=True)
@@ -115,12 +116,16 @@ class Scorer(ABC):
     metric: ClassVar[str]      # 'wer' | 'sim' | 'mos'
     label: ClassVar[str]       # what reports call the value, e.g. 'DNSMOS OVRL'
     default_batch: ClassVar[int] = 8
+    dtypes: ClassVar[tuple[str, ...]] = ("float32",)  # compute dtypes the scorer offers; first = default
 
     def __init__(self, model_dir: Path | None = None, *, device: str | None = None,
-                 batch_size: int | None = None):
+                 batch_size: int | None = None, dtype: str | None = None):
         self.model_dir = Path(model_dir).expanduser() if model_dir else None
         self.device = device or self.default_device()
         self.batch_size = batch_size or self.default_batch
+        if dtype is not None and dtype not in self.dtypes:
+            raise ValueError(f"{self.name}: dtype {dtype!r} is not offered (have: {', '.join(self.dtypes)})")
+        self.dtype = dtype or self.dtypes[0]
         self._model_hash: str | None = None
         self._loaded = False
 
@@ -136,8 +141,13 @@ class Scorer(ABC):
 
     @property
     def model_hash(self) -> str:
+        """SHA-256 over the model files; a compute dtype other than the scorer's default is folded
+        in, so fp16 rows never mix with (or get copied from) fp32 rows under one scorer id."""
         if self._model_hash is None:
-            self._model_hash = hash_model_files(self.model_files(), self.model_dir)
+            h = hash_model_files(self.model_files(), self.model_dir)
+            if self.dtype != self.dtypes[0]:
+                h = hashlib.sha256(f"{h}\0dtype={self.dtype}".encode()).hexdigest()
+            self._model_hash = h
         return self._model_hash
 
     # -- availability and loading ------------------------------------------------------------
@@ -174,7 +184,7 @@ class Scorer(ABC):
     def describe(self) -> dict:
         """What ran: for progress lines and bench output."""
         return {"scorer": self.scorer_id, "metric": self.metric, "device": self.device,
-                "batch_size": self.batch_size, "version": self.version}
+                "batch_size": self.batch_size, "dtype": self.dtype, "version": self.version}
 
     def close(self) -> None:
         """Release worker processes or GPU memory (default: nothing to release)."""

@@ -23,8 +23,8 @@ class ProcessPoolMixin:
     pool_initializer: Callable[[], Any] | None = None
 
     def __init__(self, model_dir=None, *, device: str | None = None, batch_size: int | None = None,
-                 workers: int | None = None):
-        super().__init__(model_dir, device="cpu", batch_size=batch_size)  # CPU-only by construction
+                 workers: int | None = None, dtype: str | None = None):
+        super().__init__(model_dir, device="cpu", batch_size=batch_size, dtype=dtype)  # CPU-only by construction
         self.init_pool(workers)
 
     def init_pool(self, workers: int | None) -> None:

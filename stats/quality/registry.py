@@ -14,16 +14,19 @@ from typing import Any, Mapping
 from stats.quality.base import METRICS, Scorer
 from stats.quality.dnsmos import DnsmosScorer
 from stats.quality.pocketsphinx_asr import PocketsphinxScorer
-from stats.quality.sim import ResemblyzerScorer, WavlmScorer
+from stats.quality.sim import ResemblyzerScorer, SeedTtsSimScorer, WavlmScorer
 from stats.quality.utmos import Utmos22Scorer
 from stats.quality.whisper_asr import WhisperScorer
 
 SCORERS: dict[str, type[Scorer]] = {
     cls.name: cls for cls in (
-        PocketsphinxScorer, WhisperScorer, ResemblyzerScorer, WavlmScorer, DnsmosScorer, Utmos22Scorer)
+        PocketsphinxScorer, WhisperScorer, ResemblyzerScorer, WavlmScorer, SeedTtsSimScorer, DnsmosScorer,
+        Utmos22Scorer)
 }
 BY_SCORER_ID: dict[str, type[Scorer]] = {cls.scorer_id: cls for cls in SCORERS.values()}
-ENV_VARS = {"whisper": "CAMPAIGN_WHISPER_DIR", "wavlm-ecapa": "CAMPAIGN_WAVLM_DIR", "utmos22": "CAMPAIGN_UTMOS_DIR"}
+ENV_VARS = {"whisper": "CAMPAIGN_WHISPER_DIR", "wavlm-ecapa": "CAMPAIGN_WAVLM_DIR", "seedtts-sim": "CAMPAIGN_SEEDTTS_SIM_DIR",
+            "utmos22": "CAMPAIGN_UTMOS_DIR"}
+PROTOCOL_SCORERS = {"wer": "whisper", "sim": "seedtts-sim", "mos": "utmos22"}  # the Seed-TTS protocol's
 DEFAULT_SCORERS = {"wer": "pocketsphinx", "sim": "resemblyzer", "mos": "dnsmos"}
 
 
@@ -50,9 +53,20 @@ def model_dir_for(name: str, model_paths: Mapping[str, Any] | None = None,
     return Path(str(value)).expanduser() if value else None
 
 
-def make_scorer(name: str, model_paths: Mapping[str, Any] | None = None, **kw) -> Scorer:
+def dtype_for(name: str, dtypes: Mapping[str, Any] | None = None) -> str | None:
+    """The plan's quality.dtypes entry for this scorer (None: the scorer's default)."""
+    cls = scorer_class(name)
+    d = dict(dtypes or {})
+    value = d.get(cls.name) or d.get(cls.scorer_id)
+    return str(value) if value else None
+
+
+def make_scorer(name: str, model_paths: Mapping[str, Any] | None = None, *,
+                dtypes: Mapping[str, Any] | None = None, **kw) -> Scorer:
     """A scorer instance (nothing loaded yet; call available() / ensure_loaded())."""
     cls = scorer_class(name)
+    if "dtype" not in kw:
+        kw["dtype"] = dtype_for(name, dtypes)
     return cls(model_dir_for(name, model_paths), **kw)
 
 
@@ -71,6 +85,7 @@ def plan_scorers(plan: Any) -> dict[str, str]:
 def scorer_status(plan: Any) -> dict[str, str]:
     """Contract for the gates: metric -> 'ok' | 'unavailable: why' for the plan's scorers."""
     paths = plan_quality(plan).get("model_paths") or {}
+    dtypes = plan_quality(plan).get("dtypes") or {}
     out: dict[str, str] = {}
     for metric, name in plan_scorers(plan).items():
         try:
@@ -81,6 +96,9 @@ def scorer_status(plan: Any) -> dict[str, str]:
         if cls.metric != metric:
             out[metric] = f"unavailable: scorer {name!r} measures {cls.metric}, not {metric}"
             continue
-        ok, why = make_scorer(name, paths, device="cpu").available()
+        try:
+            ok, why = make_scorer(name, paths, dtypes=dtypes, device="cpu").available()
+        except ValueError as exc:  # e.g. a dtype the scorer does not offer
+            ok, why = False, str(exc)
         out[metric] = "ok" if ok else f"unavailable: {why}"
     return out

@@ -312,6 +312,19 @@ def score_expected(store: Store, expected: Sequence[Expected], scorer: Scorer, *
     return summary
 
 
+def score_files(scorer: Scorer, items: Sequence[ScoreItem]) -> list[ScoreResult]:
+    """Score arbitrary files (`campaign scorers run`) through the calls `score_expected` makes:
+    availability, one model load, `score_batch` per `batch_size` items. Nothing is stored."""
+    ok, why = scorer.available()
+    if not ok:
+        raise CampaignError(f"scorer {scorer.name}: unavailable: {why}")
+    scorer.ensure_loaded()
+    out: list[ScoreResult] = []
+    for start in range(0, len(items), scorer.batch_size):
+        out += scorer.score_batch(list(items[start:start + scorer.batch_size]))
+    return out
+
+
 def _count(summary: ScoreSummary, rows: Sequence[dict]) -> None:
     summary.scored_ok += sum(r["status"] == "ok" for r in rows)
     summary.scored_error += sum(r["status"] == "error" for r in rows)
@@ -337,11 +350,14 @@ def score_plan(store: Store, plan: Any, *, scorers: Iterable[str] | None = None,
 
     names = list(scorers) if scorers else list(plan_scorers(plan).values())
     paths = _q(plan).get("model_paths") or {}
+    dtypes = _q(plan).get("dtypes") or {}
     artifacts_dir = artifacts_dir or default_artifacts_dir(store)
     try:
-        built = [make_scorer(n, paths, device=device, batch_size=batch_size) for n in names]
+        built = [make_scorer(n, paths, dtypes=dtypes, device=device, batch_size=batch_size) for n in names]
     except UnknownScorer as exc:
         raise CampaignError(f"--scorer: {exc}") from None
+    except ValueError as exc:
+        raise CampaignError(f"quality.dtypes: {exc}") from None
     for s in built:
         ok, why = s.available()
         if not ok:

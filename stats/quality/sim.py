@@ -11,6 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
+from data.errors import CampaignError
 from stats.quality.audio import AudioError, load_audio, load_each
 from stats.quality.base import ScoreItem, ScoreResult, Scorer, one_line
 
@@ -30,14 +31,20 @@ class SimScorer(Scorer):
         super().__init__(*args, **kwargs)
         self._prompt_cache: dict[Path, np.ndarray] = {}
 
+    resampler = "soxr"  # how stored WAVs reach 16 kHz (stats.quality.audio.load_audio)
+
     @abstractmethod
-    def embed(self, wavs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Speaker embeddings of 16 kHz mono float32 waveforms."""
+    def embed(self, wavs: Sequence[np.ndarray]) -> list[np.ndarray | str]:
+        """Speaker embeddings of 16 kHz mono float32 waveforms (an error text for a clip the
+        model cannot embed, e.g. shorter than its first conv window)."""
 
     def similarity(self, a: np.ndarray, b: np.ndarray) -> float:
         """SIM between two waveforms (used by tests and the GPU check)."""
         self.ensure_loaded()
         ea, eb = self.embed([a, b])
+        for e in (ea, eb):
+            if isinstance(e, str):
+                raise ValueError(e)
         return cosine100(ea, eb)
 
     def _prompt_embeddings(self, prompts: set[Path]) -> dict[Path, np.ndarray | str]:
@@ -46,19 +53,22 @@ class SimScorer(Scorer):
         wavs, ok = [], []
         for p in todo:
             try:
-                wavs.append(load_audio(p))
+                wavs.append(load_audio(p, resampler=self.resampler))
                 ok.append(p)
             except AudioError as exc:
                 errors[p] = f"prompt wav: {exc}"
         for p, e in zip(ok, self.embed(wavs) if wavs else []):
-            self._prompt_cache[p] = e
+            if isinstance(e, str):
+                errors[p] = f"prompt wav: {e}"
+            else:
+                self._prompt_cache[p] = e
         return {p: errors.get(p, self._prompt_cache.get(p)) for p in prompts}
 
     def score_batch(self, items: Sequence[ScoreItem]) -> list[ScoreResult]:
         try:
             self.ensure_loaded()
             prompts = self._prompt_embeddings({it.prompt_wav for it in items if it.prompt_wav})
-            outs, good = load_each([it.audio_path for it in items])
+            outs, good = load_each([it.audio_path for it in items], resampler=self.resampler)
             embs = dict(zip(good, self.embed([outs[i] for i in good]))) if good else {}
         except Exception as exc:  # a model failure marks the batch, keeps the run going
             return [ScoreResult.failed(f"{self.name} failed: {one_line(exc)}") for _ in items]
@@ -70,6 +80,8 @@ class SimScorer(Scorer):
                 results.append(ScoreResult.failed("no prompt wav for this utterance"))
             elif isinstance(prompts.get(it.prompt_wav), str):
                 results.append(ScoreResult.failed(prompts[it.prompt_wav]))
+            elif isinstance(embs[i], str):
+                results.append(ScoreResult.failed(embs[i]))
             else:
                 try:
                     results.append(ScoreResult("ok", value=cosine100(embs[i], prompts[it.prompt_wav])))
@@ -208,3 +220,112 @@ def hf_dir_problems(model_dir: Path | None, name: str, env: str, *, model_type: 
     except ImportError as exc:
         return False, f"torch/transformers not installed ({exc})"
     return True, "ok"
+
+
+class SeedTtsSimScorer(SimScorer):
+    """`seedtts-sim`: seed-tts-eval's SIM, UniSpeech's WavLM-large + ECAPA-TDNN verification model,
+    from a folder holding `wavlm_large.pt` and `wavlm_large_finetune.pth` exactly as published
+    (stats.quality.sv_checkpoint). Inputs reach 16 kHz through the reference scripts' sinc
+    resampler; clips are batched by length with per-clip masks (stats.quality.wavlm / ecapa);
+    fp32 unless the plan asks for float16 (quality.dtypes), which then shows in scorer_version
+    and model_hash. docs/quality.md ("seedtts-sim") has the details and what was verified."""
+    name = "seedtts-sim"
+    scorer_id = "seedtts-sim"
+    label = "SIM x100 (seed-tts-eval WavLM-large ECAPA-TDNN)"
+    default_batch = 16
+    dtypes = ("float32", "float16")
+    resampler = "sinc"
+
+    def __init__(self, model_dir: Path | None = None, **kw):
+        super().__init__(model_dir, **kw)
+        self._ssl = None
+        self._head = None
+        self._source = "?"
+        self.last_batches: list[int] = []
+
+    def model_files(self) -> list[Path]:
+        from stats.quality.sv_checkpoint import SSL_FILE, SV_FILE
+        return [self.model_dir / SSL_FILE, self.model_dir / SV_FILE] if self.model_dir else []
+
+    @property
+    def version(self) -> str:
+        import torch
+        short = self.model_hash[:12] if self.model_dir and all(p.is_file() for p in self.model_files()) else "?"
+        return f"seedtts-sim/1 wavlm_large.pt+wavlm_large_finetune.pth {short} {self.dtype} torch {torch.__version__}"
+
+    def available(self) -> tuple[bool, str]:
+        from stats.quality.sv_checkpoint import SSL_FILE, SV_FILE, folder_problem
+        d = self.model_dir
+        if d is None:
+            return False, ("no model directory configured (set quality.model_paths.seedtts-sim in the plan or "
+                           f"$CAMPAIGN_SEEDTTS_SIM_DIR to a folder holding {SSL_FILE} and {SV_FILE})")
+        if not d.is_dir():
+            return False, f"model directory {d} does not exist" if not d.exists() else f"{d} is not a directory"
+        try:
+            import torch  # noqa: F401
+        except ImportError as exc:
+            return False, f"torch is not installed ({exc})"
+        problem = folder_problem(d)
+        return (False, problem) if problem else (True, "ok")
+
+    def load(self) -> None:
+        import torch
+
+        from stats.quality.ecapa import EcapaHead, HeadConfig
+        from stats.quality.sv_checkpoint import read_folder
+        from stats.quality.wavlm import WavLM, WavLMConfig
+
+        if self.dtype == "float16" and not str(self.device).startswith("cuda"):
+            raise CampaignError(f"{self.name}: float16 needs a CUDA device (device is {self.device})")
+        ck = read_folder(self.model_dir, mmap=True)
+        ssl = WavLM(WavLMConfig.from_cfg(ck.cfg))
+        ssl.load_state_dict(ck.ssl_state, strict=True)
+        head = EcapaHead(HeadConfig.from_state(ck.head_state))
+        head.load_state_dict(ck.head_state, strict=True)
+        self._ssl = ssl.to(self.device).eval()
+        self._head = head.to(self.device).eval()
+        self._source = ck.ssl_source
+        del ck
+
+    def embed(self, wavs: Sequence[np.ndarray]) -> list[np.ndarray | str]:
+        import torch
+
+        self.ensure_loaded()
+        out: list[np.ndarray | str] = [""] * len(wavs)
+        need = self._ssl.cfg.min_samples
+        ok = [i for i, w in enumerate(wavs) if len(w) >= need]
+        for i in set(range(len(wavs))) - set(ok):
+            out[i] = f"clip too short for WavLM: {len(wavs[i])} samples at 16 kHz, needs {need}"
+        order = sorted(ok, key=lambda i: len(wavs[i]))
+        self.last_batches = []
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start:start + self.batch_size]
+            self.last_batches.append(len(idx))
+            for i, e in zip(idx, self._embed_padded([wavs[i] for i in idx])):
+                out[i] = e.astype(np.float64)
+        return out
+
+    def _embed_padded(self, wavs: Sequence[np.ndarray]) -> np.ndarray:
+        import torch
+
+        from stats.quality.wavlm import frame_mask
+        lengths = torch.tensor([len(w) for w in wavs], dtype=torch.long)
+        wave = torch.zeros(len(wavs), int(lengths.max()), dtype=torch.float32)
+        for j, w in enumerate(wavs):
+            wave[j, : len(w)] = torch.from_numpy(np.asarray(w, dtype=np.float32))
+        wave, lengths = wave.to(self.device), lengths.to(self.device)
+        half = self.dtype == "float16"
+        with torch.inference_mode(), torch.autocast(device_type="cuda", dtype=torch.float16, enabled=half):
+            states, frames = self._ssl(wave, lengths)
+            emb = self._head(states, frame_mask(frames, states[0].shape[1]))
+        return emb.float().cpu().numpy()
+
+    def describe(self) -> dict:
+        return super().describe() | {"ssl_weights": self._source, "resampler": self.resampler}
+
+    def close(self) -> None:
+        self._ssl = self._head = None
+        self._loaded = False
+        if str(self.device).startswith("cuda"):
+            import torch
+            torch.cuda.empty_cache()

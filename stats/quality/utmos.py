@@ -1,6 +1,12 @@
-"""`utmos22`: UTMOS22 strong (UTokyo-SaruLab, VoiceMOS 2022) from a local TorchScript export.
+"""`utmos22`: UTMOS22 strong (UTokyo-SaruLab, VoiceMOS 2022) from a local folder.
 
-UTMOS22 strong needs its model code (a fairseq-style wav2vec 2.0 front end, BLSTM and head) to
+Preferred: the SpeechMOS release state dict `utmos22_strong_step7459_v1.pt`, run by the
+console's own implementation (stats.quality.utmos_model): inputs reach 16 kHz through the same
+windowed-sinc resampler SpeechMOS applies, clips of any lengths share a batch (per-clip masks,
+packed BLSTM), fp32. The TorchScript export below stays as an alternative for folders without
+the state dict.
+
+TorchScript path: UTMOS22 strong needs its model code (a fairseq-style wav2vec 2.0 front end, BLSTM and head) to
 load the published state dict; that code is not shipped with the console and fetching it at run
 time is forbidden. So the scorer loads a *TorchScript export* instead: a self-contained program
 plus weights, made once on a machine with network from tarepan/SpeechMOS's `utmos22_strong`
@@ -32,6 +38,7 @@ from data.errors import CampaignError
 from data.workload import sha256_file
 from stats.quality.audio import SCORER_RATE, load_each
 from stats.quality.base import ScoreItem, ScoreResult, Scorer, one_line
+from stats.quality.utmos_model import STATE_FILE
 
 EXPORT_NAME = "utmos22_strong.torchscript.pt"   # the one file name the scorer loads
 META_NAME = "utmos22_export.json"                # export metadata stored inside the archive
@@ -205,7 +212,22 @@ class Utmos22Scorer(Scorer):
         self._takes_sr = False
         self._file_sha: str | None = None
         self._meta: dict | None = None
+        self._native = None  # Utmos22Strong when loaded from the release state dict
         self.last_calls: list[int] = []  # batch size of each forward call of the last score_waves()
+
+    @property
+    def state_path(self) -> Path | None:
+        return self.model_dir / STATE_FILE if self.model_dir else None
+
+    @property
+    def mode(self) -> str:
+        """'state' (release state dict, own implementation) or 'torchscript'."""
+        p = self.state_path
+        return "state" if p is not None and p.exists() else "torchscript"
+
+    @property
+    def resampler(self) -> str:
+        return "sinc" if self.mode == "state" else "soxr"
 
     @property
     def export_path(self) -> Path | None:
@@ -221,7 +243,12 @@ class Utmos22Scorer(Scorer):
 
     @property
     def version(self) -> str:
-        """Export file name and SHA-256 prefix (what `sha256sum` prints), plus its source if known."""
+        """Model file name and SHA-256 prefix (what `sha256sum` prints), plus its source if known."""
+        if self.mode == "state":
+            import torch
+            if self._file_sha is None:
+                self._file_sha = sha256_file(self.state_path)
+            return f"{STATE_FILE} sha256:{self._file_sha[:12]} omni utmos22-strong/1 {self.dtype} torch {torch.__version__}"
         p = self.export_path
         if p is None or not p.is_file():
             return f"{EXPORT_NAME} (missing)"
@@ -231,8 +258,28 @@ class Utmos22Scorer(Scorer):
         return f"{EXPORT_NAME} sha256:{self._file_sha[:12]}{src}"
 
     def model_files(self) -> list[Path]:
-        p = self.export_path
+        p = self.state_path if self.mode == "state" else self.export_path
         return [p] if p is not None and p.is_file() else []
+
+    def _state_problem(self) -> str | None:
+        """Why the release state dict cannot be loaded (names and shapes only, mmap; cached)."""
+        from stats.quality.sv_checkpoint import CheckpointError, load_checkpoint
+        from stats.quality.utmos_model import UtmosShapeError, Utmos22Strong, check_state
+        p = self.state_path
+        st = p.stat()
+        key = (str(p), st.st_size, st.st_mtime_ns)
+        if key not in _STATE_PROBLEMS:
+            try:
+                import torch
+                sd = _state_dict(load_checkpoint(p), p)
+                with torch.device("meta"):
+                    ref = Utmos22Strong.from_state(_remap(sd)).state_dict()
+                check_state(ref, _remap(sd))
+                _STATE_PROBLEMS[key] = None
+            except (CheckpointError, UtmosShapeError) as exc:
+                msg = str(exc)
+                _STATE_PROBLEMS[key] = msg if msg.startswith(str(p)) else f"{p}: not the UTMOS22 strong state dict: {msg}"
+        return _STATE_PROBLEMS[key]
 
     def available(self) -> tuple[bool, str]:
         d = self.model_dir
@@ -243,13 +290,21 @@ class Utmos22Scorer(Scorer):
             return False, f"{d} is a file; point the path at the folder holding {EXPORT_NAME}"
         if not d.is_dir():
             return False, f"model directory {d} does not exist"
+        if self.mode == "state":
+            try:
+                import torch  # noqa: F401
+            except ImportError as exc:
+                return False, f"torch is not installed ({exc})"
+            problem = self._state_problem()
+            return (False, problem) if problem else (True, "ok")
         p = d / EXPORT_NAME
         if not p.is_file():
             raw = sorted(f.name for f in d.iterdir() if f.is_file() and f.suffix in RAW_SUFFIXES)
             if raw:
-                return False, (f"{d} holds {raw[0]} but no {EXPORT_NAME}: a raw UTMOS22 checkpoint needs the "
-                               f"UTMOS22 model code, which is not shipped; {RECIPE}")
-            return False, f"{d} has no {EXPORT_NAME}; {RECIPE}"
+                return False, (f"{d} holds {raw[0]} but neither {STATE_FILE} (the SpeechMOS release state dict) "
+                               f"nor {EXPORT_NAME}; rename the release file to {STATE_FILE} if it is that one, "
+                               f"or {RECIPE}")
+            return False, f"{d} has neither {STATE_FILE} nor {EXPORT_NAME}; see docs/utmos22.md"
         problem = torchscript_problem(p)
         if problem:
             return False, f"{problem}; {RECIPE}"
@@ -262,6 +317,12 @@ class Utmos22Scorer(Scorer):
     def load(self) -> None:
         import torch
 
+        if self.mode == "state":
+            from stats.quality.sv_checkpoint import load_checkpoint
+            from stats.quality.utmos_model import load_state
+            sd = _state_dict(load_checkpoint(self.state_path), self.state_path)
+            self._native = load_state(sd).to(self.device).eval()
+            return
         p = self.export_path
         try:
             with _quiet_jit():
@@ -286,10 +347,35 @@ class Utmos22Scorer(Scorer):
             out = self._module(wave, SCORER_RATE) if self._takes_sr else self._module(wave)
         return out.detach().float().reshape(-1).cpu().numpy()
 
+    def _native_scores(self, wavs: Sequence[np.ndarray]) -> list[float | str]:
+        """Release-state-dict path: length-sorted padded batches with per-clip lengths."""
+        import torch
+
+        out: list[float | str] = [""] * len(wavs)
+        need = self._native.min_samples
+        ok = [i for i, w in enumerate(wavs) if len(w) >= need]
+        for i in set(range(len(wavs))) - set(ok):
+            out[i] = f"utmos22: clip too short: {len(wavs[i])} samples at 16 kHz, needs {need}"
+        order = sorted(ok, key=lambda i: len(wavs[i]))
+        for s in range(0, len(order), self.batch_size):
+            idx = order[s:s + self.batch_size]
+            self.last_calls.append(len(idx))
+            lengths = torch.tensor([len(wavs[i]) for i in idx], dtype=torch.long)
+            wave = torch.zeros(len(idx), int(lengths.max()), dtype=torch.float32)
+            for j, i in enumerate(idx):
+                wave[j, : len(wavs[i])] = torch.from_numpy(np.asarray(wavs[i], dtype=np.float32))
+            with torch.inference_mode():
+                vals = self._native(wave.to(self.device), lengths.to(self.device)).float().cpu().numpy()
+            for i, v in zip(idx, vals):
+                out[i] = float(v) if math.isfinite(float(v)) else f"utmos22 gave a non-finite score ({v})"
+        return out
+
     def score_waves(self, wavs: Sequence[np.ndarray]) -> list[float | str]:
         """MOS per 16 kHz mono waveform, or an error string for a clip the model rejects."""
         self.ensure_loaded()
         self.last_calls = []
+        if self._native is not None:
+            return self._native_scores(wavs)
         out: list[float | str] = [""] * len(wavs)
         for idx in equal_length_groups([len(w) for w in wavs], self.batch_size):
             self.last_calls.append(len(idx))
@@ -307,7 +393,7 @@ class Utmos22Scorer(Scorer):
 
     def score_batch(self, items: Sequence[ScoreItem]) -> list[ScoreResult]:
         self.ensure_loaded()
-        loaded, good = load_each([it.audio_path for it in items])
+        loaded, good = load_each([it.audio_path for it in items], resampler=self.resampler)
         scores = dict(zip(good, self.score_waves([loaded[i] for i in good]))) if good else {}
         results = []
         for i in range(len(items)):
@@ -316,9 +402,37 @@ class Utmos22Scorer(Scorer):
         return results
 
     def describe(self) -> dict:
+        if self.mode == "state":
+            return super().describe() | {"state_dict": str(self.state_path), "resampler": self.resampler,
+                                         "batching": "any lengths, per-clip masks"}
         return super().describe() | {"export": str(self.export_path), "source": self.meta.get("source"),
                                      "batching": "equal-length clips only, never padded"}
 
     def close(self) -> None:
+        self._native = None
         self._module = None
         self._loaded = False
+
+
+_STATE_PROBLEMS: dict[tuple, str | None] = {}
+
+
+def _remap(sd):
+    from stats.quality.wavlm import remap_weight_norm_keys
+    return remap_weight_norm_keys(sd)
+
+
+def _state_dict(obj: Any, path: Path) -> dict:
+    """The release file is a bare state dict; accept {'model': ...} / {'state_dict': ...} wrappers too."""
+    import torch
+
+    from stats.quality.sv_checkpoint import CheckpointError
+    if isinstance(obj, dict) and not any(isinstance(v, torch.Tensor) for v in obj.values()):
+        for k in ("state_dict", "model"):
+            if isinstance(obj.get(k), dict):
+                obj = obj[k]
+                break
+    if not isinstance(obj, dict) or not obj or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise CheckpointError(f"{path}: not a state dict of tensors")
+    return dict(obj)
+

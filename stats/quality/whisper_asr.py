@@ -1,7 +1,9 @@
 """`whisper`: any Whisper checkpoint (Whisper-large-v3 for the real protocol) from a local
-Hugging Face folder via transformers. English, transcribe task, greedy decoding, batched by
-length, fp16 on the GPU when there is one. `local_files_only=True` and the offline env vars
-make a missing file an error, never a download."""
+Hugging Face folder via transformers, run as seed-tts-eval's English path (run_wer.py) runs it:
+16 kHz input through scipy's FFT resampler, language English, task transcribe, the checkpoint's
+own generation config otherwise (greedy), fp32 (float16 only when the plan asks, and then in
+model_hash). What still differs (batching, text normalisation) is listed in docs/quality.md.
+`local_files_only=True` and the offline env vars make a missing file an error, never a download."""
 
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ class WhisperScorer(AsrScorer):
     scorer_id = "whisper"
     label = "WER (Whisper)"
     default_batch = 16
+    dtypes = ("float32", "float16")
+    resampler = "fft"
 
     def __init__(self, model_dir: Path | None = None, **kw):
         super().__init__(model_dir, **kw)
@@ -33,7 +37,8 @@ class WhisperScorer(AsrScorer):
 
     @property
     def version(self) -> str:
-        return f"transformers {metadata.version('transformers')} whisper {self.model_dir.name if self.model_dir else '?'}"
+        return (f"transformers {metadata.version('transformers')} whisper {self.model_dir.name if self.model_dir else '?'} "
+                f"{self.dtype}")
 
     def model_files(self) -> list[Path]:
         return sorted(p for p in self.model_dir.iterdir()
@@ -56,7 +61,10 @@ class WhisperScorer(AsrScorer):
         transformers.logging.set_verbosity_error()  # deprecation chatter would bury the progress bar
         from transformers import WhisperForConditionalGeneration, WhisperProcessor
         self._proc = WhisperProcessor.from_pretrained(self.model_dir, local_files_only=True)
-        dtype = torch.float16 if self.device.startswith("cuda") else torch.float32
+        if self.dtype == "float16" and not str(self.device).startswith("cuda"):
+            from data.errors import CampaignError
+            raise CampaignError(f"{self.name}: float16 needs a CUDA device (device is {self.device})")
+        dtype = torch.float16 if self.dtype == "float16" else torch.float32
         self._model = WhisperForConditionalGeneration.from_pretrained(
             self.model_dir, local_files_only=True, dtype=dtype)
         self._model.to(self.device).eval()
