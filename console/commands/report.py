@@ -18,15 +18,19 @@ from console.output import FORMATS, print_rows
 from data.plans import Plan
 from data.store import Store, open_store
 from stats.metrics import METRICS_BY_NAME, METRICS_VERSION, SWEEP_POOL, Spread, cell_runs, spread
+from stats.metrics.registry import throughput_unit
 
 # (RunMetrics field, column label) in table order
 COLUMNS = (
-    ("throughput", "throughput"),
+    ("throughput", "audio tok/s"),
     ("ttfa_p50_s", "TTFA p50"),
     ("ttfa_p95_s", "TTFA p95"),
+    ("e2e_p50_s", "e2e p50"),
+    ("e2e_p95_s", "e2e p95"),
     ("rtf_mean", "mean RTF"),
     ("stall_count", "stalls"),
     ("failed", "failures"),
+    ("truncated", "truncated"),
     ("chunks_mean", "chunks/req"),
 )
 
@@ -68,8 +72,10 @@ def format_spread(field: str, s: Spread) -> str:
     return text
 
 
-def column_label(field: str, label: str) -> str:
+def column_label(field: str, label: str, throughput_scale: float | None = None) -> str:
     unit = METRICS_BY_NAME[field].unit
+    if field == "throughput" and throughput_scale is not None:
+        unit = throughput_unit(throughput_scale)
     return f"{label} ({unit})" if unit else label
 
 
@@ -101,12 +107,12 @@ def cmd_report(args) -> int:
         return 0
     console = Console(width=max(Console().width, 160))
     console.print(f"[bold]{plan.name}[/bold] plan {plan.hash[:12]}  metrics v{METRICS_VERSION}  "
-                  f"throughput = {plan.metrics.throughput_scale:g} x audio s / wall s  "
+                  f"audio tok/s = {plan.metrics.throughput_scale:g} x audio s / wall s (codec tokens, not text)  "
                   f"(median \\[min-max] cv across measured repeats)", highlight=False)
     for engine in plan.engines:
         rows = [[c.concurrency, c.spreads["throughput"].n] + [format_spread(f, c.spreads[f]) for f, _ in COLUMNS]
                 for c in cells if c.engine == engine.name]
-        print_rows(["C", "n"] + [column_label(f, lbl) for f, lbl in COLUMNS], rows, console=console,
+        print_rows(["C", "n"] + [column_label(f, lbl, plan.metrics.throughput_scale) for f, lbl in COLUMNS], rows, console=console,
                    title=f"{engine.name} ({engine.adapter}, profile {engine.profile or '-'})")
     left_out = [o for o in others if o["kind"] != "measured" or o["status"] != "complete" or o["excluded"]]
     if left_out:

@@ -31,7 +31,7 @@ from console.tui.messages import (
 from console.tui.screens import RunDetailScreen
 from console.tui.widgets import (
     CHECK_DEFS, FAIL_STYLE, PASS_STYLE, LiveView, failed_cell, fmt, header, num, rule_cell_as_check, stalls_cell,
-    status_text, verdict_text,
+    status_text, truncated_cell, verdict_text,
 )
 from data.errors import CampaignError
 from stats.metrics import METRICS_BY_NAME, METRICS_VERSION
@@ -40,10 +40,11 @@ LOCK_MARK = "in use by another process"
 LIVE_POLL_S = 0.25
 
 RUN_COLUMNS = ("engine", "C", "kind", "pool", "rep", "status", "excluded",
-               header(METRICS_BY_NAME["throughput"]), header(METRICS_BY_NAME["ttfa_p50_s"]),
-               header(METRICS_BY_NAME["ttfa_p95_s"]), header(METRICS_BY_NAME["rtf_mean"]), "stalls", "failed",
+               METRICS_BY_NAME["throughput"].label, header(METRICS_BY_NAME["ttfa_p50_s"]),
+               header(METRICS_BY_NAME["ttfa_p95_s"]), header(METRICS_BY_NAME["e2e_p50_s"]),
+               header(METRICS_BY_NAME["rtf_mean"]), "stalls", "failed", "truncated",
                "started (UTC)", "plan", "run id")
-RUN_NUMERIC = {"C", "rep"} | set(RUN_COLUMNS[7:13])
+RUN_NUMERIC = {"C", "rep"} | set(RUN_COLUMNS[7:15])
 VERDICT_COLUMNS = ("issued (UTC)", "kind", "name", "verdict", "method", "draws", "seed", "plan", "verdict id")
 CHECK_COLUMNS = ("C", "metric", "unit", "status", "ids", "estimate", "bound", "margin", "baseline", "candidate", "reason")
 AUDIT_COLUMNS = ("seq", "time (UTC)", "kind", "plan", "subject", "payload")
@@ -180,8 +181,9 @@ class CampaignApp(App):
                 r.engine, num(str(r.concurrency)), r.kind, r.pool or "", num(str(r.repeat_index)),
                 status_text(r.status), Text("excluded", style="yellow") if r.excluded else "",
                 num(fmt("throughput", m.throughput)), num(fmt("ttfa_p50_s", m.ttfa_p50_s)),
-                num(fmt("ttfa_p95_s", m.ttfa_p95_s)), num(fmt("rtf_mean", m.rtf_mean)),
-                stalls_cell(m.stall_count), failed_cell(m.failed), r.started, r.plan_name or "ad-hoc", r.run_id,
+                num(fmt("ttfa_p95_s", m.ttfa_p95_s)), num(fmt("e2e_p50_s", m.e2e_p50_s)), num(fmt("rtf_mean", m.rtf_mean)),
+                stalls_cell(m.stall_count), failed_cell(m.failed), truncated_cell(m.truncated), r.started,
+                r.plan_name or "ad-hoc", r.run_id,
             )
             text = " ".join(str(c) for c in cells).lower() + f" c{r.concurrency} " + (r.excluded or "").lower()
             rows.append((r.run_id, cells, text))
