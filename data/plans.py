@@ -86,6 +86,7 @@ class WorkloadSpec:
     pool: str | None = "tuning"
     holdout_pool: str | None = None
     manifest_sha256: str | None = None
+    pools_file: str | None = None  # {name: [utt ids]} written by `campaign workload pools`
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,7 @@ class QualitySpec:
     scorers: dict[str, str] = field(default_factory=lambda: {"wer": "pocketsphinx", "sim": "resemblyzer", "mos": "dnsmos"})
     model_paths: dict[str, str] = field(default_factory=dict)
     margins: dict[str, float] = field(default_factory=lambda: {"wer_pp": 0.20, "sim": 0.50, "mos": 0.05})
+    allow_truncated: bool = False  # truncated outputs (finish_reason "length") count as covered
 
 
 @dataclass(frozen=True)
