@@ -22,6 +22,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Static, TabbedCont
 from console.commands.report import COLUMNS as REPORT_COLUMNS
 from console.commands.report import format_spread as report_cell
 from console.commands.report import column_label as report_label
+from console.commands.report import concurrency_label
 from console.live import live_path, read_snapshot, writer_alive
 from console.tui.data import load_browser
 from console.tui.messages import (
@@ -30,7 +31,7 @@ from console.tui.messages import (
 )
 from console.tui.screens import RunDetailScreen
 from console.tui.widgets import (
-    CHECK_DEFS, FAIL_STYLE, PASS_STYLE, LiveView, failed_cell, fmt, header, num, rule_cell_as_check, stalls_cell,
+    CHECK_DEFS, FAIL_STYLE, PASS_STYLE, STALL_STYLE, LiveView, failed_cell, fmt, header, num, rule_cell_as_check, stalls_cell,
     status_text, truncated_cell, verdict_text,
 )
 from data.errors import CampaignError
@@ -223,12 +224,16 @@ class CampaignApp(App):
                 f"median [min-max] cv across measured repeats"), classes="report-title"))
             for engine in plan.engines:
                 table = DataTable(cursor_type="row", classes="report-table")
-                table.border_title = f"{engine.name} ({engine.adapter}, profile {engine.profile or '-'})"
+                limit = rep.limits.get(engine.name)
+                table.border_title = (f"{engine.name} ({engine.adapter}, profile {engine.profile or '-'}"
+                                      + (f", admits {limit} at once" if limit is not None else "") + ")")
                 table.add_columns(*[Text(c, justify="right") for c in cols])
                 for cell in rep.cells:
                     if cell.engine != engine.name:
                         continue
-                    row = [num(str(cell.concurrency)), num(str(cell.spreads["throughput"].n))]
+                    over = limit is not None and cell.concurrency > limit  # queues inside the engine
+                    row = [num(concurrency_label(cell.concurrency, limit), STALL_STYLE if over else None),
+                           num(str(cell.spreads["throughput"].n))]
                     for f, _ in REPORT_COLUMNS:
                         style = None
                         if f == "failed" and cell.spreads[f].max:
