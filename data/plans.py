@@ -13,6 +13,7 @@ exactly what was frozen), so editing a comment after freezing also reads as an a
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
@@ -275,6 +276,28 @@ def semantic_errors(raw: dict[str, Any]) -> list[str]:
     return errs
 
 
+PLACEHOLDER = re.compile(r"<[^<>]+>")
+
+
+def placeholder_paths(doc: Any) -> list[str]:
+    """Field paths whose value still holds a `<...>` placeholder (as `plan init --engines` writes
+    them); `_comment` keys are not values."""
+    out = []
+    for path, value in flatten(doc).items():
+        if any(part.startswith("_") for part in re.split(r"[.\[\]]", path) if part):
+            continue
+        if isinstance(value, str) and PLACEHOLDER.search(value):
+            out.append(path)
+    return out
+
+
+def placeholder_error(doc: Any, label: str) -> CampaignError | None:
+    left = placeholder_paths(doc)
+    if not left:
+        return None
+    return CampaignError(f"{label}: {len(left)} placeholder(s) left to fill in: {', '.join(left)}")
+
+
 def _fail(label: str, errs: list[str]) -> CampaignError:
     more = f" (and {len(errs) - 1} more problem{'s' if len(errs) > 2 else ''})" if len(errs) > 1 else ""
     return CampaignError(f"{label}: {errs[0]}{more}")
@@ -413,6 +436,9 @@ def freeze(store: Store, path: str | Path, expected_parent: str | None = None) -
             raise CampaignError(f"{label}: parent: missing; add \"parent\": \"{parent_full}\" to bind the addendum")
         if doc["parent"] != parent_full:
             raise CampaignError(f"{label}: parent: {doc['parent']!r} is not {parent_full} given on the command line")
+    err = placeholder_error(doc, label)  # before validation: a placeholder dialect is not a schema typo
+    if err is not None:
+        raise err
     plan = load_plan(path, store)
     h = plan.hash
     existing = store.query("SELECT plan_hash FROM plans WHERE plan_hash = ?", [h])
