@@ -36,7 +36,8 @@ SNAPSHOT_SCHEMA = "omni-campaign-live/1"
 LIVE_SUFFIX = ".live.json"
 NS = 1e9
 # run metrics shown live (RunMetrics field names; labels and formats come from the registry)
-LIVE_METRICS = ("throughput", "ttfa_p50_s", "ttfa_p95_s", "rtf_mean", "stall_count", "continuity_ok_rate")
+LIVE_METRICS = ("throughput", "ttfa_p50_s", "ttfa_p95_s", "e2e_p50_s", "rtf_mean", "stall_count", "truncated",
+                "continuity_ok_rate")
 
 
 def live_path(db_path: str | os.PathLike) -> Path:

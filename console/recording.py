@@ -19,6 +19,7 @@ from data.digest import run_digest
 from data.records import RequestRecord
 from data.store import Store, utcnow
 from data.writer import BatchWriter
+from engine_adapters.dialects import get_dialect
 from engine_adapters.driver import DriverProcess, DriveSpec
 from engine_adapters.lifecycle import EngineProcess, EngineStartError
 from engine_adapters.specs import EngineSpec
@@ -70,6 +71,8 @@ def record_run(
     stored; no aggregate uses a failed run, docs/engines.md)."""
     run_id = spec.run_id
     total = len(spec.requests) + spec.warmup_requests
+    dialect = get_dialect(spec.dialect)
+    request = dialect.request_config(spec.request_options)  # a bad option fails before anything is stored
     all_params = {
         "sampling": spec.sampling, "timeout_s": spec.timeout_s, "warmup_requests": spec.warmup_requests,
         "request_options": {k: v for k, v in spec.request_options.items() if k != "extra_body"},
@@ -83,14 +86,17 @@ def record_run(
             "repeat_index": repeat_index, "kind": kind, "status": "running", "pool": pool,
             "requests_planned": total, "started_at": utcnow(), "gpu_json": json.dumps(gpus),
             "telemetry_status": tstatus, "params_json": json.dumps(all_params, sort_keys=True, default=str),
-            "metrics_version": METRICS_VERSION, "note": note,
+            "metrics_version": METRICS_VERSION, "note": note, "request_preset": request.preset,
+            "voice_placement": request.voice_placement,
+            "body_template_sha256": dialect.body_template_sha256(spec.sampling, spec.request_options),
         })
         for g in gpus:
             store.insert("gpu_devices", {"run_id": run_id, **{k: g.get(k) for k in (
                 "gpu_index", "name", "uuid", "driver_version", "memory_total_mib", "power_limit_w")}})
         append_event(store, "run_started", plan_hash=plan_hash, subject=run_id,
                      payload={"engine": engine, "kind": kind, "concurrency": spec.concurrency,
-                              "cell_key": cell_key, "requests_planned": total, "url": spec.url})
+                              "cell_key": cell_key, "requests_planned": total, "url": spec.url,
+                              "request_preset": request.preset, "voice_placement": request.voice_placement})
     Path(spec.artifacts_dir).mkdir(parents=True, exist_ok=True)
     if live:  # console.live.LiveFeed: the TUI follows the run through its snapshot file
         live.run_started(run_id, engine, spec.concurrency, kind, total, spec.dialect, spec.request_options)

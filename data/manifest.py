@@ -34,11 +34,15 @@ class Manifest:
     meta_sha256: str
     pools: dict[str, list[str]]
     prompt_wav_sha256: dict[str, str]
+    pools_file_sha256: str | None = None  # set when the plan names a workload.pools_file
 
     @property
     def doc(self) -> dict[str, Any]:
-        return {"schema": "omni-campaign-manifest/1", "locale": self.locale, "meta_sha256": self.meta_sha256,
-                "pools": self.pools, "prompt_wav_sha256": self.prompt_wav_sha256}
+        doc = {"schema": "omni-campaign-manifest/1", "locale": self.locale, "meta_sha256": self.meta_sha256,
+               "pools": self.pools, "prompt_wav_sha256": self.prompt_wav_sha256}
+        if self.pools_file_sha256 is not None:
+            doc["pools_file_sha256"] = self.pools_file_sha256
+        return doc
 
 
 def resolve_workload_root(root: str, plan_path: str | None = None) -> Path:
@@ -63,9 +67,15 @@ def plan_pools(plan: "Plan") -> list[str | None]:
     return [p for p in out if p is not None] or [None]
 
 
+def plan_pools_file(plan: "Plan") -> Path | None:
+    """The plan's `workload.pools_file` (relative: next to the plan file, else the cwd)."""
+    name = getattr(plan.workload, "pools_file", None)
+    return resolve_workload_root(name, plan.source_path) if name else None
+
+
 def load_plan_workload(plan: "Plan") -> Workload:
     root = resolve_workload_root(plan.workload.root, plan.source_path)
-    return load_workload(root, plan.workload.locale)
+    return load_workload(root, plan.workload.locale, plan_pools_file(plan))
 
 
 def build_manifest(plan: "Plan", label: str = "plan") -> Manifest:
@@ -95,7 +105,11 @@ def build_manifest(plan: "Plan", label: str = "plan") -> Manifest:
             hashes[utt_id] = sha256_file(wav)
     doc = {"schema": "omni-campaign-manifest/1", "locale": wl.locale, "meta_sha256": wl.meta_sha256(),
            "pools": pools, "prompt_wav_sha256": hashes}
-    return Manifest(sha256_text(canonical_json(doc)), wl.root, wl.locale, doc["meta_sha256"], pools, hashes)
+    pools_file = plan_pools_file(plan)
+    if pools_file is not None:  # the pools file is part of what the manifest freezes
+        doc["pools_file_sha256"] = sha256_file(pools_file)
+    return Manifest(sha256_text(canonical_json(doc)), wl.root, wl.locale, doc["meta_sha256"], pools, hashes,
+                    doc.get("pools_file_sha256"))
 
 
 def freeze_manifest(store: Store, plan: "Plan", label: str = "plan") -> Manifest:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path
@@ -97,6 +98,7 @@ class WorkloadSpec:
     pool: str | None = "tuning"
     holdout_pool: str | None = None
     manifest_sha256: str | None = None
+    pools_file: str | None = None  # {name: [utt ids]} written by `campaign workload pools`
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,7 @@ class QualitySpec:
     model_paths: dict[str, str] = field(default_factory=dict)
     dtypes: dict[str, str] = field(default_factory=dict)  # scorer name -> 'float32' | 'float16' (docs/quality.md)
     margins: dict[str, float] = field(default_factory=lambda: {"wer_pp": 0.20, "sim": 0.50, "mos": 0.05})
+    allow_truncated: bool = False  # truncated outputs (finish_reason "length") count as covered
 
 
 @dataclass(frozen=True)
@@ -348,6 +351,28 @@ def semantic_errors(raw: dict[str, Any]) -> list[str]:
     return errs
 
 
+PLACEHOLDER = re.compile(r"<[^<>]+>")
+
+
+def placeholder_paths(doc: Any) -> list[str]:
+    """Field paths whose value still holds a `<...>` placeholder (as `plan init --engines` writes
+    them); `_comment` keys are not values."""
+    out = []
+    for path, value in flatten(doc).items():
+        if any(part.startswith("_") for part in re.split(r"[.\[\]]", path) if part):
+            continue
+        if isinstance(value, str) and PLACEHOLDER.search(value):
+            out.append(path)
+    return out
+
+
+def placeholder_error(doc: Any, label: str) -> CampaignError | None:
+    left = placeholder_paths(doc)
+    if not left:
+        return None
+    return CampaignError(f"{label}: {len(left)} placeholder(s) left to fill in: {', '.join(left)}")
+
+
 def _fail(label: str, errs: list[str]) -> CampaignError:
     more = f" (and {len(errs) - 1} more problem{'s' if len(errs) > 2 else ''})" if len(errs) > 1 else ""
     return CampaignError(f"{label}: {errs[0]}{more}")
@@ -540,6 +565,9 @@ def freeze(store: Store, path: str | Path, expected_parent: str | None = None) -
         if not isinstance(doc["parent"], str) or not parent_full.startswith(doc["parent"].strip().lower()) \
                 or len(doc["parent"].strip()) < 6:
             raise CampaignError(f"{label}: parent: {doc['parent']!r} is not {parent_full} given on the command line")
+    err = placeholder_error(doc, label)  # before validation: a placeholder dialect is not a schema typo
+    if err is not None:
+        raise err
     plan = load_plan(path, store)
     h = plan.hash
     existing = store.query("SELECT plan_hash FROM plans WHERE plan_hash = ?", [h])

@@ -51,6 +51,7 @@ class RequestRecord:
     text: str | None = None
     audio_path: str | None = None
     audio_sha256: str | None = None
+    finish_reason: str | None = None  # the engine's finish_reason; "length" = cut by a token limit
 
 
 @dataclass(slots=True)

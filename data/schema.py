@@ -118,6 +118,8 @@ ENGINE_LAUNCHES = Table(
         C("failure_reason", "VARCHAR", "one line: why the launch failed"),
         C("log_tail", "VARCHAR", "last lines of the log on failure or stop"),
         C("exit_code", "INTEGER", "process exit code once stopped"),
+        C("deploy_json", "VARCHAR", "resolved engine deploy configuration (docs/engines.md): files with SHA-256, "
+          "per-stage admission limits and sampling defaults, admission_limit; NULL when none is given"),
     ),
     ("launch_id",),
 )
@@ -152,6 +154,9 @@ RUNS = Table(
         C("params_json", "VARCHAR", "request and metric parameters in force (seed, temperature, timeout, pre-roll ...)"),
         C("metrics_version", "VARCHAR", "version of the metric definitions the run was recorded under"),
         C("note", "VARCHAR", "free text, e.g. 'exploratory: no restart between cells'"),
+        C("request_preset", "VARCHAR", "request body preset: protocol, vllm-bench or sglang-bench (docs/engines.md)"),
+        C("voice_placement", "VARCHAR", "where the voice prompt went: ref_audio, audio_url, audios or none"),
+        C("body_template_sha256", "VARCHAR", "SHA-256 of the request body template (placeholders for the per-utterance values)"),
     ),
     ("run_id",),
 )
@@ -182,6 +187,7 @@ REQUESTS = Table(
         C("text", "VARCHAR", "text the engine returned alongside the audio, if any"),
         C("audio_path", "VARCHAR", "saved WAV of the delivered audio (relative to the artifacts folder)"),
         C("audio_sha256", "VARCHAR", "SHA-256 of the saved WAV file"),
+        C("finish_reason", "VARCHAR", "the engine's finish_reason ('length' = output cut by a token limit: truncated)"),
     ),
     ("run_id", "request_index"),
 )
@@ -340,6 +346,13 @@ def _v1() -> list[str]:
 # Forward migrations: (version, description, statements). Append only.
 MIGRATIONS: list[tuple[int, str, list[str]]] = [
     (1, "initial schema", _v1()),
+    (2, "request presets, voice placement, finish_reason, deploy configuration", [
+        "ALTER TABLE runs ADD COLUMN IF NOT EXISTS request_preset VARCHAR",
+        "ALTER TABLE runs ADD COLUMN IF NOT EXISTS voice_placement VARCHAR",
+        "ALTER TABLE runs ADD COLUMN IF NOT EXISTS body_template_sha256 VARCHAR",
+        "ALTER TABLE requests ADD COLUMN IF NOT EXISTS finish_reason VARCHAR",
+        "ALTER TABLE engine_launches ADD COLUMN IF NOT EXISTS deploy_json VARCHAR",
+    ]),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -187,10 +187,18 @@ def _load_pools(root: Path, ids: set[str], bad: set[str | None] = frozenset()) -
     path = root / POOLS_NAME
     if not path.is_file():
         return {}
+    return read_pools_file(path, ids, bad)
+
+
+def read_pools_file(path: Path, ids: set[str], bad: set[str | None] = frozenset()) -> dict[str, list[str]]:
+    """`{name: [utt ids]}` from a pools file; every id must be in the workload (`bad`: ids on bad
+    meta.lst lines, kept so that a plan using the pool is refused naming the line)."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise CampaignError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except OSError as exc:
+        raise CampaignError(f"{path}: cannot read pools file ({exc.strerror})") from None
     if not isinstance(raw, dict) or not all(isinstance(v, list) for v in raw.values()):
         raise CampaignError(f"{path}: expected an object mapping pool name -> list of utterance ids")
     for name, members in raw.items():
@@ -200,8 +208,10 @@ def _load_pools(root: Path, ids: set[str], bad: set[str | None] = frozenset()) -
     return {str(k): [str(m) for m in v] for k, v in raw.items()}
 
 
-def load_workload(root: str | Path | None = None, locale: str | None = None) -> Workload:
-    """Load a Seed-TTS-format workload (default: the bundled sample)."""
+def load_workload(root: str | Path | None = None, locale: str | None = None,
+                  pools_file: str | Path | None = None) -> Workload:
+    """Load a Seed-TTS-format workload (default: the bundled sample); `pools_file` (written by
+    `campaign workload pools`, kept outside the dataset folder) replaces `<root>/pools.json`."""
     root = Path(root) if root else SAMPLE_WORKLOAD
     if not root.exists():
         raise CampaignError(f"{root}: workload directory does not exist")
@@ -211,5 +221,47 @@ def load_workload(root: str | Path | None = None, locale: str | None = None) -> 
     if root.is_file():
         root = meta.parent.parent
     utterances, errors = parse_meta(meta, meta.parent.parent)
-    pools = _load_pools(root, {u.utt_id for u in utterances}, {e.utt_id for e in errors})
+    ids, bad = {u.utt_id for u in utterances}, {e.utt_id for e in errors}
+    pools = read_pools_file(Path(pools_file), ids, bad) if pools_file else _load_pools(root, ids, bad)
     return Workload(root=root, locale=locale, meta_path=meta, utterances=utterances, pools=pools, errors=errors)
+
+
+# -- pool definition (`campaign workload pools`) -----------------------------------------------
+@dataclass(frozen=True)
+class PoolSlice:
+    name: str
+    start: int
+    end: int  # exclusive, as a Python slice
+
+
+def parse_pool_define(text: str) -> PoolSlice:
+    """`NAME=START:END` (0-based, END exclusive: `a=32:96` is meta.lst lines 33-96)."""
+    name, sep, span = text.partition("=")
+    start, colon, end = span.partition(":")
+    if not sep or not colon or not name.strip():
+        raise CampaignError(f"--define {text!r}: expected NAME=START:END, e.g. holdout=0:320")
+    try:
+        a, b = int(start), int(end)
+    except ValueError:
+        raise CampaignError(f"--define {text!r}: START and END must be integers") from None
+    if a < 0 or b <= a:
+        raise CampaignError(f"--define {text!r}: need 0 <= START < END")
+    return PoolSlice(name.strip(), a, b)
+
+
+def define_pools(order: list[str], slices: list[PoolSlice], shuffle_seed: int | None = None,
+                 source: str = "meta.lst") -> dict[str, list[str]]:
+    """Pools as index slices over `order` (the meta.lst order, or an existing pool's), after an
+    optional seeded permutation (`numpy.random.default_rng(seed).permutation(len(order))`)."""
+    if shuffle_seed is not None:
+        import numpy as np
+
+        order = [order[i] for i in np.random.default_rng(shuffle_seed).permutation(len(order))]
+    out: dict[str, list[str]] = {}
+    for sl in slices:
+        if sl.name in out:
+            raise CampaignError(f"--define {sl.name}: pool defined twice")
+        if sl.end > len(order):
+            raise CampaignError(f"--define {sl.name}={sl.start}:{sl.end}: {source} has only {len(order)} utterances")
+        out[sl.name] = order[sl.start:sl.end]
+    return out

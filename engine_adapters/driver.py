@@ -91,7 +91,7 @@ class DriveSpec:
                 f"{name}: {value}".encode("latin-1")
             except UnicodeEncodeError:
                 raise ValueError(f"request header {name!r}: value {value!r} is not latin-1 text") from None
-        get_dialect(self.dialect)
+        get_dialect(self.dialect).request_config(self.request_options)
 
 
 @dataclass
@@ -174,7 +174,7 @@ def decode_result(spec: DriveSpec, raw: RawResult) -> list[Any]:
     if raw.overflow:
         parser.fail("decode_error", raw.overflow)
     if raw.clean_eof:
-        parser.eof()
+        events += parser.eof()
     st = parser.state
     outcome, detail = parser.outcome()
     if raw.failure is not None and (st.failure is None or raw.failure[0] == "http_status"):
@@ -187,7 +187,7 @@ def decode_result(spec: DriveSpec, raw: RawResult) -> list[Any]:
         t_first_byte_ns=raw.stamps[0] if raw.stamps else None, t_first_audio_ns=st.t_first_audio_ns,
         t_last_audio_ns=st.t_last_audio_ns, t_end_ns=raw.t_end_ns, audio_samples=st.samples,
         sample_rate=st.sample_rate, audio_chunks=st.audio_chunks, events=st.events,
-        bytes_received=sum(map(len, raw.chunks)), text=st.text,
+        bytes_received=sum(map(len, raw.chunks)), text=st.text, finish_reason=st.finish_reason,
     )
     out: list[Any] = [rec]
     out += [ChunkRecord(spec.run_id, raw.index, k, e.t_arrival_ns, e.kind, e.samples, e.payload_bytes, e.server_emit_ns)
@@ -240,7 +240,8 @@ class _Run:
         self.sent = 0
         self.cancelled = False
         self.max_event_bytes = int(opts.get("max_event_bytes", MAX_EVENT_BYTES))
-        self.sse = self.dialect.name != "pcm"
+        self.sse = self.dialect.name != "pcm" and self.dialect.request_config(opts).stream
+        self.expected_type = self.dialect.response_content_type(opts)
         # bodies built before the clock starts: JSON-encoding a base64 prompt is not send lag
         self._bodies: dict[str, bytes] = {}
         for r in spec.requests:
@@ -300,7 +301,8 @@ class _Run:
                         body = await resp.read_error_body()
                         raw.t_end_ns = now()
                         raw.failure = ("http_status", f"HTTP {resp.status}: {_error_text(body)}")
-                    elif (unexpected := self.dialect.check_response(resp.content_type, resp.content_encoding)):
+                    elif unexpected := self.dialect.check_response(resp.content_type, resp.content_encoding,
+                                                                   self.expected_type):
                         raw.failure = ("decode_error", await _what_arrived(resp, unexpected))
                         raw.t_end_ns = now()
                     else:

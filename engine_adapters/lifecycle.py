@@ -33,6 +33,7 @@ from data.errors import CampaignError
 from data.secrets import redact_env, scrub
 from engine_adapters import ports
 from engine_adapters.identity import LAUNCH_ID_ENV, reported_identity
+from engine_adapters.deploy_config import deploy_record
 from engine_adapters.specs import EngineSpec
 
 LOG_TAIL_LINES = 40
@@ -136,6 +137,7 @@ class EngineProcess:
             if not cfg.is_file():
                 raise CampaignError(f"engine {spec.name!r}: config_path {cfg} does not exist")
             cfg_sha = sha256_file(cfg)
+        deploy = deploy_record(spec.adapter, argv, spec.config_path, spec.name)  # engine_adapters/deploy_config.py
         ckpt = hash_checkpoints(spec.checkpoint_paths, checkpoint_cache) if spec.checkpoint_paths else {}
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.row = {
@@ -144,6 +146,7 @@ class EngineProcess:
             "env_json": json.dumps(redact_env(spec.env), sort_keys=True), "log_path": str(self.log_path),
             "config_path": spec.config_path, "config_sha256": cfg_sha,
             "checkpoint_sha256_json": json.dumps(ckpt, sort_keys=True), "url": spec.url,
+            "deploy_json": json.dumps(deploy, sort_keys=True) if deploy else None,
             "started_at": datetime.now(timezone.utc), "started_ns": time.perf_counter_ns(), "status": "starting",
         }
         env = {**os.environ, **spec.env, LAUNCH_ID_ENV: self.launch_id}

@@ -113,6 +113,7 @@ def throughput_table(store: Store, plan) -> list[dict[str, Any]]:
                 repeats.append({
                     "run_id": x.run_id, "repeat": x.repeat, "throughput": rm.throughput,
                     "ttfa_p50_s": rm.ttfa_p50_s, "ttfa_p95_s": rm.ttfa_p95_s, "rtf_mean": rm.rtf_mean,
+                    "e2e_p50_s": rm.e2e_p50_s, "e2e_p95_s": rm.e2e_p95_s, "truncated": rm.truncated,
                     "requests": rm.requests, "completed": rm.completed, "failed": rm.failed,
                     "failures_by_class": dict(rm.failures_by_class), "stall_count": rm.stall_count,
                     "stall_total_s": rm.stall_total_s, "stall_longest_s": rm.stall_longest_s,
@@ -121,7 +122,7 @@ def throughput_table(store: Store, plan) -> list[dict[str, Any]]:
                     "audio_s_ok": rm.audio_s_ok, "audio_s_failed": rm.audio_s_failed, "wall_s": rm.wall_s,
                 })
             spreads = {}
-            for key in ("throughput", "ttfa_p50_s", "ttfa_p95_s", "rtf_mean"):
+            for key in ("throughput", "ttfa_p50_s", "ttfa_p95_s", "e2e_p50_s", "e2e_p95_s", "rtf_mean"):
                 s = spread([r[key] for r in repeats])
                 spreads[key] = {"min": s.min, "median": s.median, "max": s.max, "cv": s.cv, "n": s.n}
             rows.append({"engine": engine, "concurrency": int(c), "repeats": repeats, "spread": spreads})

@@ -194,8 +194,13 @@ def test_request_bodies(tmp_path):
     uri = "data:audio/wav;base64," + b64(prompt.read_bytes())
     samp = {"seed": 42, "temperature": 0.0, "max_tokens": None}
     v = get_dialect("vllm-omni").build_body("Say this.", str(prompt), "ref", sampling=samp)
-    parts = v["messages"][0]["content"]
-    assert parts[0] == {"type": "audio_url", "audio_url": {"url": uri}}
+    # vllm-omni >= 0.28: the voice goes top-level (ref_audio + ref_text), never into the messages
+    assert v["messages"][0]["content"] == [{"type": "text", "text": "Say this."}]
+    assert v["ref_audio"] == uri and v["ref_text"] == "ref"
+    a = get_dialect("vllm-omni").build_body("Say this.", str(prompt), "ref", sampling=samp,
+                                            options={"voice_prompt": "audio_url"})
+    parts = a["messages"][0]["content"]
+    assert parts[0] == {"type": "audio_url", "audio_url": {"url": uri}} and "ref_audio" not in a
     assert parts[1] == {"type": "text", "text": "Say this."}
     assert v["modalities"] == ["text", "audio"] and v["stream"] is True
     assert v["chat_template_kwargs"] == {"use_tts_template": True, "enable_thinking": False}
@@ -206,7 +211,7 @@ def test_request_bodies(tmp_path):
     pcm = get_dialect("pcm").build_body("x", str(prompt), None, options={"voice_prompt": "ref_audio"})
     assert pcm["audio"] == {"format": "pcm", "ref_audio": uri}
     none = get_dialect("vllm-omni").build_body("x", str(prompt), None, options={"voice_prompt": "none"})
-    assert len(none["messages"][0]["content"]) == 1
+    assert len(none["messages"][0]["content"]) == 1 and "ref_audio" not in none
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

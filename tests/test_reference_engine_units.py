@@ -101,7 +101,7 @@ def test_parse_vllm_request_takes_first_audio_url_and_last_user_text():
 @pytest.mark.parametrize("raw, needle", [
     (b"{nope", "not valid JSON"),
     (b"[]", "JSON object"),
-    (json.dumps({"stream": False, "messages": [{"role": "user", "content": "hi"}]}).encode(), "only streams"),
+    (json.dumps({"stream": "yes", "messages": [{"role": "user", "content": "hi"}]}).encode(), "'stream' must be"),
     (json.dumps({"stream": True, "messages": []}).encode(), "non-empty list"),
     (json.dumps({"stream": True, "messages": [{"role": "assistant", "content": "hi"}]}).encode(), "no user message"),
     (json.dumps({"stream": True, "messages": [{"role": "user", "content": [{"type": "text", "text": " "}]}]}).encode(),
@@ -124,6 +124,11 @@ def test_parse_rejects_malformed(raw, needle):
     with pytest.raises(RequestError, match=needle) as info:
         parse_request(raw, "vllm-omni")
     assert info.value.status == 400
+
+
+def test_pcm_dialect_only_streams():
+    with pytest.raises(RequestError, match="only streams"):
+        parse_request(json.dumps({"stream": False, "messages": [{"role": "user", "content": "hi"}]}).encode(), "pcm")
 
 
 # ---- encoders ------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from data.errors import CampaignError
 from data.store import first_line, open_store
 
 RUN_COLUMNS = ("plan_hash", "engine", "concurrency", "repeat_index", "kind", "status", "pool", "dialect",
-               "metrics_version")
+               "metrics_version", "request_preset", "voice_placement", "body_template_sha256")
 
 
 def register(sub) -> None:
@@ -83,7 +83,8 @@ def cmd_export_runs(args) -> int:
             params.append(resolve_hash(store, args.plan))
         sql = (
             "SELECT q.run_id, " + ", ".join(f"r.{c}" for c in RUN_COLUMNS)
-            + ", x.reason AS excluded_reason, q.* EXCLUDE (run_id) "
+            + ", x.reason AS excluded_reason, (q.t_end_ns - q.t_send_ns) / 1e9 AS e2e_s, "
+            "coalesce(q.finish_reason = 'length', false) AS truncated, q.* EXCLUDE (run_id) "
             "FROM requests q JOIN runs r USING (run_id) LEFT JOIN exclusions x USING (run_id)"
             + where + " ORDER BY r.started_at, q.run_id, q.request_index"
         )

@@ -12,7 +12,7 @@ from console.output import print_rows
 from data.errors import CampaignError
 from data.manifest import holdout_opened, open_holdout
 from data.plans import (
-    ADDENDUM_SCHEMA_ID, PLAN_SCHEMA_ID, freeze, frozen_plan_for_file, plan_from_store, read_json,
+    ADDENDUM_SCHEMA_ID, PLAN_SCHEMA_ID, freeze, frozen_plan_for_file, placeholder_paths, plan_from_store, read_json,
     resolve_hash, stored_document, validate_plan_dict, verify_plan_file,
 )
 from data.store import open_store
@@ -23,7 +23,8 @@ def _engine(name: str, profile: str, port: int, dialect: str = "vllm-omni") -> d
         "name": name, "adapter": "reference", "revision": "bundled", "profile": profile, "dialect": dialect,
         "argv": [], "env": {}, "host": "127.0.0.1", "port": port, "health_timeout_s": 60,
         "config_path": None, "checkpoint_paths": [],
-        "request": {"audio_format": "wav", "voice_prompt": "audio_url"},
+        "request": {"audio_format": "wav", "voice_prompt": "ref_audio" if dialect == "vllm-omni" else
+                    ("ref_audio" if dialect == "sglang-omni" else "audio_url")},
     }
 
 
@@ -39,9 +40,42 @@ def _quality_scorers(demo: bool) -> dict:
             "dtypes": {}}
 
 
-def template(demo: bool) -> dict:
+REAL_ENGINES = ("vllm-omni", "sglang-omni", "peer")
+VLLM_DEPLOY = "<path to minicpmo_4_5_turn.yaml (vllm_omni/deploy/ of the installed vllm-omni)>"
+
+
+def _real_engine(kind: str, port: int) -> dict:
+    """One real engine of `plan init --engines` (docs/engines.md): every value the console cannot
+    know is a `<...>` placeholder, and `plan freeze` refuses any that is left."""
+    if kind == "vllm-omni":
+        return {**_engine("vllm-omni-main", "default", port), "adapter": "vllm_omni",
+                "_comment": "vllm serve MODEL --omni --deploy-config YAML; config_path names the same YAML, so its "
+                            "hash and its per-stage admission limits are recorded with every launch",
+                "revision": "<vllm-omni version or git sha>",
+                "argv": ["vllm", "serve", "<model dir>", "--omni", "--deploy-config", VLLM_DEPLOY,
+                         "--host", "127.0.0.1", "--port", str(port)],
+                "config_path": VLLM_DEPLOY, "health_timeout_s": 1800,
+                "checkpoint_paths": ["<model dir>"]}
+    if kind == "sglang-omni":
+        return {**_engine("sglang-omni-main", "default", port, "sglang-omni"), "adapter": "sglang_omni",
+                "_comment": "options as --stage.section.key value are recorded with every launch",
+                "revision": "<sglang-omni git sha>", "health_timeout_s": 1800,
+                "argv": ["sgl-omni", "serve", "--model-path", "<model dir>", "--model-name", "minicpmo",
+                         "--host", "127.0.0.1", "--port", str(port)],
+                "checkpoint_paths": ["<model dir>"]}
+    return {**_engine("peer", "<peer profile name>", port, "<vllm-omni | sglang-omni | pcm>"), "adapter": "peer",
+            "_comment": "a single-GPU MiniCPM-o engine pinned by git revision and profile; its wire format is "
+                        "the dialect named here and nothing beyond it is assumed",
+            "revision": "<peer git sha>", "health_timeout_s": 1800,
+            "argv": ["<peer launch command>", "--port", str(port)], "checkpoint_paths": ["<model dir>"],
+            "request": {"audio_format": "wav"}}
+
+
+def template(demo: bool, real_engines: list[str] | None = None) -> dict:
     """The plan written by `plan init`; `_comment` keys document each section (JSON has no comments)."""
     engines = [_engine("ref-baseline", "baseline", 8091), _engine("ref-fast", "fast", 8092)]
+    if real_engines:
+        return real_template(real_engines)
     if not demo:
         engines = [
             {**_engine("vllm-omni-main", "default", 8091), "adapter": "vllm_omni", "revision": "<git sha>",
@@ -87,12 +121,58 @@ def template(demo: bool) -> dict:
     }
 
 
+def real_template(kinds: list[str]) -> dict:
+    """`plan init --engines vllm-omni,sglang-omni,peer`: the engines, the Seed-TTS protocol scorers
+    (whisper, seedtts-sim, utmos22) with model-path placeholders, vLLM-Omni main as the quality
+    reference and the decision rule "candidate exceeds peer at C16 and C32"."""
+    engines = [_real_engine(k, 8091 + i) for i, k in enumerate(kinds)]
+    doc = template(False)
+    names = [e["name"] for e in engines]
+    reference = "vllm-omni-main" if "vllm-omni-main" in names else names[0]
+    candidate = "<candidate engine name (one of: " + ", ".join(n for n in names if n != reference) + ")>"
+    doc.update({
+        "name": "<campaign name>", "description": "<what this campaign decides>",
+        "model": {"_comment": "the checkpoint every engine serves; checkpoint_paths are hashed ('same bytes')",
+                  "id": "openbmb/MiniCPM-o-4_5", "revision": "<model revision>", "checkpoint_paths": ["<model dir>"]},
+        "gpu": {"_comment": "the run refuses another GPU", "expected_name": "NVIDIA H200"},
+        "engines": engines,
+        "workload": {"_comment": "a Seed-TTS test set; pools come from `campaign workload pools` (kept outside "
+                                 "the dataset folder; the manifest hashes the file)",
+                     "root": "<seed-tts-eval dir (contains en/meta.lst)>", "locale": "en",
+                     "pools_file": "<pools.json written by campaign workload pools>",
+                     "pool": "tuning", "holdout_pool": "holdout"},
+    })
+    doc["quality"] = {
+        "_comment": "Seed-TTS protocol scorers from local model directories (never downloaded); quality "
+                    "reference (baseline) is vLLM-Omni main",
+        "baseline": reference, "candidate": candidate, "concurrencies": [1, 16, 32], "pool": "holdout",
+        **_quality_scorers(demo=False),
+        "margins": {"wer_pp": 0.20, "sim": 0.50, "mos": 0.05}, "allow_truncated": False,
+    }
+    rules = []
+    if "peer" in names:
+        rules.append({"name": "candidate-exceeds-peer", "kind": "throughput_exceeds", "candidate": candidate,
+                      "reference": "peer", "concurrencies": [16, 32], "confidence": 0.95})
+    doc["decision_rules"] = rules
+    return doc
+
+
+def _engine_list(text: str) -> list[str]:
+    kinds = [k.strip() for k in text.split(",") if k.strip()]
+    bad = [k for k in kinds if k not in REAL_ENGINES]
+    if bad or not kinds or len(set(kinds)) != len(kinds):
+        raise CampaignError(f"--engines {text!r}: expected a comma list of distinct {', '.join(REAL_ENGINES)}")
+    return kinds
+
+
 def register(sub) -> None:
     p = sub.add_parser("plan", help="write, freeze, verify and amend campaign plans")
     ps = p.add_subparsers(dest="plan_command", metavar="ACTION", required=True)
 
     init = ps.add_parser("init", help="write a commented plan template")
     init.add_argument("--demo", action="store_true", help="a small plan against the bundled reference engine")
+    init.add_argument("--engines", help="real engines: a comma list of vllm-omni, sglang-omni, peer "
+                                        "(placeholders to fill in; freeze refuses any left)")
     init.add_argument("-o", "--output", required=True, help="file to write (refuses to overwrite)")
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
     init.set_defaults(func=cmd_init)
@@ -133,10 +213,16 @@ def cmd_init(args) -> int:
     out = Path(args.output)
     if out.exists() and not args.force:
         raise CampaignError(f"{out}: exists; pass --force to overwrite")
-    doc = template(args.demo)
-    validate_plan_dict(doc, "template")
+    kinds = _engine_list(args.engines) if args.engines else None
+    if kinds and args.demo:
+        raise CampaignError("--demo and --engines: choose one")
+    doc = template(args.demo, kinds)
+    if not kinds:  # a real-engine template holds placeholders (a dialect among them) until edited
+        validate_plan_dict(doc, "template")
     out.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(f"wrote {out}; edit it, then `campaign plan freeze {out}`")
+    left = placeholder_paths(doc)
+    print(f"wrote {out}; " + (f"fill in its {len(left)} <...> placeholders, then " if left else "edit it, then ")
+          + f"`campaign plan freeze {out}`")
     return 0
 
 

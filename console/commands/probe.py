@@ -13,10 +13,12 @@ from rich.table import Table
 from data.errors import CampaignError
 from data.store import open_store
 from data.workload import load_workload
-from engine_adapters.dialects import DIALECTS
+from engine_adapters.dialects import DIALECTS, get_dialect
+from engine_adapters.dialects.presets import PRESETS, PROTOCOL
 from engine_adapters.driver import DriveSpec, RequestSpec
 from engine_adapters.transport import DEFAULT_TRANSPORT, TRANSPORTS
 from stats.metrics import METRICS, RunMetrics, run_metrics
+from stats.metrics.registry import throughput_unit
 
 
 def register(sub) -> None:
@@ -37,8 +39,14 @@ def register(sub) -> None:
     p.add_argument("--client", choices=tuple(TRANSPORTS), default=DEFAULT_TRANSPORT,
                    help=f"HTTP client (default {DEFAULT_TRANSPORT}: stamps each socket read in the protocol callback; measured in bench/bench_timing_fidelity.py)")
     p.add_argument("--audio-format", choices=("wav", "pcm"), help="ask for WAV-per-delta or raw s16le deltas")
+    p.add_argument("--preset", choices=tuple(PRESETS), default=PROTOCOL,
+                   help="request body: protocol (default) or an engine's own benchmark body (docs/engines.md)")
+    p.add_argument("--voice-prompt", help="voice placement (vllm-omni: ref_audio|audio_url|none; "
+                                          "sglang-omni: ref_audio|audios|none; default: the dialect's first)")
+    p.add_argument("--no-stream", action="store_true", help="send \"stream\": false (one JSON response)")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--max-tokens", type=int, help="max_tokens (caps the thinker's text tokens)")
     p.add_argument("--no-telemetry", action="store_true", help="skip GPU identity and sampling")
     p.set_defaults(func=cmd_probe)
 
@@ -52,6 +60,8 @@ def _check(args) -> None:
         raise CampaignError(f"--warmup must be >= 0, got {args.warmup}")
     if args.timeout <= 0:
         raise CampaignError(f"--timeout must be > 0, got {args.timeout}")
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise CampaignError(f"--max-tokens must be >= 1, got {args.max_tokens}")
     if not args.url.startswith(("http://", "https://")):
         raise CampaignError(f"--url {args.url!r}: expected http://HOST:PORT")
 
@@ -74,7 +84,8 @@ def metrics_table(m: RunMetrics, title: str) -> Table:
     table.add_column("value", justify="right")
     table.add_column("unit")
     for d in METRICS:
-        table.add_row(d.label, d.format(getattr(m, d.name)), d.unit)
+        unit = throughput_unit(m.throughput_scale) if d.name == "throughput" else d.unit
+        table.add_row(d.label, d.format(getattr(m, d.name)), unit)
     for cls, count in m.failures_by_class.items():
         table.add_row(f"failed: {cls}", str(count), "")
     return table
@@ -85,17 +96,25 @@ def cmd_probe(args) -> int:
 
     _check(args)
     reqs = build_requests(args.workload, args.locale, args.pool, args.requests)
-    options = {"client": args.client}
+    options = {"client": args.client, "preset": args.preset}
     if args.audio_format:
         options["audio_format"] = args.audio_format
+    if args.voice_prompt:
+        options["voice_prompt"] = args.voice_prompt
+    if args.no_stream:
+        options["stream"] = False
+    request = get_dialect(args.dialect).request_config(options)  # bad option: one line, nothing stored
     run_id = new_run_id(args.engine, args.concurrency)
     spec = DriveSpec(run_id=run_id, url=args.url, dialect=args.dialect, concurrency=args.concurrency,
                      requests=reqs, warmup_requests=args.warmup, timeout_s=args.timeout,
                      artifacts_dir=Path(args.artifacts).resolve(),
-                     sampling={"seed": args.seed, "temperature": args.temperature}, request_options=options)
+                     sampling={"seed": args.seed, "temperature": args.temperature, "max_tokens": args.max_tokens},
+                     request_options=options)
     console = Console(stderr=False)
     with open_store(args.db) as store:
-        console.print(f"probe {args.url} ({args.dialect}) c={args.concurrency} n={args.requests} -> run {run_id}")
+        console.print(f"probe {args.url} ({args.dialect}, preset {request.preset}, voice {request.voice_placement}"
+                      f"{'' if request.stream else ', not streamed'}) c={args.concurrency} n={args.requests} -> run {run_id}",
+                      highlight=False)
         # requests done / planned while it runs (a terminal only; transient, so the table follows)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=True, refresh_per_second=4) as progress:

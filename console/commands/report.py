@@ -18,15 +18,19 @@ from console.output import FORMATS, print_rows
 from data.plans import Plan
 from data.store import Store, open_store
 from stats.metrics import METRICS_BY_NAME, METRICS_VERSION, SWEEP_POOL, Spread, cell_runs, spread
+from stats.metrics.registry import throughput_unit
 
 # (RunMetrics field, column label) in table order
 COLUMNS = (
-    ("throughput", "throughput"),
+    ("throughput", "audio tok/s"),
     ("ttfa_p50_s", "TTFA p50"),
     ("ttfa_p95_s", "TTFA p95"),
+    ("e2e_p50_s", "e2e p50"),
+    ("e2e_p95_s", "e2e p95"),
     ("rtf_mean", "mean RTF"),
     ("stall_count", "stalls"),
     ("failed", "failures"),
+    ("truncated", "truncated"),
     ("chunks_mean", "chunks/req"),
 )
 
@@ -68,8 +72,29 @@ def format_spread(field: str, s: Spread) -> str:
     return text
 
 
-def column_label(field: str, label: str) -> str:
+def admission_limits(store: Store, plan: Plan) -> dict[str, int]:
+    """engine -> the admission limit its latest launch under the plan recorded from its deploy
+    configuration (engine_adapters/deploy_config.py); engines without one are absent."""
+    import json
+
+    out: dict[str, int] = {}
+    for r in store.query("SELECT engine, deploy_json FROM engine_launches WHERE plan_hash = ? AND deploy_json IS NOT NULL "
+                         "ORDER BY started_at", [plan.hash]):
+        limit = json.loads(r["deploy_json"]).get("admission_limit")
+        if isinstance(limit, int):
+            out[r["engine"]] = limit
+    return out
+
+
+def concurrency_label(c: int, limit: int | None) -> str:
+    """C, marked when it exceeds the engine's admission limit (the excess queues inside the engine)."""
+    return f"{c} > limit {limit}" if limit is not None and c > limit else str(c)
+
+
+def column_label(field: str, label: str, throughput_scale: float | None = None) -> str:
     unit = METRICS_BY_NAME[field].unit
+    if field == "throughput" and throughput_scale is not None:
+        unit = throughput_unit(throughput_scale)
     return f"{label} ({unit})" if unit else label
 
 
@@ -85,29 +110,32 @@ def cmd_report(args) -> int:
     with open_store(args.db) as store:
         plan = plan_for_arg(store, args.plan)
         cells = build_report(store, plan)
+        limits = admission_limits(store, plan)
         others = store.query(
             "SELECT r.kind, r.status, (x.run_id IS NOT NULL) AS excluded, count(*) AS n FROM runs r "
             "LEFT JOIN exclusions x USING (run_id) WHERE r.plan_hash = ? GROUP BY ALL ORDER BY ALL", [plan.hash])
     if args.format != "table":
         rows: list[list[Any]] = []
         for cell in cells:
-            row: list[Any] = [cell.engine, cell.concurrency, cell.spreads["throughput"].n]
+            row: list[Any] = [cell.engine, cell.concurrency, limits.get(cell.engine), cell.spreads["throughput"].n]
             for f, _ in COLUMNS:
                 s = cell.spreads[f]
                 row += [s.median, s.min, s.max, s.cv]
             rows.append(row)
-        cols = ["engine", "concurrency", "repeats"] + [f"{f}_{k}" for f, _ in COLUMNS for k in ("median", "min", "max", "cv")]
+        cols = ["engine", "concurrency", "admission_limit", "repeats"] + [f"{f}_{k}" for f, _ in COLUMNS for k in ("median", "min", "max", "cv")]
         print_rows(cols, rows, args.format)
         return 0
     console = Console(width=max(Console().width, 160))
     console.print(f"[bold]{plan.name}[/bold] plan {plan.hash[:12]}  metrics v{METRICS_VERSION}  "
-                  f"throughput = {plan.metrics.throughput_scale:g} x audio s / wall s  "
+                  f"audio tok/s = {plan.metrics.throughput_scale:g} x audio s / wall s (codec tokens, not text)  "
                   f"(median \\[min-max] cv across measured repeats)", highlight=False)
     for engine in plan.engines:
-        rows = [[c.concurrency, c.spreads["throughput"].n] + [format_spread(f, c.spreads[f]) for f, _ in COLUMNS]
-                for c in cells if c.engine == engine.name]
-        print_rows(["C", "n"] + [column_label(f, lbl) for f, lbl in COLUMNS], rows, console=console,
-                   title=f"{engine.name} ({engine.adapter}, profile {engine.profile or '-'})")
+        limit = limits.get(engine.name)
+        rows = [[concurrency_label(c.concurrency, limit), c.spreads["throughput"].n]
+                + [format_spread(f, c.spreads[f]) for f, _ in COLUMNS] for c in cells if c.engine == engine.name]
+        print_rows(["C", "n"] + [column_label(f, lbl, plan.metrics.throughput_scale) for f, lbl in COLUMNS], rows, console=console,
+                   title=f"{engine.name} ({engine.adapter}, profile {engine.profile or '-'}"
+                         + (f", admits {limit} at once: larger C queues in the engine" if limit is not None else "") + ")")
     left_out = [o for o in others if o["kind"] != "measured" or o["status"] != "complete" or o["excluded"]]
     if left_out:
         console.print("not in aggregates: " + ", ".join(

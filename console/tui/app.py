@@ -22,6 +22,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Static, TabbedCont
 from console.commands.report import COLUMNS as REPORT_COLUMNS
 from console.commands.report import format_spread as report_cell
 from console.commands.report import column_label as report_label
+from console.commands.report import concurrency_label
 from console.live import live_path, read_snapshot, writer_alive
 from console.tui.data import load_browser
 from console.tui.messages import (
@@ -30,8 +31,8 @@ from console.tui.messages import (
 )
 from console.tui.screens import RunDetailScreen
 from console.tui.widgets import (
-    CHECK_DEFS, FAIL_STYLE, PASS_STYLE, LiveView, failed_cell, fmt, header, num, rule_cell_as_check, stalls_cell,
-    status_text, verdict_text,
+    CHECK_DEFS, FAIL_STYLE, PASS_STYLE, STALL_STYLE, LiveView, failed_cell, fmt, header, num, rule_cell_as_check, stalls_cell,
+    status_text, truncated_cell, verdict_text,
 )
 from data.errors import CampaignError
 from stats.metrics import METRICS_BY_NAME, METRICS_VERSION
@@ -40,10 +41,11 @@ LOCK_MARK = "in use by another process"
 LIVE_POLL_S = 0.25
 
 RUN_COLUMNS = ("engine", "C", "kind", "pool", "rep", "status", "excluded",
-               header(METRICS_BY_NAME["throughput"]), header(METRICS_BY_NAME["ttfa_p50_s"]),
-               header(METRICS_BY_NAME["ttfa_p95_s"]), header(METRICS_BY_NAME["rtf_mean"]), "stalls", "failed",
+               METRICS_BY_NAME["throughput"].label, header(METRICS_BY_NAME["ttfa_p50_s"]),
+               header(METRICS_BY_NAME["ttfa_p95_s"]), header(METRICS_BY_NAME["e2e_p50_s"]),
+               header(METRICS_BY_NAME["rtf_mean"]), "stalls", "failed", "truncated",
                "started (UTC)", "plan", "run id")
-RUN_NUMERIC = {"C", "rep"} | set(RUN_COLUMNS[7:13])
+RUN_NUMERIC = {"C", "rep"} | set(RUN_COLUMNS[7:15])
 VERDICT_COLUMNS = ("issued (UTC)", "kind", "name", "verdict", "evidence", "method", "draws", "seed", "plan",
                    "verdict id")
 CHECK_COLUMNS = ("C", "metric", "unit", "status", "ids", "estimate", "bound", "margin", "baseline", "candidate", "reason")
@@ -181,8 +183,9 @@ class CampaignApp(App):
                 r.engine, num(str(r.concurrency)), r.kind, r.pool or "", num(str(r.repeat_index)),
                 status_text(r.status), Text("excluded", style="yellow") if r.excluded else "",
                 num(fmt("throughput", m.throughput)), num(fmt("ttfa_p50_s", m.ttfa_p50_s)),
-                num(fmt("ttfa_p95_s", m.ttfa_p95_s)), num(fmt("rtf_mean", m.rtf_mean)),
-                stalls_cell(m.stall_count), failed_cell(m.failed), r.started, r.plan_name or "ad-hoc", r.run_id,
+                num(fmt("ttfa_p95_s", m.ttfa_p95_s)), num(fmt("e2e_p50_s", m.e2e_p50_s)), num(fmt("rtf_mean", m.rtf_mean)),
+                stalls_cell(m.stall_count), failed_cell(m.failed), truncated_cell(m.truncated), r.started,
+                r.plan_name or "ad-hoc", r.run_id,
             )
             text = " ".join(str(c) for c in cells).lower() + f" c{r.concurrency} " + (r.excluded or "").lower()
             rows.append((r.run_id, cells, text))
@@ -222,12 +225,16 @@ class CampaignApp(App):
                 f"median [min-max] cv across measured repeats"), classes="report-title"))
             for engine in plan.engines:
                 table = DataTable(cursor_type="row", classes="report-table")
-                table.border_title = f"{engine.name} ({engine.adapter}, profile {engine.profile or '-'})"
+                limit = rep.limits.get(engine.name)
+                table.border_title = (f"{engine.name} ({engine.adapter}, profile {engine.profile or '-'}"
+                                      + (f", admits {limit} at once" if limit is not None else "") + ")")
                 table.add_columns(*[Text(c, justify="right") for c in cols])
                 for cell in rep.cells:
                     if cell.engine != engine.name:
                         continue
-                    row = [num(str(cell.concurrency)), num(str(cell.spreads["throughput"].n))]
+                    over = limit is not None and cell.concurrency > limit  # queues inside the engine
+                    row = [num(concurrency_label(cell.concurrency, limit), STALL_STYLE if over else None),
+                           num(str(cell.spreads["throughput"].n))]
                     for f, _ in REPORT_COLUMNS:
                         style = None
                         if f == "failed" and cell.spreads[f].max:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from console.commands.report import ReportCell, build_report
+from console.commands.report import ReportCell, admission_limits, build_report
 from data.audit import ChainResult, verify_chain
 from data.plans import Plan, plan_from_store
 from data.pool_status import evidence_of
@@ -138,6 +138,7 @@ class PlanReport:
     frozen_at: str
     cells: list[ReportCell]
     left_out: list[dict[str, Any]] = field(default_factory=list)  # runs not in aggregates, by kind/status
+    limits: dict[str, int] = field(default_factory=dict)  # engine -> admission limit from its deploy config
 
 
 def load_reports(store: Store) -> list[PlanReport]:
@@ -151,7 +152,7 @@ def load_reports(store: Store) -> list[PlanReport]:
             "SELECT r.kind, r.status, (x.run_id IS NOT NULL) AS excluded, count(*) AS n FROM runs r "
             "LEFT JOIN exclusions x USING (run_id) WHERE r.plan_hash = ? AND (r.kind <> 'measured' OR "
             "r.status <> 'complete' OR x.run_id IS NOT NULL) GROUP BY ALL ORDER BY ALL", [plan.hash])
-        out.append(PlanReport(plan, p["frozen"] or "", cells, left_out))
+        out.append(PlanReport(plan, p["frozen"] or "", cells, left_out, admission_limits(store, plan)))
     return out
 
 

@@ -21,9 +21,9 @@ from data.errors import CampaignError
 from stats.metrics import METRICS_BY_NAME
 
 # run metrics in the detail header, in order (RunMetrics fields)
-DETAIL_METRICS = (("throughput", "ttfa_p50_s", "ttfa_p95_s", "ttfb_p50_s", "rtf_mean", "wall_s", "chunks_mean"),
-                  ("audio_s_ok", "audio_s_failed", "stall_count", "stall_total_s", "stall_max_deficit_s",
-                   "continuity_ok_rate"))
+DETAIL_METRICS = (("throughput", "ttfa_p50_s", "ttfa_p95_s", "ttfb_p50_s", "e2e_p50_s", "e2e_p95_s", "rtf_mean"),
+                  ("wall_s", "chunks_mean", "audio_s_ok", "audio_s_failed", "truncated", "stall_count", "stall_total_s",
+                   "stall_max_deficit_s", "continuity_ok_rate"))
 REQUEST_COLUMNS = ("#", "utterance", "outcome", header(METRICS_BY_NAME["ttfa_p50_s"], "TTFA"),
                    header(METRICS_BY_NAME["ttfb_p50_s"], "TTFB"), header(METRICS_BY_NAME["rtf_mean"], "RTF"),
                    "chunks", header(METRICS_BY_NAME["audio_s_ok"], "audio"), "stalls",
@@ -92,7 +92,7 @@ class RunDetailScreen(Screen):
             for name in group:
                 md = METRICS_BY_NAME[name]
                 value = getattr(m, name)
-                style = "yellow" if name.startswith("stall") and value else "bold"
+                style = "yellow" if (name.startswith("stall") or name == "truncated") and value else "bold"
                 line.append(f"{md.label} ")
                 line.append(f"{md.format(value)}{(' ' + md.unit) if md.unit else ''}", style=style)
                 line.append("   ")

@@ -66,6 +66,11 @@ def header(d: MetricDef, label: str | None = None) -> str:
     return f"{label} ({d.unit})" if d.unit else label
 
 
+def truncated_cell(n: int) -> Text:
+    """Requests cut by a token limit: ok on the wire, but not the whole utterance."""
+    return num(str(n), STALL_STYLE if n else None)
+
+
 def num(text: str, style: str | None = None) -> Text:
     """A right-aligned numeric cell."""
     return Text(text, justify="right", style=style or "")

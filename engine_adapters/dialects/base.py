@@ -45,6 +45,13 @@ class ParseState:
     failure: tuple[str, str] | None = None
     t_first_audio_ns: int | None = None
     t_last_audio_ns: int | None = None
+    finish_reason: str | None = None  # "length" once any choice said so, else the last one given
+
+    def note_finish(self, reason: Any) -> None:
+        """Record a choice's finish_reason: "length" (output cut by a token limit) sticks, so an
+        engine that ends with "stop" after truncating still reads as truncated."""
+        if isinstance(reason, str) and reason and self.finish_reason != "length":
+            self.finish_reason = reason
 
     @property
     def text(self) -> str | None:
@@ -83,8 +90,10 @@ class StreamParser(ABC):
             events += self.feed(data, t)
         return events
 
-    def eof(self) -> None:
-        """The connection closed cleanly (no transport error)."""
+    def eof(self) -> list[Event]:
+        """The connection closed cleanly (no transport error); returns any events that only a
+        complete body yields (a non-streamed response)."""
+        return []
 
     def outcome(self) -> tuple[str, str | None]:
         """Final outcome: 'ok' or one failure class, with a one-line detail."""
@@ -112,6 +121,23 @@ class StreamParser(ABC):
                 st.t_first_audio_ns = t_ns
             st.t_last_audio_ns = t_ns
         return Event(t_ns, "audio", payload_bytes, n, pcm, None, emit_ns)
+
+    def decode_audio(self, b64: Any, t_ns: int, wire: int, emit_ns: int | None, fmt: str) -> Event:
+        from engine_adapters.dialects.wav import WavError, decode_wav
+
+        try:
+            raw = b64decode(b64)
+        except (ValueError, binascii.Error) as exc:
+            raise ValueError(f"bad base64 audio ({str(exc)[:80]})") from None
+        if fmt == "pcm":
+            if len(raw) % 2:
+                raise ValueError(f"odd number of s16le bytes ({len(raw)})")
+            return self.audio_event(t_ns, wire, raw, self.default_rate, emit_ns)
+        try:
+            audio = decode_wav(raw)
+        except WavError as exc:
+            raise ValueError(f"corrupt WAV chunk: {exc}") from None
+        return self.audio_event(t_ns, wire, audio.pcm, audio.sample_rate, emit_ns)
 
 
 def cut_detail(events: int, what: str) -> str:
@@ -262,13 +288,13 @@ class SSEJsonParser(StreamParser):
         self.audio_format = audio_format
         self.framer = SSEFramer(max_event_bytes)
 
-    @staticmethod
-    def first_delta(obj: dict[str, Any], t_ns: int, wire: int, emit_ns: int | None) -> tuple[dict[str, Any], Event | None]:
+    def first_delta(self, obj: dict[str, Any], t_ns: int, wire: int, emit_ns: int | None) -> tuple[dict[str, Any], Event | None]:
         """choices[0].delta, or the event for a chunk without choices (the final usage chunk)."""
         choices = obj.get("choices")
         if not choices:
             kind = "usage" if obj.get("usage") is not None else "other"
             return {}, Event(t_ns, kind, wire, server_emit_ns=emit_ns)
+        self.state.note_finish(choices[0].get("finish_reason"))
         return choices[0].get("delta") or {}, None
 
     def feed(self, data: bytes, t_ns: int) -> list[Event]:
@@ -319,22 +345,65 @@ class SSEJsonParser(StreamParser):
     def on_json(self, obj: dict[str, Any], t_ns: int, wire: int, emit_ns: int | None) -> Event:
         """One decoded JSON event of this dialect (raise ValueError/TypeError/KeyError on bad shape)."""
 
-    def decode_audio(self, b64: Any, t_ns: int, wire: int, emit_ns: int | None, fmt: str) -> Event:
-        from engine_adapters.dialects.wav import WavError, decode_wav
+class WholeJsonParser(StreamParser):
+    """A non-streamed (`"stream": false`) chat completion: one JSON object holding the whole
+    audio in `choices[i].message.audio.data` (base64 WAV; docs/engines.md). Nothing can be played
+    before the body is complete, so the audio event takes the stamp of the LAST read: TTFA of a
+    non-streamed response is its end-to-end latency. A complete JSON body at a clean close is the
+    end marker."""
 
+    name = "json"
+
+    def __init__(self, audio_format: str = "wav", sample_rate: int = DEFAULT_SAMPLE_RATE,
+                 max_event_bytes: int = MAX_EVENT_BYTES):
+        super().__init__(sample_rate, max_event_bytes)
+        self.audio_format = audio_format
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.t_last: int | None = None
+
+    def feed(self, data: bytes, t_ns: int) -> list[Event]:
+        if self.done or not data:
+            return []
+        self.parts.append(data)
+        self.size += len(data)
+        self.t_last = t_ns
+        if self.size > self.max_event_bytes:
+            self.fail("decode_error", f"response body exceeds {self.max_event_bytes} bytes")
+        return []
+
+    def eof(self) -> list[Event]:
+        if self.done or self.t_last is None:
+            return []
+        t, wire = self.t_last, self.size
         try:
-            raw = b64decode(b64)
-        except (ValueError, binascii.Error) as exc:
-            raise ValueError(f"bad base64 audio ({str(exc)[:80]})") from None
-        if fmt == "pcm":
-            if len(raw) % 2:
-                raise ValueError(f"odd number of s16le bytes ({len(raw)})")
-            return self.audio_event(t_ns, wire, raw, self.default_rate, emit_ns)
+            obj = parse_json_event(b"".join(self.parts).decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            self.fail("decode_error", f"response is not a JSON object: {_one_line(exc)}")
+            return [Event(t, "other", wire)]
+        self.state.events += 1
+        self.state.end_marker = True
+        if obj.get("error"):
+            self.fail("in_stream_error", error_detail(obj["error"]))
+            return [Event(t, "error", wire)]
         try:
-            audio = decode_wav(raw)
-        except WavError as exc:
-            raise ValueError(f"corrupt WAV chunk: {exc}") from None
-        return self.audio_event(t_ns, wire, audio.pcm, audio.sample_rate, emit_ns)
+            return [self._message(obj, t, wire)]
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+            self.fail("decode_error", f"bad {self.name} response: {_one_line(exc)}")
+            return [Event(t, "other", wire)]
+
+    def _message(self, obj: dict[str, Any], t: int, wire: int) -> Event:
+        audio = None
+        for choice in obj.get("choices") or []:
+            self.state.note_finish(choice.get("finish_reason"))
+            message = choice.get("message") or {}
+            if isinstance(message.get("content"), str) and message["content"]:
+                self.state.text_parts.append(message["content"])
+            if audio is None and isinstance(message.get("audio"), dict) and message["audio"].get("data"):
+                audio = message["audio"]["data"]
+        if audio is None:
+            return Event(t, "other", wire)
+        return self.decode_audio(audio, t, wire, None, self.audio_format)
 
 
 @lru_cache(maxsize=4096)

@@ -16,11 +16,12 @@ from engine_adapters.dialects.base import DEFAULT_SAMPLE_RATE, MAX_EVENT_BYTES, 
 NAME = "pcm"
 PATH = "/v1/chat/completions"
 CONTENT_TYPE = "audio/pcm"  # what a streaming answer declares
+PLACEMENTS = ("audio_url", "ref_audio", "none")
 
 
 def build_body(text: str, prompt_uri: str | None, prompt_text: str | None, *, model: str,
                sampling: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
-    where = options.get("voice_prompt", "audio_url")
+    where = options.get("voice_prompt", PLACEMENTS[0])
     content: list[dict[str, Any]] = []
     audio: dict[str, Any] = {"format": "pcm"}
     if prompt_uri and where == "audio_url":
@@ -54,10 +55,11 @@ class Parser(StreamParser):
         self._carry = buf[usable:]
         return [self.audio_event(t_ns, len(data), bytes(buf[:usable]), self.default_rate, None)]
 
-    def eof(self) -> None:
+    def eof(self) -> list[Event]:
         if self.done:
-            return
+            return []
         if self._carry:
             self.fail("decode_error", "stream ended on half a 16-bit sample")
         else:
             self.state.end_marker = True
+        return []

@@ -1,9 +1,13 @@
-"""SGLang-Omni chat-completions dialect (DESIGN.md §4).
+"""SGLang-Omni chat-completions dialect (docs/engines.md, "SGLang-Omni").
 
 Audio is in `choices[0].delta.audio = {"id", "data"}` (base64 of a complete WAV); the first
 chunk carries `role`, a final chunk `finish_reason` and `usage`, then `[DONE]`. An error during
 the stream just closes the connection, so a missing `[DONE]` is a failure (no_end_marker, with a
 detail saying the server closed the stream mid-response once events had arrived).
+
+Voice prompt placements (`voice_prompt`): `ref_audio` (default; inline in `audio.ref_audio`, the
+talker reference), `audios` (a top-level `audios` list: thinker INPUT audio, what the engine's
+own Seed-TTS benchmark sends with --voice-clone), `none`.
 """
 
 from __future__ import annotations
@@ -15,22 +19,29 @@ from engine_adapters.dialects.base import Event, SSEJsonParser
 NAME = "sglang-omni"
 PATH = "/v1/chat/completions"
 CONTENT_TYPE = "text/event-stream"  # what a streaming answer declares
+PLACEMENTS = ("ref_audio", "audios", "none")
 
 
 def build_body(text: str, prompt_uri: str | None, prompt_text: str | None, *, model: str,
                sampling: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
-    """Voice prompt in `audio.ref_audio`."""
+    """The protocol body; the voice goes where `voice_prompt` says."""
+    where = options.get("voice_prompt", PLACEMENTS[0])
     audio: dict[str, Any] = {"format": options.get("audio_format", "wav")}
-    if prompt_uri and options.get("voice_prompt", "ref_audio") == "ref_audio":
+    if prompt_uri and where == "ref_audio":
         audio["ref_audio"] = prompt_uri
-    return {
+    body: dict[str, Any] = {
         "model": model,
         "messages": [{"role": "user", "content": text}],
         "modalities": ["text", "audio"],
         "audio": audio,
-        "stream": True,
+        "stream": options.get("stream", True),
         "stream_options": {"include_usage": True},
     }
+    if not body["stream"]:
+        del body["stream_options"]
+    if prompt_uri and where == "audios":
+        body["audios"] = [prompt_uri]
+    return body
 
 
 class Parser(SSEJsonParser):

@@ -1,9 +1,12 @@
 """Parse and validate an OpenAI-style ``/v1/chat/completions`` body into a :class:`SpeechRequest`.
 
-Each dialect takes the voice prompt from where its real engine does (vLLM-Omni:
-the first ``audio_url`` content part; SGLang-Omni: ``audio.ref_audio``; the pcm
-peer accepts either). Anything malformed raises :class:`RequestError` with the
-HTTP status and a message that says exactly what is wrong, before any stream starts.
+Each dialect takes the voice prompt from where its real engine does (docs/engines.md):
+vLLM-Omni (>= 0.28): the first ``audio_url`` content part, else a top-level ``ref_audio``
+data URI (with ``ref_text``); SGLang-Omni: ``audio.ref_audio``; the pcm peer accepts an
+``audio_url`` part or ``audio.ref_audio``. Audio the thinker reads as input (``audio_url``
+parts; SGLang-Omni's top-level ``audios`` list) is collected separately: it costs prefill.
+Anything malformed raises :class:`RequestError` with the HTTP status and a message that says
+exactly what is wrong, before any response starts.
 """
 
 from __future__ import annotations
@@ -36,9 +39,11 @@ class SpeechRequest:
     audio_format: str  # "wav" (a WAV file per delta) or "pcm" (raw s16le per delta)
     seed: int  # 0 when the request gives none
     temperature: float | None
-    max_tokens: int | None  # caps the audio at this many 25 Hz codec frames
+    max_tokens: int | None  # caps the thinker's text tokens (the text the talker then speaks)
     include_usage: bool
     model: str | None
+    stream: bool = True  # False: one JSON response with the whole audio
+    input_audio: tuple[bytes, ...] = ()  # audio files the thinker reads as input (extra prefill)
 
 
 def _decode_data_uri(value: Any, where: str) -> bytes:
@@ -88,14 +93,31 @@ def _last_user_text(messages: list[dict[str, Any]]) -> str:
     raise RequestError("no text to synthesise: messages contain no user message")
 
 
-def _first_audio_url(messages: list[dict[str, Any]]) -> bytes | None:
+def _audio_urls(messages: list[dict[str, Any]]) -> list[bytes]:
+    """Every ``audio_url`` content part's bytes, in message order."""
+    out = []
     for index, message in enumerate(messages):
         for part in _content_parts(message, index):
             if part.get("type") == "audio_url":
                 audio_url = part.get("audio_url")
                 url = audio_url.get("url") if isinstance(audio_url, dict) else None
-                return _decode_data_uri(url, f"messages[{index}] audio_url.url")
-    return None
+                out.append(_decode_data_uri(url, f"messages[{index}] audio_url.url"))
+    return out
+
+
+def _audios_list(body: dict[str, Any]) -> list[bytes]:
+    """SGLang-Omni's top-level ``audios`` (thinker input audio; inline data URIs only here)."""
+    audios = body.get("audios")
+    if audios is None:
+        return []
+    if not isinstance(audios, list):
+        raise RequestError("'audios' must be a list of data URIs")
+    return [_decode_data_uri(a, f"audios[{i}]") for i, a in enumerate(audios)]
+
+
+def _optional_str(body: dict[str, Any], key: str) -> None:
+    if body.get(key) is not None and not isinstance(body[key], str):
+        raise RequestError(f"'{key}' must be a string")
 
 
 def _optional_int(body: dict[str, Any], key: str, minimum: int | None = None) -> int | None:
@@ -117,8 +139,11 @@ def parse_request(raw: bytes, dialect: str) -> SpeechRequest:
         raise RequestError(f"request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise RequestError("request body must be a JSON object")
-    if body.get("stream") is not True:
-        raise RequestError("this engine only streams: set \"stream\": true")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise RequestError("'stream' must be true or false")
+    if not stream and dialect == "pcm":
+        raise RequestError("the pcm dialect only streams: set \"stream\": true")
     modalities = body.get("modalities")
     if modalities is not None and (not isinstance(modalities, list) or "audio" not in modalities):
         raise RequestError("'modalities' must be a list that includes \"audio\"")
@@ -136,12 +161,21 @@ def parse_request(raw: bytes, dialect: str) -> SpeechRequest:
         raise RequestError(
             f"unsupported audio format {audio_format!r} for {dialect}; supported: {', '.join(_AUDIO_FORMATS[dialect])}"
         )
+    for key in ("ref_text", "task_type", "language"):  # vllm bench serve's Seed-TTS fields
+        _optional_str(body, key)
     if dialect == "vllm-omni":
-        prompt = _first_audio_url(messages)  # ref_audio/ref_text are ignored on this route
+        # serving_chat._attach_minicpmo45_reference_audio: the messages' first audio wins,
+        # else the top-level ref_audio; an audio_url part is also thinker input audio
+        thinker_audio = _audio_urls(messages)
+        prompt = thinker_audio[0] if thinker_audio else None
+        if prompt is None and body.get("ref_audio") is not None:
+            prompt = _decode_data_uri(body["ref_audio"], "ref_audio")
     elif dialect == "sglang-omni":
         prompt = _decode_data_uri(audio["ref_audio"], "audio.ref_audio") if audio.get("ref_audio") else None
+        thinker_audio = _audios_list(body)
     else:
-        prompt = _first_audio_url(messages)
+        thinker_audio = _audio_urls(messages)
+        prompt = thinker_audio[0] if thinker_audio else None
         if prompt is None and audio.get("ref_audio"):
             prompt = _decode_data_uri(audio["ref_audio"], "audio.ref_audio")
 
@@ -159,6 +193,7 @@ def parse_request(raw: bytes, dialect: str) -> SpeechRequest:
     if model is not None and not isinstance(model, str):
         raise RequestError("'model' must be a string")
     seed = _optional_int(body, "seed")
+    _optional_int(body, "max_new_tokens", minimum=1)  # accepted; MiniCPM-o's chat route ignores it
     return SpeechRequest(
         text=text,
         prompt_wav=prompt,
@@ -168,4 +203,6 @@ def parse_request(raw: bytes, dialect: str) -> SpeechRequest:
         max_tokens=_optional_int(body, "max_tokens", minimum=1),
         include_usage=bool(stream_options.get("include_usage", False)),
         model=model,
+        stream=stream,
+        input_audio=tuple(thinker_audio),
     )

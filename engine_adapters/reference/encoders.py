@@ -110,9 +110,23 @@ class VllmOmniEncoder:
     def text(self, ctx: StreamContext, text: str) -> list[Frame]:
         return [Frame(_json(self._chunk(ctx, {"role": "assistant", "content": text}, None, "text")), sse=True)]
 
-    def audio(self, ctx: StreamContext, samples: np.ndarray) -> list[Frame]:
+    def audio(self, ctx: StreamContext, samples: np.ndarray, finish: str = "stop") -> list[Frame]:
+        """An audio delta; the last one carries the real finish_reason ("length" when cut)."""
         delta = {"role": "assistant", "content": _b64_audio(samples, ctx.audio_format)}
-        return [Frame(_json(self._chunk(ctx, delta, "stop", "audio")), sse=True, audio_samples=len(samples))]
+        return [Frame(_json(self._chunk(ctx, delta, finish, "audio")), sse=True, audio_samples=len(samples))]
+
+    def empty_audio(self, ctx: StreamContext, finish: str | None) -> list[Frame]:
+        """vllm-omni 0.30.0's delta for an empty talker segment: modality audio, content ""."""
+        return [Frame(_json(self._chunk(ctx, {"role": "assistant", "content": ""}, finish, "audio")), sse=True)]
+
+    def whole(self, ctx: StreamContext, text: str, samples: np.ndarray, finish: str, usage: Usage) -> bytes:
+        """The non-streamed response (vllm-omni 0.30.0 folds the audio into the text choice)."""
+        audio = {"id": f"audio-{ctx.request_id[-16:]}", "data": _b64_audio(samples, ctx.audio_format),
+                 "expires_at": ctx.created + 86400, "transcript": ""}
+        return _json({"id": ctx.request_id, "object": "chat.completion", "created": ctx.created, "model": ctx.model,
+                      "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "audio": audio},
+                                   "logprobs": None, "finish_reason": finish}],
+                      "usage": usage.as_dict()})
 
     def finish(self, ctx: StreamContext, finish_reason: str, usage: Usage) -> list[Frame]:
         frames = []
@@ -151,9 +165,20 @@ class SglangOmniEncoder:
     def text(self, ctx: StreamContext, text: str) -> list[Frame]:
         return [Frame(_json(self._chunk(ctx, {"role": "assistant", "content": text}, None)), sse=True)]
 
-    def audio(self, ctx: StreamContext, samples: np.ndarray) -> list[Frame]:
+    def audio(self, ctx: StreamContext, samples: np.ndarray, finish: str = "stop") -> list[Frame]:
         delta = {"audio": {"id": f"audio-{ctx.request_id}", "data": _b64_audio(samples, "wav")}}
         return [Frame(_json(self._chunk(ctx, delta, None)), sse=True, audio_samples=len(samples))]
+
+    def empty_audio(self, ctx: StreamContext, finish: str | None) -> list[Frame]:
+        return []
+
+    def whole(self, ctx: StreamContext, text: str, samples: np.ndarray, finish: str, usage: Usage) -> bytes:
+        """The non-streamed response: `choices[0].message.audio.data` is the whole WAV."""
+        audio = {"id": f"audio-{ctx.request_id}", "data": _b64_audio(samples, "wav")}
+        return _json({"id": ctx.request_id, "object": "chat.completion", "created": ctx.created, "model": ctx.model,
+                      "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "audio": audio},
+                                   "finish_reason": finish}],
+                      "usage": usage.as_dict()})
 
     def finish(self, ctx: StreamContext, finish_reason: str, usage: Usage) -> list[Frame]:
         final = self._chunk(ctx, {}, finish_reason)
@@ -182,8 +207,11 @@ class PcmEncoder:
     def text(self, ctx: StreamContext, text: str) -> list[Frame]:
         return []
 
-    def audio(self, ctx: StreamContext, samples: np.ndarray) -> list[Frame]:
+    def audio(self, ctx: StreamContext, samples: np.ndarray, finish: str = "stop") -> list[Frame]:
         return [Frame(pcm_bytes(samples), sse=False, audio_samples=len(samples))]
+
+    def empty_audio(self, ctx: StreamContext, finish: str | None) -> list[Frame]:
+        return []
 
     def finish(self, ctx: StreamContext, finish_reason: str, usage: Usage) -> list[Frame]:
         return []

@@ -50,6 +50,9 @@ class Profile:
     fault_after_chunks: int = 1
     stall_s: float = 120.0
     cuda_busy_fraction: float = 0.8
+    input_audio_prefill_s: float = 0.02  # extra prefill per second of thinker input audio
+    max_audio_frames: int = 4096  # the talker's own token limit (vllm-omni deploy: stage 1 max_tokens)
+    empty_audio_deltas: bool = False  # vllm-omni: empty audio deltas around the audio (as 0.30.0 emits)
 
     @property
     def chunk_samples(self) -> int:
@@ -60,9 +63,11 @@ class Profile:
     def lossless(self) -> bool:
         return self.audio == "lossless"
 
-    def step_duration(self, active: int, admitted: int) -> float:
-        """Seconds one decode step takes with ``active`` sequences, ``admitted`` of them new."""
-        return self.step_base_s + self.step_per_seq_s * active + self.prefill_s * admitted
+    def step_duration(self, active: int, admitted: int, input_audio_s: float = 0.0) -> float:
+        """Seconds one decode step takes with ``active`` sequences, ``admitted`` of them new,
+        whose thinker input audio totals ``input_audio_s`` seconds."""
+        return (self.step_base_s + self.step_per_seq_s * active + self.prefill_s * admitted
+                + self.input_audio_prefill_s * input_audio_s)
 
     def summary(self) -> dict[str, Any]:
         """JSON-friendly view (served on /v1/models so clients can record what they measured)."""
@@ -93,6 +98,10 @@ def _validate(p: Profile, source: str) -> Profile:
         raise ProfileError(f"{where}: unknown fault kind(s) {unknown}; known: {', '.join(FAULT_KINDS)}")
     if any(not 0 <= r <= 1 for r in p.fault_rates.values()) or sum(p.fault_rates.values()) > 1:
         raise ProfileError(f"{where}: fault rates must be in [0, 1] and sum to at most 1")
+    if p.input_audio_prefill_s < 0:
+        raise ProfileError(f"{where}: input_audio_prefill_s must be >= 0")
+    if p.max_audio_frames < 1:
+        raise ProfileError(f"{where}: max_audio_frames must be >= 1")
     if p.fault_after_chunks < 0:
         raise ProfileError(f"{where}: fault_after_chunks must be >= 0")
     if not 0 <= p.cuda_busy_fraction <= 1:

@@ -54,6 +54,7 @@ class Sequence:
     seq_id: int
     rendered: asyncio.Future[Rendered]
     chunk_samples: int
+    input_audio_s: float = 0.0  # thinker input audio: prefill charged in the admitting step
     events: asyncio.Queue[SequenceEvent] = field(default_factory=asyncio.Queue)
     position: int = 0
     chunks_emitted: int = 0
@@ -112,9 +113,10 @@ class BatchScheduler:
                 pass
             self._task = None
 
-    def submit(self, rendered: asyncio.Future[Rendered]) -> Sequence:
+    def submit(self, rendered: asyncio.Future[Rendered], input_audio_s: float = 0.0) -> Sequence:
         """Queue a request whose audio is being rendered; events arrive on ``seq.events``."""
-        seq = Sequence(seq_id=next(self._ids), rendered=rendered, chunk_samples=self.profile.chunk_samples)
+        seq = Sequence(seq_id=next(self._ids), rendered=rendered, chunk_samples=self.profile.chunk_samples,
+                       input_audio_s=input_audio_s)
         self._waiting.append(seq)
         self._wake.set()
         return seq
@@ -135,8 +137,9 @@ class BatchScheduler:
         self._active.clear()
         self._waiting.clear()
 
-    def _admit(self) -> int:
-        admitted = 0
+    def _admit(self) -> tuple[int, float]:
+        """Admit waiting sequences into free slots: (how many, their thinker input audio seconds)."""
+        admitted, audio_s = 0, 0.0
         while self._waiting and len(self._active) < self.profile.max_num_seqs:
             seq = self._waiting.popleft()
             if seq.cancelled:
@@ -144,8 +147,9 @@ class BatchScheduler:
             self._active.append(seq)
             seq.events.put_nowait(Admitted())
             admitted += 1
+            audio_s += seq.input_audio_s
         self.stats.admitted += admitted
-        return admitted
+        return admitted, audio_s
 
     def _advance(self, seq: Sequence) -> bool:
         """Emit the sequence's next chunk; True when it is finished and leaves the batch."""
@@ -177,12 +181,12 @@ class BatchScheduler:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            admitted = self._admit()
+            admitted, input_audio_s = self._admit()
             if not self._active:
                 continue
             n = len(self._active)
             self.stats.max_active_seen = max(self.stats.max_active_seen, n)
-            duration = self.profile.step_duration(n, admitted)
+            duration = self.profile.step_duration(n, admitted, input_audio_s)
             start = loop.time()
             if self._step_work is not None:
                 await asyncio.gather(self._step_work(n, duration), asyncio.sleep(duration))

@@ -42,7 +42,9 @@ from engine_adapters.reference.profiles import (
     CODEC_FRAME_RATE, OUTPUT_SAMPLE_RATE, SAMPLES_PER_FRAME, Profile, ProfileError, get_profile,
 )
 from engine_adapters.reference.scheduler import Admitted, BatchScheduler, Chunk, Failed, Sequence
-from engine_adapters.reference.synthesis import DEFAULT_VOICE, PromptAudio, PromptError, Synthesizer, decode_prompt, stable_seed
+from engine_adapters.reference.synthesis import (
+    DEFAULT_VOICE, PromptAudio, PromptError, Synthesizer, cap_text, decode_prompt, stable_seed,
+)
 from engine_adapters.reference.voice import CALIBRATION_TEXT, calibrate_cached
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -208,6 +210,8 @@ class ReferenceEngine:
             req = parse_request(raw, self.config.dialect)
             forced, forced_kind = forced_fault(request.headers.get(FAULT_HEADER))
             prompt = decode_prompt(req.prompt_wav) if req.prompt_wav is not None else None
+            input_audio_s = sum(prompt.duration_s if prompt is not None and a is req.prompt_wav
+                                else decode_prompt(a).duration_s for a in req.input_audio)
         except RequestError as exc:
             return self._error(exc.status, exc.message, "BadRequestError")
         except (PromptError, FaultHeaderError) as exc:
@@ -225,7 +229,7 @@ class ReferenceEngine:
         loop = asyncio.get_running_loop()
         rendered = loop.run_in_executor(self.executor, self.synth.render, req.text, prompt, req.seed,
                                         self.profile, req.max_tokens)
-        seq = self.scheduler.submit(rendered)
+        seq = self.scheduler.submit(rendered, input_audio_s)
         try:
             return await self._stream(request, req, prompt, seq, fault)
         except (asyncio.CancelledError, ConnectionError):
@@ -282,11 +286,45 @@ class ReferenceEngine:
             prompt_tokens += math.ceil(prompt.duration_s * CODEC_FRAME_RATE)
         return Usage(prompt_tokens=prompt_tokens, completion_tokens=math.ceil(samples / SAMPLES_PER_FRAME))
 
+    async def _whole(self, request: web.Request, req: SpeechRequest, prompt: PromptAudio | None,
+                     seq: Sequence, fault: str | None, ctx: StreamContext) -> web.StreamResponse:
+        """`stream: false`: wait for the whole audio, then one JSON response holding it."""
+        held: list[np.ndarray] = []
+        while True:
+            event = await seq.events.get()
+            if isinstance(event, Failed):
+                self.outcomes.faults += 1
+                return self._error(500, event.message, "InternalServerError")
+            if isinstance(event, Chunk):
+                held.append(event.samples)
+                if event.last:
+                    break
+        if fault == "stall":
+            self.outcomes.faults += 1
+            await asyncio.sleep(self.profile.stall_s)
+        elif fault is not None:
+            self.outcomes.faults += 1
+            if fault == "drop":
+                resp = web.StreamResponse(status=200)
+                await resp.prepare(request)
+                return self._abort(request, resp)
+            if fault == "fatal":
+                self.die("injected fatal fault")
+            return self._error(500, f"injected fault: {fault}", "InternalServerError")
+        samples = np.concatenate(held) if held else np.zeros(0, np.int16)
+        finish = "length" if seq.rendered.result().truncated else "stop"
+        body = self.encoder.whole(ctx, cap_text(req.text, req.max_tokens)[0], samples, finish,
+                                  self._usage(req, prompt, len(samples)))
+        self.outcomes.completed += 1
+        return web.Response(body=body, content_type="application/json", headers={"X-Request-Id": ctx.request_id})
+
     async def _stream(self, request: web.Request, req: SpeechRequest, prompt: PromptAudio | None,
                       seq: Sequence, fault: str | None) -> web.StreamResponse:
         ctx = StreamContext(request_id=f"chatcmpl-{uuid.uuid4().hex}", created=int(time.time()),
                             model=self.config.model_name, audio_format=req.audio_format,
                             include_usage=req.include_usage)
+        if not req.stream:
+            return await self._whole(request, req, prompt, seq, fault, ctx)
         headers = {"Cache-Control": "no-cache", "X-Request-Id": ctx.request_id}
         if self.encoder.content_type == "audio/pcm":
             headers.update({"X-Audio-Sample-Rate": str(OUTPUT_SAMPLE_RATE), "X-Audio-Encoding": "s16le",
@@ -304,7 +342,7 @@ class ReferenceEngine:
         while True:
             event = await seq.events.get()
             if isinstance(event, Admitted):
-                for frame in self.encoder.text(ctx, req.text):
+                for frame in self.encoder.text(ctx, cap_text(req.text, req.max_tokens)[0]):
                     await self._write(resp, ctx, frame, -1)
                 continue
             if isinstance(event, Failed):
@@ -321,12 +359,20 @@ class ReferenceEngine:
                 if await self._inject(pending_fault, request, resp, ctx, seq):
                     return resp
                 pending_fault = None
+            empty = self.profile.empty_audio_deltas
+            finish = ("length" if seq.rendered.result().truncated else "stop") if event.last else "stop"
+            if empty and written == 0:
+                for frame in self.encoder.empty_audio(ctx, None):
+                    await self._write(resp, ctx, frame, -1)
             if len(samples):
-                for frame in self.encoder.audio(ctx, samples):
+                for frame in self.encoder.audio(ctx, samples, "stop" if empty else finish):
                     await self._write(resp, ctx, frame, written)
                 written += 1
                 total += len(samples)
             if event.last:
+                if empty:
+                    for frame in self.encoder.empty_audio(ctx, finish):
+                        await self._write(resp, ctx, frame, -1)
                 break
         if pending_fault:  # the audio was shorter than fault_after_chunks: fail at the end instead
             if await self._inject(pending_fault, request, resp, ctx, seq):

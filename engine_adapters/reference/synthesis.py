@@ -55,7 +55,7 @@ class Rendered:
     samples: np.ndarray  # int16, mono, OUTPUT_SAMPLE_RATE
     voice: VoiceParams
     spoken_text: str  # the text actually spoken (a lossy profile may drop words)
-    truncated: bool  # cut short by max_tokens
+    truncated: bool  # cut short: thinker text by max_tokens, or audio by the talker's frame limit
 
 
 class LruCache(Generic[K, V]):
@@ -101,6 +101,29 @@ def stable_seed(*parts: object) -> int:
     """A 64-bit integer from the parts' text; unlike hash() it is identical across processes."""
     digest = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).digest()
     return int.from_bytes(digest[:8], "big")
+
+
+CHARS_PER_TOKEN = 4  # the engine's token model: ceil(chars / 4), as in its usage figures
+
+
+def text_tokens(text: str) -> int:
+    return -(-len(text) // CHARS_PER_TOKEN)
+
+
+def cap_text(text: str, max_tokens: int | None) -> tuple[str, bool]:
+    """The thinker's reply under a `max_tokens` limit: the longest whole-word prefix within
+    max_tokens x 4 characters (a cut inside the first word if even that is longer), and whether
+    it was cut (the real engines' finish_reason "length")."""
+    if max_tokens is None or text_tokens(text) <= max_tokens:
+        return text, False
+    limit = max_tokens * CHARS_PER_TOKEN
+    words, out = text.split(), ""
+    for w in words:
+        candidate = f"{out} {w}" if out else w
+        if len(candidate) > limit:
+            break
+        out = candidate
+    return (out or text[:limit]), True
 
 
 def drop_words(text: str, rate: float, rng: np.random.Generator) -> str:
@@ -175,16 +198,18 @@ class Synthesizer:
         return self._speech.get_or_compute((text, voice), compute)
 
     def render(self, text: str, prompt: PromptAudio | None, seed: int, profile: Profile,
-               max_frames: int | None = None) -> Rendered:
-        """The full waveform for one request (a pure function of the arguments)."""
+               max_tokens: int | None = None) -> Rendered:
+        """The full waveform for one request (a pure function of the arguments): `max_tokens`
+        caps the thinker's text, the profile's `max_audio_frames` the talker's audio."""
+        text, truncated = cap_text(text, max_tokens)
         voice = self.voice_for(prompt)
         rng = np.random.default_rng(stable_seed(seed, text, prompt.digest if prompt else ""))
         spoken = text if profile.lossless else drop_words(text, profile.lossy_word_drop, rng)
         samples = self.speech(spoken, voice)
         if not profile.lossless:
             samples = degrade(samples, profile.lossy_band_hz, profile.lossy_snr_db, rng)
-        truncated = False
-        if max_frames is not None and len(samples) > max_frames * SAMPLES_PER_FRAME:
+        max_frames = profile.max_audio_frames
+        if len(samples) > max_frames * SAMPLES_PER_FRAME:
             samples = samples[: max_frames * SAMPLES_PER_FRAME]
             truncated = True
         return Rendered(samples=samples, voice=voice, spoken_text=spoken, truncated=truncated)

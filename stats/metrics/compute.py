@@ -1,9 +1,11 @@
 """The one implementation of the run metrics in DESIGN.md §3; every screen, report and verdict
 calls these functions rather than re-deriving figures from SQL.
 
-Percentiles use numpy's 'linear' method everywhere (`percentile`). Latency, RTF and stall
-figures are over successful (outcome 'ok') measured requests; warmup requests are excluded;
-failed requests count by class and their delivered audio is reported beside throughput.
+Percentiles use numpy's 'linear' method everywhere (`percentile`). Latency (TTFA, TTFB,
+end-to-end), RTF and stall figures are over successful (outcome 'ok') measured requests; warmup
+requests are excluded; failed requests count by class and their delivered audio is reported
+beside throughput. A truncated request (finish_reason "length", docs/timing.md) is ok and
+counted apart, so a token limit that cuts every output never hides.
 """
 
 from __future__ import annotations
@@ -65,10 +67,22 @@ class RequestMetrics:
     audio_s: float
     audio_chunks: int
     playback: PlaybackResult
+    e2e_s: float | None = None  # t_end - t_send: the peers' headline latency
+    finish_reason: str | None = None
+
+    @property
+    def truncated(self) -> bool:
+        """Output cut by a token limit (finish_reason "length"); the request still counts as ok."""
+        return self.finish_reason == "length"
 
 
 def _get(row: Any, name: str) -> Any:
     return row[name] if isinstance(row, Mapping) else getattr(row, name)
+
+
+def _opt(row: Any, name: str) -> Any:
+    """A field a partial row (a live view's streaming request) may not have yet."""
+    return row.get(name) if isinstance(row, Mapping) else getattr(row, name, None)
 
 
 def request_metrics(
@@ -87,6 +101,8 @@ def request_metrics(
     t_fb = _get(request, "t_first_byte_ns")
     t_fa = _get(request, "t_first_audio_ns")
     t_la = _get(request, "t_last_audio_ns")
+    t_end = _opt(request, "t_end_ns")
+    finish = _opt(request, "finish_reason")
     samples = _get(request, "audio_samples") or 0
     audio_s = samples / rate if rate else 0.0
     ttfa = (t_fa - t_send) / NS if t_fa is not None else None
@@ -107,6 +123,8 @@ def request_metrics(
         audio_s=audio_s,
         audio_chunks=sum(1 for _, s in audio_chunks if s > 0),
         playback=pb,
+        e2e_s=(t_end - t_send) / NS if t_end is not None and now_ns is None else None,
+        finish_reason=finish,
     )
 
 
@@ -129,6 +147,9 @@ class RunMetrics:
     ttfa_p50_s: float | None = None
     ttfa_p95_s: float | None = None
     ttfb_p50_s: float | None = None
+    e2e_p50_s: float | None = None
+    e2e_p95_s: float | None = None
+    truncated: int = 0  # ok requests whose output was cut by a token limit (finish_reason "length")
     rtf_mean: float | None = None
     rtf_p50: float | None = None
     chunks_mean: float | None = None
@@ -189,6 +210,9 @@ def metrics_from_records(
         ttfa_p50_s=percentile([m.ttfa_s for m in ok], 50),
         ttfa_p95_s=percentile([m.ttfa_s for m in ok], 95),
         ttfb_p50_s=percentile([m.ttfb_s for m in ok], 50),
+        e2e_p50_s=percentile([m.e2e_s for m in ok], 50),
+        e2e_p95_s=percentile([m.e2e_s for m in ok], 95),
+        truncated=sum(m.truncated for m in ok),
         rtf_mean=float(np.mean([m.rtf for m in ok if m.rtf is not None])) if any(m.rtf is not None for m in ok) else None,
         rtf_p50=percentile([m.rtf for m in ok], 50),
         chunks_mean=float(np.mean(chunk_counts)) if chunk_counts else None,
@@ -203,7 +227,7 @@ def metrics_from_records(
 
 
 _REQUEST_COLUMNS = ("request_index", "utt_id", "is_warmup", "outcome", "t_send_ns", "t_first_byte_ns",
-                    "t_first_audio_ns", "t_last_audio_ns", "t_end_ns", "audio_samples", "sample_rate")
+                    "t_first_audio_ns", "t_last_audio_ns", "t_end_ns", "audio_samples", "sample_rate", "finish_reason")
 
 
 def load_run_records(store: Store, run_id: str) -> tuple[list[dict[str, Any]], dict[int, list[tuple[int, int]]]]:

@@ -49,6 +49,7 @@ class Expected:
     error_detail: str | None = None
     audio_path: str | None = None
     audio_sha256: str | None = None
+    finish_reason: str | None = None
 
 
 @dataclass
@@ -113,10 +114,11 @@ def expected_outputs(store: Store, plan: Any) -> list[Expected]:
             runs = _aggregate_runs(store, plan.hash, engine, int(conc), pool)
             for run in runs:
                 reqs = store.query(
-                    "SELECT request_index, utt_id, outcome, error_detail, audio_path, audio_sha256 FROM requests "
-                    "WHERE run_id = ? AND NOT is_warmup ORDER BY request_index", [run["run_id"]])
+                    "SELECT request_index, utt_id, outcome, error_detail, audio_path, audio_sha256, finish_reason "
+                    "FROM requests WHERE run_id = ? AND NOT is_warmup ORDER BY request_index", [run["run_id"]])
                 out += [Expected(arm, engine, int(conc), int(run["repeat_index"]), run["run_id"], r["request_index"],
-                                 r["utt_id"], r["outcome"], r["error_detail"], r["audio_path"], r["audio_sha256"])
+                                 r["utt_id"], r["outcome"], r["error_detail"], r["audio_path"], r["audio_sha256"],
+                                 r["finish_reason"])
                         for r in reqs]
             have = {int(r["repeat_index"]) for r in runs}
             for rep in range(repeats):
@@ -126,6 +128,15 @@ def expected_outputs(store: Store, plan: Any) -> list[Expected]:
                     have.add(rep)
                     out += [Expected(arm, engine, int(conc), rep, None, None, u) for u in _pool_ids(plan, pool)]
     return out
+
+
+def truncation_gap(e: Expected, plan: Any) -> str | None:
+    """A truncated output (finish_reason "length": cut by a token limit) is not the utterance the
+    gate compares, so it is a coverage gap unless the plan sets `quality.allow_truncated`
+    (docs/quality.md). It is still scored, so the figures show what the cut did."""
+    if e.finish_reason == "length" and not _q(plan).get("allow_truncated"):
+        return "truncated: finish_reason 'length' (output cut by a token limit; quality.allow_truncated is false)"
+    return None
 
 
 # -- scoring ----------------------------------------------------------------------------------
@@ -422,7 +433,7 @@ def scores_frame(store: Store, plan: Any, artifacts_dir: Path | None = None):
     scores = _scores_by_key(store, [i for i in ids.values() if i])
     records = []
     for e in expected_outputs(store, plan):
-        base = not_scorable(e, artifacts_dir)
+        base = not_scorable(e, artifacts_dir) or truncation_gap(e, plan)
         vals: dict[str, float] = {"wer_errors": math.nan, "wer_words": math.nan, "sim": math.nan, "utmos": math.nan}
         causes: dict[str, str] = {}
         for metric in METRICS:

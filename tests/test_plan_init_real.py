@@ -1,0 +1,68 @@
+"""`campaign plan init --engines vllm-omni,sglang-omni,peer`: the real-engine plan freezes once its
+placeholders are filled in, and is refused before, naming every field path left."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from console.cli import main
+from data.plans import placeholder_paths
+
+REPO = Path(__file__).resolve().parents[1]
+DEPLOY = REPO / "tests" / "data" / "vllm_omni_0_30_0_deploy" / "minicpmo_4_5_turn.yaml"
+
+
+def _fill(doc: dict, tmp: Path) -> dict:
+    model = tmp / "model"
+    model.mkdir(exist_ok=True)
+    pools = tmp / "pools.json"
+    assert main(["workload", "pools", str(REPO / "data" / "sample_workload"), "--define", "tuning=0:64",
+                 "--define", "holdout=64:128", "-o", str(pools)]) == 0
+    values = {"<campaign name>": "h200-three-engines", "<what this campaign decides>": "who serves faster",
+              "<model revision>": "503e754", "<model dir>": str(model), "<vllm-omni version or git sha>": "0.30.0",
+              "<sglang-omni git sha>": "0970348", "<peer git sha>": "abc1234", "<peer profile name>": "default",
+              "<vllm-omni | sglang-omni | pcm>": "pcm", "<peer launch command>": "/opt/peer/bin/serve",
+              "<seed-tts-eval dir (contains en/meta.lst)>": str(REPO / "data" / "sample_workload"),
+              "<pools.json written by campaign workload pools>": str(pools)}
+    text = json.dumps(doc)
+    for k, v in values.items():
+        text = text.replace(json.dumps(k)[1:-1], v)
+    doc = json.loads(text)
+    for e in doc["engines"]:
+        e["argv"] = [str(DEPLOY) if a.startswith("<path to minicpmo") else a for a in e["argv"]]
+        if e.get("config_path"):
+            e["config_path"] = str(DEPLOY)
+    doc["quality"]["candidate"] = "sglang-omni-main"
+    doc["decision_rules"][0]["candidate"] = "sglang-omni-main"
+    doc["quality"]["model_paths"] = {k: str(model) for k in doc["quality"]["model_paths"]}
+    return doc
+
+
+def test_real_engine_plan_refused_until_filled_then_freezes(tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    db = tmp_path / "campaign.duckdb"
+    assert main(["plan", "init", "--engines", "vllm-omni,sglang-omni,peer", "-o", str(plan)]) == 0
+    doc = json.loads(plan.read_text())
+    v, s, p = doc["engines"]
+    assert (v["adapter"], v["dialect"], s["adapter"], s["dialect"], p["adapter"]) == (
+        "vllm_omni", "vllm-omni", "sglang_omni", "sglang-omni", "peer")
+    assert v["argv"][v["argv"].index("--deploy-config") + 1] == v["config_path"]  # one file: hashed and launched
+    assert v["request"]["voice_prompt"] == "ref_audio"
+    assert doc["quality"]["scorers"] == {"wer": "whisper", "sim": "seedtts-sim", "mos": "utmos22"}
+    assert doc["quality"]["baseline"] == "vllm-omni-main"
+    rule = doc["decision_rules"][0]
+    assert (rule["reference"], rule["concurrencies"]) == ("peer", [16, 32])
+    capsys.readouterr()
+    assert main(["plan", "freeze", str(plan), "--db", str(db)]) != 0
+    err = capsys.readouterr().err
+    left = placeholder_paths(doc)
+    assert err.count("\n") == 1 and f"{len(left)} placeholder(s) left" in err
+    for path in ("engines[0].revision", "engines[0].config_path", "engines[2].dialect", "quality.model_paths.whisper",
+                 "workload.pools_file", "quality.candidate", "decision_rules[0].candidate"):
+        assert path in left and path in err
+    assert not any(x.startswith("_") or "._" in x for x in left)  # comments are not values
+
+    plan.write_text(json.dumps(_fill(doc, tmp_path), indent=2))
+    assert main(["plan", "freeze", str(plan), "--db", str(db)]) == 0
+    assert "froze plan 'h200-three-engines'" in capsys.readouterr().out
