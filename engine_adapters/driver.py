@@ -391,6 +391,9 @@ class _Run:
         warm = [x for x in items if x[2]]
         measured = [x for x in items if not x[2]]
         aux = [asyncio.ensure_future(self.ticker()), asyncio.ensure_future(self.flusher())]
+        pauses = _GcPauses()
+        gc.callbacks.append(pauses)
+        cpu0 = time.process_time()
 
         async def drive() -> None:
             if warm:
@@ -420,13 +423,39 @@ class _Run:
                 a.cancel()
             await transport.close()
             self.flush()
+            cpu_s = time.process_time() - cpu0
+            gc.callbacks.remove(pauses)
         return DriveSummary(
             loop_impl=_loop_impl(), client_impl=transport.version,
             anchor_wall_ns=anchor_wall, anchor_perf_ns=anchor_perf, sent=self.sent, cancelled=self.cancelled,
             overhead={"send_lag": _summarise_ns(self.send_lag_ns), "loop_lag": _summarise_ns(self.loop_lag_ns),
-                      "tick_ms": TICK_S * 1000},
+                      "tick_ms": TICK_S * 1000, "cpu_s": round(cpu_s, 4), "gc": pauses.summary()},
             error=error,
         )
+
+
+class _GcPauses:
+    """gc.callbacks hook: how many collections of each generation ran during the drive and how
+    long the longest one stopped the process (a collector pause delays every stamp behind it)."""
+
+    def __init__(self) -> None:
+        self.count = [0, 0, 0]
+        self.max_ns = [0, 0, 0]
+        self.total_ns = 0
+        self._t0 = 0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter_ns()
+            return
+        gen, dt = info["generation"], time.perf_counter_ns() - self._t0
+        self.count[gen] += 1
+        self.max_ns[gen] = max(self.max_ns[gen], dt)
+        self.total_ns += dt
+
+    def summary(self) -> dict[str, Any]:
+        return {"collections": self.count, "max_ms": [round(x / 1e6, 3) for x in self.max_ns],
+                "total_ms": round(self.total_ns / 1e6, 3)}
 
 
 def _write_wav(path: Path, pcm: bytes, rate: int) -> str:
