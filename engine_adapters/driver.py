@@ -51,6 +51,7 @@ from engine_adapters.transport import DEFAULT_TRANSPORT, TRANSPORTS, TransportEr
 TICK_S = 0.010  # event-loop lag ticker period
 FLUSH_S = 0.100  # how often the child ships a batch of records
 INFLIGHT_S = 0.5  # how often the child reports the requests still streaming (when asked to)
+GC_VALVE = 1_000_000  # net new GC-tracked objects that trigger one collection while the collector is off
 SWITCH_INTERVAL_S = 0.0002  # the driver process's GIL switch interval (see _child_main)
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 # an SSE end-marker event closing the bytes read so far (checked on the last 64 bytes only)
@@ -360,6 +361,8 @@ class _Run:
         while True:
             await asyncio.sleep(TICK_S)
             loop.call_soon(probe, now())
+            if not gc.isenabled() and gc.get_count()[0] > GC_VALVE:
+                gc.collect(1)  # only a leak gets here: pause once rather than grow without bound
 
     async def flusher(self) -> None:
         while True:
@@ -383,11 +386,16 @@ class _Run:
         items = self.schedule()
         if freeze_gc:
             # Everything built so far (modules, client, request bodies) lives to the end. Collected
-            # and frozen here, the collector's full passes during the drive walk only what the drive
-            # allocates: unfrozen, one full pass walked every imported object and paused the loop
-            # for 15-30 ms mid-run (gc.callbacks in the driver process; p99 5-13 ms at C=8).
+            # and frozen here, no collection walks it again: unfrozen, one full pass walked every
+            # imported object and paused the loop for 15-30 ms mid-run (gc.callbacks in the driver
+            # process; p99 5-13 ms at C=8). Then the automatic collector is off for the drive: its
+            # young-generation passes walk every in-flight request's read lists, so their pauses grow
+            # with the streams live (3 ms at C=256 on the 2-core box), and the drive makes almost no
+            # cyclic garbage to collect (~1,000 objects per drive, whatever its length:
+            # docs/performance.md). GC_VALVE bounds what a leak could pile up.
             gc.collect()
             gc.freeze()
+            gc.disable()
         warm = [x for x in items if x[2]]
         measured = [x for x in items if not x[2]]
         aux = [asyncio.ensure_future(self.ticker()), asyncio.ensure_future(self.flusher())]
@@ -425,6 +433,8 @@ class _Run:
             self.flush()
             cpu_s = time.process_time() - cpu0
             gc.callbacks.remove(pauses)
+            if freeze_gc:
+                gc.enable()
         return DriveSummary(
             loop_impl=_loop_impl(), client_impl=transport.version,
             anchor_wall_ns=anchor_wall, anchor_perf_ns=anchor_perf, sent=self.sent, cancelled=self.cancelled,
@@ -436,7 +446,8 @@ class _Run:
 
 class _GcPauses:
     """gc.callbacks hook: how many collections of each generation ran during the drive and how
-    long the longest one stopped the process (a collector pause delays every stamp behind it)."""
+    long the longest one stopped the process (a collector pause delays every stamp behind it; in
+    the driver process the collector is off, so these count only GC_VALVE's)."""
 
     def __init__(self) -> None:
         self.count = [0, 0, 0]
@@ -677,6 +688,22 @@ def idle_priority() -> str:
         return "normal"
 
 
+PIPE_BYTES = 1 << 20
+
+
+def _widen_pipe(fd: int) -> None:
+    """Give the batch pipe 1 MiB (Linux's default is 64 KiB, capped by /proc/sys/fs/pipe-max-size):
+    the sender thread then takes the GIL back after every 1 MiB written, not every 64 KiB, so a
+    batch of a thousand streams' audio costs the loop thread 16 times fewer GIL hand-overs."""
+    import fcntl
+
+    try:
+        limit = int(Path("/proc/sys/fs/pipe-max-size").read_text())
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, min(PIPE_BYTES, limit))
+    except (AttributeError, OSError, ValueError):
+        pass  # not Linux, or refused: the default size works, only with more hand-overs
+
+
 class DriverProcess:
     """The driver in its own process ('spawn': a clean interpreter, no inherited loop or locks).
 
@@ -694,6 +721,7 @@ class DriverProcess:
         self.spec = spec
         ctx = mp.get_context("spawn")
         self._recv, self._send = ctx.Pipe(duplex=False)
+        _widen_pipe(self._recv.fileno())
         self._cancel = ctx.Event()
         self._proc = ctx.Process(target=_child_main, args=(spec, self._send, self._cancel, on_inflight is not None),
                                  name=f"driver-{spec.run_id}", daemon=True)

@@ -120,4 +120,5 @@ def test_timing_fidelity_bench_reports_every_figure(tmp_path, capsys):
                 "engine_slip_p99_ms", "engine_slip_max_ms"):
         assert drv[key] == drv[key] and drv[key] >= 0, (key, drv)  # present and not NaN
     assert plain["engine_slip_p99_ms"] >= 0 and drv["events"] == plain["events"] > 0
-    assert res["runs"]["8"]["driver"][0]["gc"]["collections"][0] >= 0
+    # the driver process's collector is off while it drives (docs/performance.md): no pause from it
+    assert res["runs"]["8"]["driver"][0]["gc"]["collections"] == [0, 0, 0], res["runs"]["8"]["driver"][0]["gc"]
