@@ -645,8 +645,17 @@ class _Sender:
             _write_all(self.fd, _pack(kind, payload))
 
 
-def _child_main(spec: DriveSpec, conn: Any, cancel_evt: Any, report_inflight: bool = False) -> None:
+def _child_main(spec: DriveSpec | None, conn: Any, cancel_evt: Any, report_inflight: bool = False,
+                control: Any = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and asks via cancel_evt
+    if control is not None:  # a warm driver (WarmDriver): imported, now waiting for its drive
+        try:
+            spec, report_inflight = control.recv()
+        except EOFError:  # never used: the owner closed the control pipe
+            conn.close()
+            return
+        control.close()
+    assert spec is not None
     # when the loop thread wakes with data while the sender thread runs Python code, it waits for
     # the GIL up to the switch interval (5 ms by default) before the sender is made to yield
     sys.setswitchinterval(SWITCH_INTERVAL_S)
@@ -704,6 +713,51 @@ def _widen_pipe(fd: int) -> None:
         pass  # not Linux, or refused: the default size works, only with more hand-overs
 
 
+class WarmDriver:
+    """A driver process started ahead of its run: spawned and imported (about a second: a fresh
+    interpreter, numpy, uvloop, the dialects) while the engine starts or the previous run is
+    being stored, then handed its DriveSpec when the run begins. Until then it only waits on
+    its control pipe; from then on it is exactly the process DriverProcess would have spawned.
+    Closing the control pipe (`discard`) makes an unused one exit."""
+
+    def __init__(self) -> None:
+        ctx = mp.get_context("spawn")
+        self.recv, self.send = ctx.Pipe(duplex=False)
+        _widen_pipe(self.recv.fileno())
+        self.cancel = ctx.Event()
+        self._control_recv, self.control = ctx.Pipe(duplex=False)
+        self.proc = ctx.Process(target=_child_main, args=(None, self.send, self.cancel, False, self._control_recv),
+                                name="driver-warm", daemon=True)
+        self.proc.start()
+        self._control_recv.close()
+
+    def discard(self) -> None:
+        self.control.close()
+        self.proc.join(5.0)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(5.0)
+        self.recv.close()
+        self.send.close()
+
+
+_WARM: list[WarmDriver] = []
+
+
+def prewarm() -> None:
+    """Start a driver process for the next DriverProcess of this process to use (at most one
+    waits at a time); the runner calls this before each engine launch and after each run."""
+    if not any(w.proc.is_alive() for w in _WARM):
+        discard_warm()
+        _WARM.append(WarmDriver())
+
+
+def discard_warm() -> None:
+    """End the driver process prewarm() left waiting, if any."""
+    while _WARM:
+        _WARM.pop().discard()
+
+
 class DriverProcess:
     """The driver in its own process ('spawn': a clean interpreter, no inherited loop or locks).
 
@@ -719,12 +773,18 @@ class DriverProcess:
                  on_inflight: Callable[[list[InflightRow], int], None] | None = None):
         spec.validate()
         self.spec = spec
-        ctx = mp.get_context("spawn")
-        self._recv, self._send = ctx.Pipe(duplex=False)
-        _widen_pipe(self._recv.fileno())
-        self._cancel = ctx.Event()
-        self._proc = ctx.Process(target=_child_main, args=(spec, self._send, self._cancel, on_inflight is not None),
-                                 name=f"driver-{spec.run_id}", daemon=True)
+        self._warm = next((w for w in _WARM if w.proc.is_alive()), None)
+        if self._warm is not None:  # prewarm(): already imported, waiting for this spec
+            _WARM.remove(self._warm)
+            self._recv, self._send, self._cancel, self._proc = (self._warm.recv, self._warm.send, self._warm.cancel,
+                                                                self._warm.proc)
+        else:
+            ctx = mp.get_context("spawn")
+            self._recv, self._send = ctx.Pipe(duplex=False)
+            _widen_pipe(self._recv.fileno())
+            self._cancel = ctx.Event()
+            self._proc = ctx.Process(target=_child_main, args=(spec, self._send, self._cancel, on_inflight is not None),
+                                     name=f"driver-{spec.run_id}", daemon=True)
         self.summary: DriveSummary | None = None
         self.fatal: str | None = None
         self.decoder_priority: str | None = None
@@ -735,7 +795,11 @@ class DriverProcess:
         self._decoder = threading.Thread(target=self._decode_loop, name=f"decode-{spec.run_id}", daemon=True)
 
     def start(self) -> "DriverProcess":
-        self._proc.start()
+        if self._warm is not None:
+            self._warm.control.send((self.spec, self._on_inflight is not None))
+            self._warm.control.close()
+        else:
+            self._proc.start()
         self._send.close()  # the child holds the write end now: EOF here means the child is gone
         self._decoder.start()
         return self
