@@ -1,44 +1,52 @@
-"""Timing fidelity of the load driver: per concurrency C, the p50/p99 of (client arrival stamp -
-engine emit stamp) over every audio event, for the console's driver (own process, uvloop,
-stamp-before-parse) and for a plain aiohttp client written the way `vllm bench serve` reads
-streams (iterate response.content lines, stamp after line splitting/decoding), measured in the
-same run against the same reference engine (which stamps `emit_ns` right before each write).
+"""Timing fidelity of the load driver: per concurrency C, (client arrival stamp - engine emit stamp)
+over every audio event, for the console's driver (own process, uvloop, stamp-before-parse, stored
+through `record_run` into DuckDB exactly as `campaign run` does) and for a plain aiohttp client
+written the way `vllm bench serve` reads streams, alternating against the same reference engine
+(which stamps `emit_ns` right before each write). Next to every figure: how many streams were live
+at once, the audio-event rate, and the engine's own schedule slip over the same run (its /stats),
+so client delay can be told from engine delay (docs/performance.md).
 
-    .venv/bin/python bench/bench_timing_fidelity.py [--concurrencies 1,8,32,128] [--clients stamped,aiohttp] [--repeats N]
+    python bench/bench_timing_fidelity.py [--profile wide] [--concurrencies 64 256 1024] [--repeats N]
+        [--clients stamped,aiohttp] [--live] [--waves 2] [--json PATH]
 
---clients lists the driver transports to measure (the first is the one the ratio column compares
-with plain; default: the driver's default transport). With --repeats N every C is measured N times
-(the clients and plain alternate) and the table shows the median of each figure over the repeats,
-which steadies it on a shared, noisy box.
+Without --profile the engine runs the synthetic `fidelity` profile (every sequence decodes
+together, one 1 s chunk per step, C = 1, 8, 32, 128 by default). Each repeat measures every C,
+the driver client(s) then the plain client; the table shows the median of each figure over the
+repeats (max skew and loop lag: the highest), and the last line the worst paired p99 ratio
+(driver / plain within one repeat).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import json
 import multiprocessing as mp
+import os
+import platform
 import socket
-import struct
 import sys
 import tempfile
 import time
+import urllib.request
 import wave
 from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine_adapters.dialects import get_dialect  # noqa: E402
 from console.live import LiveFeed  # noqa: E402
 from console.recording import record_run  # noqa: E402
 from data.store import open_store  # noqa: E402
+from engine_adapters.dialects import get_dialect  # noqa: E402
 from engine_adapters.driver import DriveSpec, RequestSpec  # noqa: E402
 from engine_adapters.lifecycle import EngineProcess  # noqa: E402
-from engine_adapters.transport import DEFAULT_TRANSPORT, TRANSPORTS  # noqa: E402
 from engine_adapters.specs import EngineSpec  # noqa: E402
+from engine_adapters.transport import DEFAULT_TRANSPORT, TRANSPORTS  # noqa: E402
 
 # every sequence decodes together (no queueing), one 1 s chunk (48 KB WAV, ~64 KB base64) per step
 PROFILE = """
@@ -52,6 +60,8 @@ step_per_seq_s = 0.0005
 """
 TEXTS = ["The quick brown fox jumps over the lazy dog near the quiet river bank today.",
          "Measurements are only as good as the clock that takes them and the code around it."]
+DEFAULT_CS = {None: [1, 8, 32, 128], "wide": [64, 256, 1024]}
+CEILING_MS = 1.0  # the client's ceiling: the event rate at which the driver's p99 first exceeds this
 
 
 def free_port() -> int:
@@ -83,31 +93,53 @@ def start_engine(tmp: Path, dialect: str = "vllm-omni", profile: str = "fidelity
     return eng
 
 
-def driver_deltas(url: str, c: int, n: int, prompt: Path, tmp: Path, client: str, live: bool = False) -> list[int]:
+@dataclass
+class Side:
+    """One client's run: skews (ns) of its audio events, their arrivals, its requests' spans."""
+    deltas: list[int]
+    arrivals: list[int]
+    spans: list[tuple[int, int]]  # (t_send_ns, t_end_ns) per request
+    cpu_s: float
+    t0: int
+    t1: int
+    loop_lag_max_ms: float | None = None
+    gc: dict | None = None
+    engine: dict = field(default_factory=dict)  # the engine's schedule over [t0, t1]
+
+
+def driver_side(url: str, c: int, reqs: list[RequestSpec], tmp: Path, client: str, live: bool = False) -> Side:
     """The driver as the console runs it: `record_run` into a DuckDB file (decoding, WAV writing
-    and store writes in this process while the driver process stamps), deltas read back by SQL;
+    and store writes in this process while the driver process stamps), figures read back by SQL;
     with `live`, a LiveFeed follows the run as under `campaign run` (in-flight reports included)."""
-    reqs = [RequestSpec(f"s{i % 2}-{i}", TEXTS[i % 2], prompt) for i in range(n)]
     run_id = f"fid-c{c}-{client}-{time.monotonic_ns()}"
-    spec = DriveSpec(run_id, url, "vllm-omni", c, reqs, timeout_s=120, artifacts_dir=tmp / "art",
+    spec = DriveSpec(run_id, url, "vllm-omni", c, reqs, timeout_s=300, artifacts_dir=tmp / "art",
                      request_options={"client": client})
+    t0 = time.perf_counter_ns()
     with open_store(tmp / "fidelity.duckdb") as store, (LiveFeed(tmp / "fidelity.duckdb") if live else nullcontext()) as feed:
         record_run(store, spec, engine="reference", kind="exploratory", telemetry=False, live=feed)
-        rows = store.query("SELECT t_arrival_ns - server_emit_ns AS d FROM chunks WHERE run_id = ? "
-                           "AND kind = 'audio' AND server_emit_ns IS NOT NULL", [run_id])
-    return [r["d"] for r in rows]
+        t1 = time.perf_counter_ns()
+        rows = store.con.execute("SELECT t_arrival_ns, t_arrival_ns - server_emit_ns FROM chunks WHERE run_id = ? "
+                                 "AND kind = 'audio' AND server_emit_ns IS NOT NULL", [run_id]).fetchall()
+        spans = store.con.execute("SELECT t_send_ns, t_end_ns FROM requests WHERE run_id = ?", [run_id]).fetchall()
+        overhead = json.loads(store.scalar("SELECT driver_overhead_json FROM runs WHERE run_id = ?", [run_id]) or "{}")
+    return Side([d for _, d in rows], [a for a, _ in rows], [tuple(s) for s in spans], overhead.get("cpu_s", float("nan")),
+                t0, t1, (overhead.get("loop_lag") or {}).get("max_ms"), overhead.get("gc"))
 
 
-async def _plain(url: str, c: int, bodies: list[bytes]) -> list[int]:
+async def _plain(url: str, c: int, bodies: list[bytes]) -> dict:
     import aiohttp
 
     deltas: list[int] = []
+    arrivals: list[int] = []
+    spans: list[tuple[int, int]] = []
     queue = list(bodies)
+    cpu0 = time.process_time()
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=c),
                                      timeout=aiohttp.ClientTimeout(total=None)) as session:
         async def worker():
             while queue:
                 body = queue.pop()
+                sent = time.perf_counter_ns()
                 async with session.post(url + "/v1/chat/completions", data=body,
                                         headers={"content-type": "application/json"}) as response:
                     async for chunk_bytes in response.content:  # as vllm bench serve reads streams
@@ -121,85 +153,229 @@ async def _plain(url: str, c: int, bodies: list[bytes]) -> list[int]:
                         data = json.loads(chunk)
                         if data.get("modality") == "audio" and "emit_ns" in data:
                             deltas.append(timestamp - data["emit_ns"])
+                            arrivals.append(timestamp)
+                spans.append((sent, time.perf_counter_ns()))
         await asyncio.gather(*(worker() for _ in range(c)))
-    return deltas
+    return {"deltas": deltas, "arrivals": arrivals, "spans": spans, "cpu_s": time.process_time() - cpu0}
 
 
 def _plain_child(url: str, c: int, bodies: list[bytes], out) -> None:
     out.put(asyncio.run(_plain(url, c, bodies)))
 
 
-def plain_deltas(url: str, c: int, n: int, prompt: Path) -> list[int]:
-    d = get_dialect("vllm-omni")
-    bodies = [json.dumps(d.build_body(TEXTS[i % 2], str(prompt), None)).encode() for i in range(n)]
+def plain_side(url: str, c: int, bodies: list[bytes]) -> Side:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
+    t0 = time.perf_counter_ns()
     p = ctx.Process(target=_plain_child, args=(url, c, bodies, q))
     p.start()
     res = q.get(timeout=600)
+    t1 = time.perf_counter_ns()
     p.join(30)
-    return res
+    return Side(res["deltas"], res["arrivals"], res["spans"], res["cpu_s"], t0, t1)
 
 
-def pct(d: list[int]) -> tuple[float, float, int]:
-    a = np.asarray(d, dtype=float) / 1e6
-    return float(np.percentile(a, 50)), float(np.percentile(a, 99)), a.size
+def engine_schedule(url: str, t0: int, t1: int) -> dict:
+    """The engine's own schedule slip over [t0, t1] (perf_counter_ns is CLOCK_MONOTONIC: one clock
+    for the bench, the clients and the engine on this host)."""
+    with urllib.request.urlopen(f"{url}/stats?since_ns={t0}&until_ns={t1}", timeout=30) as r:
+        return json.loads(r.read())["schedule"]
 
 
-def measure(concurrencies: list[int], client: str | list[str] = DEFAULT_TRANSPORT, requests_per_c=None,
-            plain: bool = True, repeats: int = 1, live: bool = False) -> dict[int, dict[str, tuple]]:
-    """Per C: {"driver": (p50, p99, n), "plain": ...}, each figure the median over `repeats`; with
-    several clients the first is "driver" and the others "driver:<name>"."""
-    clients = [client] if isinstance(client, str) else list(client)
-    runs: dict[int, dict[str, list[tuple]]] = {}
-    with tempfile.TemporaryDirectory() as td:
-        tmp = Path(td)
-        prof = tmp / "profiles.toml"
-        prof.write_text(PROFILE)
-        prompt = prompt_wav(tmp / "prompt.wav")
-        eng = start_engine(tmp, profiles_file=prof)
-        try:
-            for _ in range(repeats):
-                for c in concurrencies:
-                    n = (requests_per_c or {}).get(c, max(32, c))  # >= ~200 audio events per C: p99 is not the max
-                    got = runs.setdefault(c, {})
-                    for k, cl in enumerate(clients):
-                        key = "driver" if k == 0 else f"driver:{cl}"
-                        got.setdefault(key, []).append(pct(driver_deltas(eng.spec.url, c, n, prompt, tmp, cl, live)))
-                    if plain:
-                        got.setdefault("plain", []).append(pct(plain_deltas(eng.spec.url, c, n, prompt)))
-        finally:
-            eng.stop()
-    out: dict[int, dict[str, tuple]] = {}
-    for c, got in runs.items():
-        out[c] = {who: tuple(float(np.median(col)) for col in zip(*vals)) for who, vals in got.items()}
-        if plain:  # the same repeat's driver and plain p99, paired: the worst pair is the claim to check
-            out[c]["worst_p99_ratio"] = (max(d[1] / p[1] for d, p in zip(got["driver"], got["plain"])),)
+def live_streams(spans: list[tuple[int, int]], arrivals: list[int]) -> tuple[int, float]:
+    """(max, median) over the audio events of how many requests were open (sent, not ended) when
+    the event arrived."""
+    if not arrivals:
+        return 0, 0.0
+    starts = np.sort([s for s, _ in spans])
+    ends = np.sort([e for _, e in spans])
+    t = np.asarray(arrivals)
+    open_now = np.searchsorted(starts, t, side="right") - np.searchsorted(ends, t, side="left")
+    return int(open_now.max()), float(np.median(open_now))
+
+
+def figures(side: Side) -> dict:
+    """Everything the table and the JSON report for one client's run."""
+    d = np.asarray(side.deltas, dtype=float) / 1e6
+    live_max, live_med = live_streams(side.spans, side.arrivals)
+    a = np.asarray(side.arrivals)
+    span_s = (a.max() - a.min()) / 1e9 if a.size > 1 else float("nan")
+    out = {"events": int(d.size), "live_max": live_max, "live_median": live_med,
+           "event_rate": d.size / span_s if span_s == span_s and span_s > 0 else float("nan"),
+           "p50_ms": float(np.percentile(d, 50)) if d.size else float("nan"),
+           "p99_ms": float(np.percentile(d, 99)) if d.size else float("nan"),
+           "max_ms": float(d.max()) if d.size else float("nan"),
+           "cpu_us_per_event": side.cpu_s / d.size * 1e6 if d.size else float("nan"),
+           "engine": side.engine}
+    if side.loop_lag_max_ms is not None:
+        out["loop_lag_max_ms"] = side.loop_lag_max_ms
+    if side.gc is not None:
+        out["gc"] = side.gc
     return out
 
 
-def main() -> int:
+def measure(concurrencies: list[int], clients: str | list[str] = DEFAULT_TRANSPORT, *, profile: str | None = None,
+            profiles_file: Path | None = None, requests_per_c: dict[int, int] | None = None, waves: int = 2,
+            plain: bool = True, repeats: int = 1, live: bool = False,
+            log=lambda line: None) -> dict[int, dict[str, list[dict]]]:
+    """Per C: {"driver": [figures per repeat], "driver:<name>": ..., "plain": ...}; the first client
+    is "driver". The engine runs `profile` (built-in or from `profiles_file`), else `fidelity`."""
+    clients = [clients] if isinstance(clients, str) else list(clients)
+    runs: dict[int, dict[str, list[dict]]] = {}
+    with tempfile.TemporaryDirectory() as td:
+        tmp = Path(td)
+        if profile is None:
+            (tmp / "profiles.toml").write_text(PROFILE)
+            profile, profiles_file = "fidelity", tmp / "profiles.toml"
+        prompt = prompt_wav(tmp / "prompt.wav")
+        d = get_dialect("vllm-omni")
+        eng = start_engine(tmp, profile=profile, profiles_file=profiles_file)
+        try:
+            for rep in range(repeats):
+                for c in concurrencies:
+                    n = (requests_per_c or {}).get(c, max(32, waves * c))  # p99 is not the max
+                    reqs = [RequestSpec(f"s{i % 2}-{i}", TEXTS[i % 2], prompt) for i in range(n)]
+                    got = runs.setdefault(c, {})
+                    sides: list[tuple[str, Side]] = []
+                    for k, cl in enumerate(clients):
+                        sides.append(("driver" if k == 0 else f"driver:{cl}",
+                                      driver_side(eng.spec.url, c, reqs, tmp, cl, live)))
+                        sides[-1][1].engine = engine_schedule(eng.spec.url, sides[-1][1].t0, sides[-1][1].t1)
+                    if plain:
+                        bodies = [json.dumps(d.build_body(r.text, str(prompt), None)).encode() for r in reqs]
+                        side = plain_side(eng.spec.url, c, bodies)
+                        side.engine = engine_schedule(eng.spec.url, side.t0, side.t1)
+                        sides.append(("plain", side))
+                    for who, side in sides:
+                        f = figures(side)
+                        got.setdefault(who, []).append(f)
+                        log(f"repeat {rep + 1} C={c} {who}: p99 {f['p99_ms']:.3f} ms, max {f['max_ms']:.3f} ms, "
+                            f"live {f['live_max']}, engine slip p99 {f['engine'].get('slip_p99_ms')} ms")
+        finally:
+            eng.stop()
+    return runs
+
+
+def _med(rows: list[dict], key: str) -> float:
+    vals = [r[key] for r in rows if r.get(key) is not None]
+    return float(np.median(vals)) if vals else float("nan")
+
+
+def _top(rows: list[dict], key: str) -> float:
+    vals = [r[key] for r in rows if r.get(key) is not None]
+    return float(max(vals)) if vals else float("nan")
+
+
+def _slip(rows: list[dict], key: str, agg=_med) -> float:
+    return agg([r["engine"] for r in rows if r["engine"].get(key) is not None], key)
+
+
+def summarise(runs: dict[int, dict[str, list[dict]]]) -> dict:
+    """Per C: the medians over repeats (max skew, loop lag and engine slip max: the highest), the
+    worst paired p99 ratio; overall: the worst pair and the client's ceiling."""
+    table, worst, ceiling = {}, None, None
+    for c, got in runs.items():
+        row = {}
+        for who, rows in got.items():
+            row[who] = {"live_max": _top(rows, "live_max"), "live_median": _med(rows, "live_median"),
+                        "event_rate": _med(rows, "event_rate"), "p50_ms": _med(rows, "p50_ms"),
+                        "p99_ms": _med(rows, "p99_ms"), "max_ms": _top(rows, "max_ms"),
+                        "cpu_us_per_event": _med(rows, "cpu_us_per_event"), "events": _med(rows, "events"),
+                        "loop_lag_max_ms": _top(rows, "loop_lag_max_ms"),
+                        "engine_slip_p50_ms": _slip(rows, "slip_p50_ms"), "engine_slip_p99_ms": _slip(rows, "slip_p99_ms"),
+                        "engine_slip_max_ms": _slip(rows, "slip_max_ms", _top),
+                        "engine_timeline_breaks": _slip(rows, "timeline_breaks", _top)}
+        if "plain" in got:
+            pairs = [(dr["p99_ms"] / pl["p99_ms"], k) for k, (dr, pl) in enumerate(zip(got["driver"], got["plain"]))]
+            ratio, rep = max(pairs)
+            row["worst_p99_ratio"] = ratio
+            if worst is None or ratio > worst["ratio"]:
+                worst = {"ratio": ratio, "concurrency": c, "repeat": rep + 1}
+        table[c] = row
+    for c, row in sorted(table.items(), key=lambda kv: kv[1]["driver"]["event_rate"]):
+        if row["driver"]["p99_ms"] > CEILING_MS:
+            ceiling = {"concurrency": c, "event_rate": row["driver"]["event_rate"], "p99_ms": row["driver"]["p99_ms"]}
+            break
+    return {"per_concurrency": table, "worst_pair": worst, "ceiling": ceiling}
+
+
+def print_table(summary: dict, clients: list[str]) -> None:
+    print("arrival - emit skew (ms) over audio events; median of the repeats (max, loop lag and slip max: "
+          "the highest); engine slip = the engine's own write time - its step's due time, same run")
+    cols = ["driver"] + [f"driver:{cl}" for cl in clients[1:]] + ["plain"]
+    head = (f"{'C':>5} {'client':>16} {'live max':>8} {'live med':>8} {'events/s':>9} {'p50':>7} {'p99':>7} "
+            f"{'max':>7} {'CPU us/ev':>9} {'loop lag':>8} {'slip p50':>8} {'slip p99':>8} {'slip max':>8} {'breaks':>6}")
+    print(head)
+    for c, row in summary["per_concurrency"].items():
+        for who in cols:
+            if who not in row:
+                continue
+            r = row[who]
+            name = clients[0] if who == "driver" else who.removeprefix("driver:")
+            print(f"{c:>5} {name:>16} {r['live_max']:>8.0f} {r['live_median']:>8.1f} {r['event_rate']:>9.0f} "
+                  f"{r['p50_ms']:>7.3f} {r['p99_ms']:>7.3f} {r['max_ms']:>7.3f} {r['cpu_us_per_event']:>9.1f} "
+                  f"{r['loop_lag_max_ms']:>8.3f} {r['engine_slip_p50_ms']:>8.3f} {r['engine_slip_p99_ms']:>8.3f} "
+                  f"{r['engine_slip_max_ms']:>8.3f} {r['engine_timeline_breaks']:>6.0f}")
+        if "worst_p99_ratio" in row:
+            print(f"{c:>5} {'p99 ratio':>16} driver/plain {row['driver']['p99_ms'] / row['plain']['p99_ms']:.2f} "
+                  f"(medians), worst pair {row['worst_p99_ratio']:.2f}")
+    ceil = summary["ceiling"]
+    rates = [r["driver"]["event_rate"] for r in summary["per_concurrency"].values()]
+    if ceil:
+        print(f"client ceiling: driver p99 first exceeds {CEILING_MS:g} ms at {ceil['event_rate']:.0f} audio events/s "
+              f"(C={ceil['concurrency']}, p99 {ceil['p99_ms']:.3f} ms)")
+    else:
+        print(f"client ceiling: not reached (driver p99 <= {CEILING_MS:g} ms up to {max(rates):.0f} audio events/s)")
+    w = summary["worst_pair"]
+    if w:
+        print(f"worst paired p99 ratio (driver / plain, one repeat): {w['ratio']:.2f} at C={w['concurrency']} repeat {w['repeat']}")
+
+
+def _concurrencies(values: list[str]) -> list[int]:
+    out = []
+    for v in values:
+        out += [int(x) for x in v.split(",") if x.strip()]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--concurrencies", default="1,8,32,128")
+    ap.add_argument("--profile", default=None, help="reference-engine profile (built-in, e.g. wide, or from --profiles-file)")
+    ap.add_argument("--profiles-file", type=Path, default=None)
+    ap.add_argument("--concurrencies", nargs="+", default=None, help="e.g. 64 256 1024 (or 64,256,1024)")
     ap.add_argument("--clients", default=DEFAULT_TRANSPORT,
                     help=f"comma-separated driver transports from {', '.join(TRANSPORTS)}; the first is compared with plain")
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--waves", type=int, default=2, help="requests per C = max(32, waves x C)")
     ap.add_argument("--live", action="store_true", help="drive with a LiveFeed attached, as `campaign run` does")
-    args = ap.parse_args()
-    cs = [int(x) for x in args.concurrencies.split(",")]
+    ap.add_argument("--json", type=Path, default=None, help="write every figure (per repeat and summarised) here")
+    args = ap.parse_args(argv)
+    cs = _concurrencies(args.concurrencies) if args.concurrencies else DEFAULT_CS.get(args.profile, DEFAULT_CS[None])
     clients = [x.strip() for x in args.clients.split(",") if x.strip()]
     bad = [x for x in clients if x not in TRANSPORTS]
     if bad or not clients:
         ap.error(f"--clients: unknown transport {bad[0] if bad else '(none)'!r}; choose from {', '.join(TRANSPORTS)}")
-    res = measure(cs, clients, repeats=args.repeats, live=args.live)
-    print(f"arrival - emit (ms), audio events{'; live feed attached' if args.live else ''}; median of {args.repeats} repeat(s); ratio = {clients[0]} p99 / plain p99 "
-          f"(median figures; worst = the highest ratio within one repeat)")
-    cols = [("driver", clients[0])] + [(f"driver:{cl}", cl) for cl in clients[1:]] + [("plain", "plain")]
-    print(f"{'C':>5} " + " ".join(f"{name + ' p50':>14} {name + ' p99':>14}" for _, name in cols) + f" {'events':>8} {'p99 ratio':>9} {'worst':>6}")
-    for c, r in res.items():
-        dp99, pp99 = r["driver"][1], r["plain"][1]
-        print(f"{c:>5} " + " ".join(f"{r[key][0]:>14.3f} {r[key][1]:>14.3f}" for key, _ in cols)
-              + f" {int(r['driver'][2]):>8} {dp99 / pp99 if pp99 else float('nan'):>9.2f} {r['worst_p99_ratio'][0]:>6.2f}")
+    if args.repeats < 1 or any(c < 1 for c in cs):
+        ap.error("--repeats and every concurrency must be >= 1")
+    started = time.time()
+    runs = measure(cs, clients, profile=args.profile, profiles_file=args.profiles_file, repeats=args.repeats,
+                   waves=args.waves, live=args.live, log=lambda line: print(line, file=sys.stderr, flush=True))
+    summary = summarise(runs)
+    print(f"profile {args.profile or 'fidelity'}; {args.repeats} repeat(s); clients {', '.join(clients)} vs plain aiohttp"
+          f"{'; live feed attached' if args.live else ''}; {os.cpu_count()} CPUs")
+    print_table(summary, clients)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({
+            "command": "python bench/bench_timing_fidelity.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+                        "processor": platform.processor()},
+            "wall_s": round(time.time() - started, 1), "profile": args.profile or "fidelity", "clients": clients,
+            "summary": {str(c): v for c, v in summary["per_concurrency"].items()},
+            "worst_pair": summary["worst_pair"], "ceiling": summary["ceiling"],
+            "runs": {str(c): got for c, got in runs.items()},
+        }, indent=1, default=float))
     return 0
 
 

@@ -333,7 +333,7 @@ def refuse_rerun(store: Store, plan: Plan, keys: set[str], resume: bool) -> None
 def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
     """Execute the plan's cells for one phase; see the module docstring for the rules."""
     from console.recording import record_run
-    from engine_adapters.driver import DriveSpec, RequestSpec
+    from engine_adapters.driver import DriveSpec, RequestSpec, discard_warm, prewarm
 
     log = opts.log
     manifest_hash = check_preconditions(store, plan, opts.phase)
@@ -378,6 +378,7 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
             fresh = (restart == "per_repeat"
                      or cell.engine not in engines.up
                      or (restart == "per_cell" and current.get(cell.engine) != cell.concurrency))
+            prewarm()  # the run's driver process starts while the engine does (docs/performance.md)
             if fresh:
                 if restart != "never":
                     engines.stop_all()  # one engine at a time on the GPU
@@ -419,5 +420,6 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
         outcome = "interrupted"
         raise
     finally:
+        discard_warm()
         engines.stop_all(outcome)
     return RunnerResult(plan.hash, len(cells), len(cells) - len(todo), run_ids, failed, recovered, len(todo), problems)

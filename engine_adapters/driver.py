@@ -51,6 +51,7 @@ from engine_adapters.transport import DEFAULT_TRANSPORT, TRANSPORTS, TransportEr
 TICK_S = 0.010  # event-loop lag ticker period
 FLUSH_S = 0.100  # how often the child ships a batch of records
 INFLIGHT_S = 0.5  # how often the child reports the requests still streaming (when asked to)
+GC_VALVE = 1_000_000  # net new GC-tracked objects that trigger one collection while the collector is off
 SWITCH_INTERVAL_S = 0.0002  # the driver process's GIL switch interval (see _child_main)
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 # an SSE end-marker event closing the bytes read so far (checked on the last 64 bytes only)
@@ -360,6 +361,8 @@ class _Run:
         while True:
             await asyncio.sleep(TICK_S)
             loop.call_soon(probe, now())
+            if not gc.isenabled() and gc.get_count()[0] > GC_VALVE:
+                gc.collect(1)  # only a leak gets here: pause once rather than grow without bound
 
     async def flusher(self) -> None:
         while True:
@@ -383,14 +386,22 @@ class _Run:
         items = self.schedule()
         if freeze_gc:
             # Everything built so far (modules, client, request bodies) lives to the end. Collected
-            # and frozen here, the collector's full passes during the drive walk only what the drive
-            # allocates: unfrozen, one full pass walked every imported object and paused the loop
-            # for 15-30 ms mid-run (gc.callbacks in the driver process; p99 5-13 ms at C=8).
+            # and frozen here, no collection walks it again: unfrozen, one full pass walked every
+            # imported object and paused the loop for 15-30 ms mid-run (gc.callbacks in the driver
+            # process; p99 5-13 ms at C=8). Then the automatic collector is off for the drive: its
+            # young-generation passes walk every in-flight request's read lists, so their pauses grow
+            # with the streams live (3 ms at C=256 on the 2-core box), and the drive makes almost no
+            # cyclic garbage to collect (~1,000 objects per drive, whatever its length:
+            # docs/performance.md). GC_VALVE bounds what a leak could pile up.
             gc.collect()
             gc.freeze()
+            gc.disable()
         warm = [x for x in items if x[2]]
         measured = [x for x in items if not x[2]]
         aux = [asyncio.ensure_future(self.ticker()), asyncio.ensure_future(self.flusher())]
+        pauses = _GcPauses()
+        gc.callbacks.append(pauses)
+        cpu0 = time.process_time()
 
         async def drive() -> None:
             if warm:
@@ -420,13 +431,42 @@ class _Run:
                 a.cancel()
             await transport.close()
             self.flush()
+            cpu_s = time.process_time() - cpu0
+            gc.callbacks.remove(pauses)
+            if freeze_gc:
+                gc.enable()
         return DriveSummary(
             loop_impl=_loop_impl(), client_impl=transport.version,
             anchor_wall_ns=anchor_wall, anchor_perf_ns=anchor_perf, sent=self.sent, cancelled=self.cancelled,
             overhead={"send_lag": _summarise_ns(self.send_lag_ns), "loop_lag": _summarise_ns(self.loop_lag_ns),
-                      "tick_ms": TICK_S * 1000},
+                      "tick_ms": TICK_S * 1000, "cpu_s": round(cpu_s, 4), "gc": pauses.summary()},
             error=error,
         )
+
+
+class _GcPauses:
+    """gc.callbacks hook: how many collections of each generation ran during the drive and how
+    long the longest one stopped the process (a collector pause delays every stamp behind it; in
+    the driver process the collector is off, so these count only GC_VALVE's)."""
+
+    def __init__(self) -> None:
+        self.count = [0, 0, 0]
+        self.max_ns = [0, 0, 0]
+        self.total_ns = 0
+        self._t0 = 0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter_ns()
+            return
+        gen, dt = info["generation"], time.perf_counter_ns() - self._t0
+        self.count[gen] += 1
+        self.max_ns[gen] = max(self.max_ns[gen], dt)
+        self.total_ns += dt
+
+    def summary(self) -> dict[str, Any]:
+        return {"collections": self.count, "max_ms": [round(x / 1e6, 3) for x in self.max_ns],
+                "total_ms": round(self.total_ns / 1e6, 3)}
 
 
 def _write_wav(path: Path, pcm: bytes, rate: int) -> str:
@@ -605,8 +645,17 @@ class _Sender:
             _write_all(self.fd, _pack(kind, payload))
 
 
-def _child_main(spec: DriveSpec, conn: Any, cancel_evt: Any, report_inflight: bool = False) -> None:
+def _child_main(spec: DriveSpec | None, conn: Any, cancel_evt: Any, report_inflight: bool = False,
+                control: Any = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and asks via cancel_evt
+    if control is not None:  # a warm driver (WarmDriver): imported, now waiting for its drive
+        try:
+            spec, report_inflight = control.recv()
+        except EOFError:  # never used: the owner closed the control pipe
+            conn.close()
+            return
+        control.close()
+    assert spec is not None
     # when the loop thread wakes with data while the sender thread runs Python code, it waits for
     # the GIL up to the switch interval (5 ms by default) before the sender is made to yield
     sys.setswitchinterval(SWITCH_INTERVAL_S)
@@ -648,6 +697,67 @@ def idle_priority() -> str:
         return "normal"
 
 
+PIPE_BYTES = 1 << 20
+
+
+def _widen_pipe(fd: int) -> None:
+    """Give the batch pipe 1 MiB (Linux's default is 64 KiB, capped by /proc/sys/fs/pipe-max-size):
+    the sender thread then takes the GIL back after every 1 MiB written, not every 64 KiB, so a
+    batch of a thousand streams' audio costs the loop thread 16 times fewer GIL hand-overs."""
+    import fcntl
+
+    try:
+        limit = int(Path("/proc/sys/fs/pipe-max-size").read_text())
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, min(PIPE_BYTES, limit))
+    except (AttributeError, OSError, ValueError):
+        pass  # not Linux, or refused: the default size works, only with more hand-overs
+
+
+class WarmDriver:
+    """A driver process started ahead of its run: spawned and imported (about a second: a fresh
+    interpreter, numpy, uvloop, the dialects) while the engine starts or the previous run is
+    being stored, then handed its DriveSpec when the run begins. Until then it only waits on
+    its control pipe; from then on it is exactly the process DriverProcess would have spawned.
+    Closing the control pipe (`discard`) makes an unused one exit."""
+
+    def __init__(self) -> None:
+        ctx = mp.get_context("spawn")
+        self.recv, self.send = ctx.Pipe(duplex=False)
+        _widen_pipe(self.recv.fileno())
+        self.cancel = ctx.Event()
+        self._control_recv, self.control = ctx.Pipe(duplex=False)
+        self.proc = ctx.Process(target=_child_main, args=(None, self.send, self.cancel, False, self._control_recv),
+                                name="driver-warm", daemon=True)
+        self.proc.start()
+        self._control_recv.close()
+
+    def discard(self) -> None:
+        self.control.close()
+        self.proc.join(5.0)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(5.0)
+        self.recv.close()
+        self.send.close()
+
+
+_WARM: list[WarmDriver] = []
+
+
+def prewarm() -> None:
+    """Start a driver process for the next DriverProcess of this process to use (at most one
+    waits at a time); the runner calls this before each engine launch and after each run."""
+    if not any(w.proc.is_alive() for w in _WARM):
+        discard_warm()
+        _WARM.append(WarmDriver())
+
+
+def discard_warm() -> None:
+    """End the driver process prewarm() left waiting, if any."""
+    while _WARM:
+        _WARM.pop().discard()
+
+
 class DriverProcess:
     """The driver in its own process ('spawn': a clean interpreter, no inherited loop or locks).
 
@@ -663,11 +773,18 @@ class DriverProcess:
                  on_inflight: Callable[[list[InflightRow], int], None] | None = None):
         spec.validate()
         self.spec = spec
-        ctx = mp.get_context("spawn")
-        self._recv, self._send = ctx.Pipe(duplex=False)
-        self._cancel = ctx.Event()
-        self._proc = ctx.Process(target=_child_main, args=(spec, self._send, self._cancel, on_inflight is not None),
-                                 name=f"driver-{spec.run_id}", daemon=True)
+        self._warm = next((w for w in _WARM if w.proc.is_alive()), None)
+        if self._warm is not None:  # prewarm(): already imported, waiting for this spec
+            _WARM.remove(self._warm)
+            self._recv, self._send, self._cancel, self._proc = (self._warm.recv, self._warm.send, self._warm.cancel,
+                                                                self._warm.proc)
+        else:
+            ctx = mp.get_context("spawn")
+            self._recv, self._send = ctx.Pipe(duplex=False)
+            _widen_pipe(self._recv.fileno())
+            self._cancel = ctx.Event()
+            self._proc = ctx.Process(target=_child_main, args=(spec, self._send, self._cancel, on_inflight is not None),
+                                     name=f"driver-{spec.run_id}", daemon=True)
         self.summary: DriveSummary | None = None
         self.fatal: str | None = None
         self.decoder_priority: str | None = None
@@ -678,7 +795,11 @@ class DriverProcess:
         self._decoder = threading.Thread(target=self._decode_loop, name=f"decode-{spec.run_id}", daemon=True)
 
     def start(self) -> "DriverProcess":
-        self._proc.start()
+        if self._warm is not None:
+            self._warm.control.send((self.spec, self._on_inflight is not None))
+            self._warm.control.close()
+        else:
+            self._proc.start()
         self._send.close()  # the child holds the write end now: EOF here means the child is gone
         self._decoder.start()
         return self

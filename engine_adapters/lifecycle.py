@@ -182,7 +182,7 @@ class EngineProcess:
         self.row.update(status="startup_failed", failure_reason=reason, log_tail=self._log_tail(),
                         exit_code=exit_code)
 
-    def wait_healthy(self, timeout_s: float | None = None, poll_s: float = 0.25) -> None:
+    def wait_healthy(self, timeout_s: float | None = None, poll_s: float = 0.05) -> None:
         """Poll GET /health until the launched engine answers 200; on failure stop the process,
         set the row and raise EngineStartError with a one-line reason."""
         if self.row.get("status") == "startup_failed":

@@ -245,6 +245,29 @@ def test_driver_process_leaves_no_pending_tasks(server, prompt, tmp_path, capfd,
     assert "Task was destroyed" not in err and "Traceback" not in err, err[-2000:]
 
 
+def test_a_prewarmed_driver_process_runs_the_next_drive(server, prompt, tmp_path, capfd):
+    """prewarm(): the next DriverProcess uses the process already started (it is taken: the one
+    after spawns its own), records the same outcomes, and an unused warm one exits when discarded."""
+    from engine_adapters import driver
+
+    driver.prewarm()
+    warm = driver._WARM[0]
+    cases = ["ok", "http500", "ok"]
+    spec = DriveSpec("warm", f"http://127.0.0.1:{server.port}", "vllm-omni", 2,
+                     [RequestSpec(f"spk-{i}", f"case:{c}", prompt) for i, c in enumerate(cases)], artifacts_dir=tmp_path)
+    proc = driver.DriverProcess(spec).start()
+    assert proc._proc is warm.proc and not driver._WARM
+    records = [r for batch in proc.batches() for r in batch]
+    proc.join()
+    assert proc.summary is not None and proc.fatal is None and proc._proc.exitcode == 0
+    assert sorted(r.outcome for r in records if type(r).__name__ == "RequestRecord") == sorted(EXPECT[c] for c in cases)
+    driver.prewarm()
+    unused = driver._WARM[0].proc
+    driver.discard_warm()
+    assert not driver._WARM and unused.exitcode == 0
+    assert "Traceback" not in capfd.readouterr().err
+
+
 # -- say what arrived (docs/engines.md) ---------------------------------------------------------
 def _chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)

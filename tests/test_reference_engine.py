@@ -409,3 +409,19 @@ def test_scheduler_throughput_saturates_at_max_num_seqs(engines):
     assert 0.8 * thr[4] < thr[8] < 1.2 * thr[4], thr  # saturated: no gain past max_num_seqs
     assert rtf[1] < rtf[2] < rtf[4] < rtf[8] and rtf[8] > 1.3 * rtf[4], rtf
     assert httpx.get(f"{url}/stats").json()["max_active_seen"] == 4
+
+
+def test_stats_reports_the_engines_schedule_slip(engines):
+    """/stats carries the engine's own schedule slip over a perf_counter_ns window, so a timing
+    figure can tell engine delay from client delay (docs/performance.md)."""
+    import httpx
+
+    url = engines["vllm-omni"].url
+    since = time.perf_counter_ns()
+    _ok("vllm-omni", engines["vllm-omni"], SHORT)
+    sched = httpx.get(f"{url}/stats", params={"since_ns": since}).json()["schedule"]
+    assert sched["chunks"] >= 1 and sched["steps"] >= sched["chunks"]
+    assert 0 <= sched["slip_p50_ms"] <= sched["slip_max_ms"] < 500, sched
+    assert httpx.get(f"{url}/stats", params={"since_ns": time.perf_counter_ns()}).json()["schedule"]["chunks"] == 0
+    bad = httpx.get(f"{url}/stats", params={"since_ns": "soon"})
+    assert bad.status_code == 400 and "since_ns" in bad.json()["error"]

@@ -278,3 +278,73 @@ def test_gpu_step_work_scales_with_the_batch():
         assert worker.stats.steps == 1 and worker.stats.per_batch_matmuls == {4: worker.matmuls_for(4, 0.01)}
     finally:
         worker.close()
+
+
+def test_audio_template_builds_the_same_bytes_as_the_encoder():
+    """The direct emission path builds audio events from a template and a pre-rendered payload;
+    they must be byte-identical to what the encoder builds from the samples."""
+    from engine_adapters.reference.encoders import ENCODERS, StreamContext
+
+    x = (np.arange(4800) % 300 - 150).astype(np.int16)
+    for name, encoder_cls in ENCODERS.items():
+        enc = encoder_cls()
+        for fmt in ("wav", "pcm"):
+            ctx = StreamContext("chatcmpl-x", 1, "m", fmt, False)
+            for finish in ("stop", "length"):
+                built = enc.audio_template(ctx, finish).frame(enc.audio_payload(x, fmt), len(x))
+                assert built == enc.audio(ctx, x, finish)[0], (name, fmt, finish)
+
+
+def test_schedule_log_windows_slip_and_steps():
+    from engine_adapters.reference.scheduler import ScheduleLog
+
+    log = ScheduleLog(capacity=8)
+    ms = 1_000_000
+    for k in range(10):  # step k due at 10 k ms, its chunk k ms late; the oldest half goes when full
+        log.chunk(10 * k * ms + k * ms + 1, 10 * k * ms + 1)  # (+1: a due time of 0 means none)
+        log.step(10 * k * ms, 10 * ms, k == 6)
+    log.chunk(5, 0)  # no due time (a text event): not a chunk of the schedule
+    s = log.summary(since_ns=50 * ms)
+    assert s["chunks"] == 5 and s["slip_max_ms"] == 9.0 and s["slip_p50_ms"] == 7.0
+    assert s["steps"] == 5 and s["timeline_breaks"] == 1 and s["step_nominal_ms"] == 10.0
+    assert log.summary(0, 55 * ms)["timeline_breaks"] == 0
+    assert log.summary(0)["chunks"] == 6  # chunks 0-3 were dropped when the log filled
+    assert log.summary(10**12)["slip_p99_ms"] is None
+
+
+def test_scheduler_keeps_a_nominal_timeline_and_posts_to_a_sink():
+    """Chunks carry their step's due time; a sink gets events inside the step (and the ones queued
+    before it was attached first); a step late by writing does not push the next one back."""
+    profile = Profile(name="t", max_num_seqs=4, prefill_s=0.0, step_base_s=0.02, step_per_seq_s=0.0, chunk_frames=1)
+
+    async def scenario() -> list:
+        sched = BatchScheduler(profile)
+        sched.start()
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_result(Rendered(np.arange(960 * 6, dtype=np.int16), VoiceParams(), "x", False))
+        seq = sched.submit(fut)
+        await asyncio.sleep(0)  # admitted: the Admitted event is queued
+        got: list = []
+        done = asyncio.Event()
+
+        def sink(ev) -> None:
+            got.append((ev, time.perf_counter_ns()))
+            if isinstance(ev, Chunk):
+                time.sleep(0.008)  # a slow write inside the step
+                if ev.last:
+                    done.set()
+
+        seq.attach(sink)
+        await asyncio.wait_for(done.wait(), 5)
+        await sched.stop()
+        return got
+
+    import time
+
+    got = asyncio.run(scenario())
+    assert isinstance(got[0][0], Admitted)
+    chunks = [(ev, t) for ev, t in got if isinstance(ev, Chunk)]
+    assert [ev.index for ev, _ in chunks] == list(range(6))
+    dues = [ev.due_ns for ev, _ in chunks]
+    assert all(b - a == 20_000_000 for a, b in zip(dues, dues[1:]))  # nominal: 20 ms apart despite 8 ms writes
+    assert all(0 <= t - ev.due_ns < 15_000_000 for ev, t in chunks)

@@ -85,6 +85,18 @@ def _b64_audio(samples: np.ndarray, audio_format: str) -> str:
     return base64.b64encode(raw).decode("ascii")
 
 
+_HOLE = "\x00"  # JSON-encodes as "\u0000": a marker no base64 payload contains
+_HOLE_JSON = b'"\\u0000"'
+
+
+def json_template(obj: dict[str, Any]) -> tuple[bytes, bytes]:
+    """(head, tail) with ``head + b'"' + payload + b'"' + tail`` equal to the JSON of ``obj`` with
+    the string _HOLE replaced by ``payload`` (base64: nothing in it needs escaping), so an audio
+    event is built by concatenation, without re-encoding its long string."""
+    head, tail = _json(obj).split(_HOLE_JSON)
+    return head + b'"', b'"' + tail
+
+
 class VllmOmniEncoder:
     """vLLM-Omni chat streaming: top-level ``modality``; audio base64 in ``delta.content``.
 
@@ -114,6 +126,14 @@ class VllmOmniEncoder:
         """An audio delta; the last one carries the real finish_reason ("length" when cut)."""
         delta = {"role": "assistant", "content": _b64_audio(samples, ctx.audio_format)}
         return [Frame(_json(self._chunk(ctx, delta, finish, "audio")), sse=True, audio_samples=len(samples))]
+
+    def audio_payload(self, samples: np.ndarray, audio_format: str) -> bytes:
+        """The part of an audio event that depends on the samples (see AudioTemplate)."""
+        return _b64_audio(samples, audio_format).encode("ascii")
+
+    def audio_template(self, ctx: StreamContext, finish: str = "stop") -> "AudioTemplate":
+        delta = {"role": "assistant", "content": _HOLE}
+        return AudioTemplate(*json_template(self._chunk(ctx, delta, finish, "audio")), sse=True)
 
     def empty_audio(self, ctx: StreamContext, finish: str | None) -> list[Frame]:
         """vllm-omni 0.30.0's delta for an empty talker segment: modality audio, content ""."""
@@ -169,6 +189,13 @@ class SglangOmniEncoder:
         delta = {"audio": {"id": f"audio-{ctx.request_id}", "data": _b64_audio(samples, "wav")}}
         return [Frame(_json(self._chunk(ctx, delta, None)), sse=True, audio_samples=len(samples))]
 
+    def audio_payload(self, samples: np.ndarray, audio_format: str) -> bytes:
+        return _b64_audio(samples, "wav").encode("ascii")
+
+    def audio_template(self, ctx: StreamContext, finish: str = "stop") -> "AudioTemplate":
+        delta = {"audio": {"id": f"audio-{ctx.request_id}", "data": _HOLE}}
+        return AudioTemplate(*json_template(self._chunk(ctx, delta, None)), sse=True)
+
     def empty_audio(self, ctx: StreamContext, finish: str | None) -> list[Frame]:
         return []
 
@@ -210,6 +237,12 @@ class PcmEncoder:
     def audio(self, ctx: StreamContext, samples: np.ndarray, finish: str = "stop") -> list[Frame]:
         return [Frame(pcm_bytes(samples), sse=False, audio_samples=len(samples))]
 
+    def audio_payload(self, samples: np.ndarray, audio_format: str) -> bytes:
+        return pcm_bytes(samples)
+
+    def audio_template(self, ctx: StreamContext, finish: str = "stop") -> "AudioTemplate":
+        return AudioTemplate(b"", b"", sse=False)
+
     def empty_audio(self, ctx: StreamContext, finish: str | None) -> list[Frame]:
         return []
 
@@ -218,6 +251,19 @@ class PcmEncoder:
 
     def stream_error(self, ctx: StreamContext, message: str) -> list[Frame] | None:
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class AudioTemplate:
+    """An audio event around a pre-rendered payload: ``frame(payload)`` is the Frame that
+    ``Encoder.audio`` builds for the same samples, byte for byte."""
+
+    head: bytes
+    tail: bytes
+    sse: bool
+
+    def frame(self, payload: bytes, samples: int) -> Frame:
+        return Frame(self.head + payload + self.tail, sse=self.sse, audio_samples=samples)
 
 
 Encoder = VllmOmniEncoder | SglangOmniEncoder | PcmEncoder

@@ -6,15 +6,25 @@ turns it to 503 for good, like a crashed engine whose API process still runs.
 
 Each chat request is validated completely before any byte of the response is
 written, so malformed requests get a 4xx in the dialect's error shape. Its audio
-is rendered on a worker thread while it waits for a batch slot; the scheduler
-then releases the audio chunk by chunk and this module writes each chunk with
-one ``write`` call, stamping ``emit_ns`` immediately before the write.
+is rendered on a worker thread while it waits for a batch slot, and cut into the
+stream's chunks already encoded for the wire (pre-rendered: base64 and WAV headers
+are not the event loop's work). The scheduler then releases the audio chunk by
+chunk; each chunk is one ``write`` call, with ``emit_ns`` stamped immediately before it.
+
+Emission. A plain stream (``delivery = "stream"``, no fault to inject) is written by the
+scheduler's step itself: the stream's sink (``_DirectStream``) builds the event from its
+template and the pre-rendered payload and writes it straight to the connection, so a step
+emits its whole batch in one pass with no task wake-up per chunk. Faults and whole-response
+delivery keep the per-stream task path (``_stream``'s loop over ``seq.events``). Measured in
+docs/performance.md: the task path fell behind its schedule at 128 streams on a 2-core box.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import hashlib
 import json
 import logging
 import math
@@ -34,7 +44,7 @@ from aiohttp.log import access_logger
 from engine_adapters.identity import LAUNCH_ID_HEADER
 from engine_adapters.reference.chat_request import RequestError, SpeechRequest, parse_request
 from engine_adapters.reference.config import EngineConfig
-from engine_adapters.reference.encoders import ENCODERS, Frame, StreamContext, Usage, stamp
+from engine_adapters.reference.encoders import ENCODERS, AudioTemplate, Frame, StreamContext, Usage, stamp
 from engine_adapters.reference.espeak import EspeakSynth
 from engine_adapters.reference.faults import FAULT_HEADER, FaultHeaderError, draw_fault, forced_fault
 from engine_adapters.reference.gpu import CudaStepWorker, CudaUnavailable, check_cuda
@@ -43,11 +53,15 @@ from engine_adapters.reference.profiles import (
 )
 from engine_adapters.reference.scheduler import Admitted, BatchScheduler, Chunk, Failed, Sequence
 from engine_adapters.reference.synthesis import (
-    DEFAULT_VOICE, PromptAudio, PromptError, Synthesizer, cap_text, decode_prompt, stable_seed,
+    DEFAULT_VOICE, LruCache, PromptAudio, PromptError, Rendered, Synthesizer, cap_text, decode_prompt, stable_seed,
 )
 from engine_adapters.reference.voice import CALIBRATION_TEXT, calibrate_cached
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
+# the event loop waits at most this long for the GIL when a parse or render thread holds it
+# (Python's default is 5 ms): a step's writes start on time while requests are being rendered
+SWITCH_INTERVAL_S = 0.0005
+PAYLOAD_CACHE_BYTES = 128 * 1024 * 1024  # pre-rendered chunks of recent waveforms (a test set's worth)
 
 
 class ReferenceEngineError(RuntimeError):
@@ -101,8 +115,11 @@ class ReferenceEngine:
         # Two workers: espeak itself is serialised by its own lock, but prompt analysis,
         # resampling and degradation of another request can run beside it.
         self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="reference-render")
+        self.parser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reference-parse")
         self.emit_log = EmitLog(config.emit_log) if config.emit_log else None
         self.outcomes = _Outcome()
+        self._payloads: LruCache[tuple[bytes, str], tuple[bytes, ...]] = LruCache(
+            PAYLOAD_CACHE_BYTES, size_of=lambda v: sum(map(len, v)))
 
     # ---- life cycle -------------------------------------------------------------------------
 
@@ -138,6 +155,7 @@ class ReferenceEngine:
     async def close(self) -> None:
         await self.scheduler.stop()
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self.parser.shutdown(wait=False, cancel_futures=True)
         if self.gpu is not None:
             self.gpu.close()
         if self.emit_log is not None:
@@ -178,6 +196,13 @@ class ReferenceEngine:
         }]})
 
     async def stats(self, request: web.Request) -> web.Response:
+        """Counters, and the schedule slip of the chunks written in ``?since_ns=&until_ns=``
+        (perf_counter_ns, this host's CLOCK_MONOTONIC; default: since start)."""
+        try:
+            since = int(request.query.get("since_ns", 0))
+            until = int(request.query["until_ns"]) if "until_ns" in request.query else None
+        except ValueError:
+            return web.json_response({"error": "since_ns and until_ns must be integers (perf_counter_ns)"}, status=400)
         s = self.scheduler.stats
         body: dict[str, Any] = {
             "state": self.state, "profile": self.profile.name, "active": self.scheduler.active,
@@ -186,6 +211,7 @@ class ReferenceEngine:
             "max_active_seen": s.max_active_seen, "audio_s": s.audio_samples / OUTPUT_SAMPLE_RATE,
             "streams": {"completed": self.outcomes.completed, "faults": self.outcomes.faults,
                         "client_gone": self.outcomes.client_gone, "rejected": self.outcomes.rejected},
+            "schedule": self.scheduler.schedule.summary(since, until),
         }
         if self.gpu is not None:
             g = self.gpu.stats
@@ -207,11 +233,11 @@ class ReferenceEngine:
             return self._error(503, reason, "ServiceUnavailableError")
         try:
             raw = await request.read()
-            req = parse_request(raw, self.config.dialect)
             forced, forced_kind = forced_fault(request.headers.get(FAULT_HEADER))
-            prompt = decode_prompt(req.prompt_wav) if req.prompt_wav is not None else None
-            input_audio_s = sum(prompt.duration_s if prompt is not None and a is req.prompt_wav
-                                else decode_prompt(a).duration_s for a in req.input_audio)
+            # JSON, base64 and the prompt's decoding (~1 ms for a 1.5 s prompt) off the loop: a
+            # burst of 1,024 requests parsed on it held up the running batch's steps and /stats
+            req, prompt, input_audio_s = await asyncio.get_running_loop().run_in_executor(
+                self.parser, self._parse, raw)
         except RequestError as exc:
             return self._error(exc.status, exc.message, "BadRequestError")
         except (PromptError, FaultHeaderError) as exc:
@@ -227,8 +253,8 @@ class ReferenceEngine:
 
         assert self.synth is not None
         loop = asyncio.get_running_loop()
-        rendered = loop.run_in_executor(self.executor, self.synth.render, req.text, prompt, req.seed,
-                                        self.profile, req.max_tokens)
+        rendered = loop.run_in_executor(self.executor, self._render, req.text, prompt, req.seed, req.max_tokens,
+                                        req.audio_format)
         seq = self.scheduler.submit(rendered, input_audio_s)
         try:
             return await self._stream(request, req, prompt, seq, fault)
@@ -238,9 +264,33 @@ class ReferenceEngine:
         finally:
             self.scheduler.cancel(seq)
 
-    async def _write(self, resp: web.StreamResponse, ctx: StreamContext, frame: Frame, chunk: int) -> None:
+    def _parse(self, raw: bytes) -> tuple[SpeechRequest, PromptAudio | None, float]:
+        """The request, its voice prompt and its thinker input audio seconds (a worker thread's job)."""
+        req = parse_request(raw, self.config.dialect)
+        prompt = decode_prompt(req.prompt_wav) if req.prompt_wav is not None else None
+        input_audio_s = sum(prompt.duration_s if prompt is not None and a is req.prompt_wav
+                            else decode_prompt(a).duration_s for a in req.input_audio)
+        return req, prompt, input_audio_s
+
+    def _render(self, text: str, prompt: PromptAudio | None, seed: int, max_tokens: int | None,
+                audio_format: str) -> Rendered:
+        """The waveform and its chunks pre-rendered for the wire (a worker thread's job). The
+        chunks are cached by the waveform's digest: identical audio is encoded once."""
+        assert self.synth is not None
+        r = self.synth.render(text, prompt, seed, self.profile, max_tokens)
+        if self.profile.delivery != "stream":
+            return r
+        step, samples = self.profile.chunk_samples, r.samples
+        key = (hashlib.blake2b(np.ascontiguousarray(samples), digest_size=16).digest(), audio_format)
+        payloads = self._payloads.get_or_compute(key, lambda: tuple(
+            self.encoder.audio_payload(samples[i:i + step], audio_format) for i in range(0, len(samples), step)))
+        return dataclasses.replace(r, payloads=payloads)
+
+    async def _write(self, resp: web.StreamResponse, ctx: StreamContext, frame: Frame, chunk: int,
+                     due_ns: int = 0) -> None:
         data, emit_ns = stamp(frame)
         await resp.write(data)
+        self.scheduler.schedule.chunk(emit_ns, due_ns)
         if self.emit_log is not None and frame.audio_samples:
             self.emit_log.record(ctx.request_id, chunk, emit_ns, frame.audio_samples, len(data))
 
@@ -333,6 +383,8 @@ class ReferenceEngine:
         resp.content_type = self.encoder.content_type
         resp.enable_chunked_encoding()
         await resp.prepare(request)
+        if self.profile.delivery == "stream" and fault is None and request.transport is not None:
+            return await self._stream_direct(request, req, prompt, seq, ctx, resp)
 
         whole = self.profile.delivery == "whole"
         held: list[np.ndarray] = []
@@ -366,7 +418,7 @@ class ReferenceEngine:
                     await self._write(resp, ctx, frame, -1)
             if len(samples):
                 for frame in self.encoder.audio(ctx, samples, "stop" if empty else finish):
-                    await self._write(resp, ctx, frame, written)
+                    await self._write(resp, ctx, frame, written, event.due_ns)
                 written += 1
                 total += len(samples)
             if event.last:
@@ -383,6 +435,105 @@ class ReferenceEngine:
         await resp.write_eof()
         self.outcomes.completed += 1
         return resp
+
+
+    async def _stream_direct(self, request: web.Request, req: SpeechRequest, prompt: PromptAudio | None,
+                             seq: Sequence, ctx: StreamContext, resp: web.StreamResponse) -> web.StreamResponse:
+        """A plain stream written by the scheduler's steps (see the module docstring): wait
+        until its sink has written the last event, then end the chunked body."""
+        await resp.write(b"")  # the status line and headers go out now: the sink writes after them
+        direct = _DirectStream(self, req, prompt, seq, ctx, request.transport)
+        seq.attach(direct.event)
+        ended = await direct.done  # raises ConnectionResetError if the client went away
+        if ended == "abort":
+            return self._abort(request, resp)
+        await resp.write_eof()
+        if ended == "completed":
+            self.outcomes.completed += 1
+        return resp
+
+
+class _DirectStream:
+    """The sink of one plain stream: turns scheduler events into writes on the connection,
+    synchronously, inside the step that produced them. Each event is one chunked-encoding
+    frame in one ``transport.write``, stamped just before (the same bytes the task path
+    writes; aiohttp has already sent the headers, ``write_eof`` ends the body)."""
+
+    def __init__(self, engine: ReferenceEngine, req: SpeechRequest, prompt: PromptAudio | None, seq: Sequence,
+                 ctx: StreamContext, transport: asyncio.BaseTransport) -> None:
+        self.engine, self.req, self.prompt, self.seq, self.ctx = engine, req, prompt, seq, ctx
+        self.transport = transport
+        self.done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self.templates: dict[str, AudioTemplate] = {}
+        self.written = 0
+        self.total = 0
+
+    def _write(self, frame: Frame, chunk: int, due_ns: int = 0) -> None:
+        t = self.transport
+        if t.is_closing():
+            raise ConnectionResetError("the client closed the connection")
+        data, emit_ns = stamp(frame)
+        t.write(b"%x\r\n%b\r\n" % (len(data), data))  # type: ignore[attr-defined]
+        self.engine.scheduler.schedule.chunk(emit_ns, due_ns)
+        log = self.engine.emit_log
+        if log is not None and frame.audio_samples:
+            log.record(self.ctx.request_id, chunk, emit_ns, frame.audio_samples, len(data))
+
+    def _end(self, how: str) -> None:
+        if not self.done.done():
+            self.done.set_result(how)
+        self.seq.sink = _drop
+
+    def event(self, event: Any) -> None:
+        if self.done.done():
+            return
+        try:
+            self._event(event)
+        except ConnectionError as exc:  # the client went away: the handler counts it, like the task path
+            self.engine.scheduler.cancel(self.seq)
+            self.seq.sink = _drop
+            self.done.set_exception(exc)
+
+    def _event(self, event: Any) -> None:
+        enc, ctx = self.engine.encoder, self.ctx
+        if isinstance(event, Admitted):
+            for frame in enc.text(ctx, cap_text(self.req.text, self.req.max_tokens)[0]):
+                self._write(frame, -1)
+            return
+        if isinstance(event, Failed):
+            self.engine.outcomes.faults += 1
+            if enc.error_aborts:
+                return self._end("abort")
+            for frame in enc.stream_error(ctx, event.message) or []:
+                self._write(frame, -1)
+            return self._end("failed")
+        assert isinstance(event, Chunk)
+        rendered = self.seq.rendered.result()
+        empty = self.engine.profile.empty_audio_deltas
+        finish = ("length" if rendered.truncated else "stop") if event.last else "stop"
+        if empty and self.written == 0:
+            for frame in enc.empty_audio(ctx, None):
+                self._write(frame, -1)
+        n = len(event.samples)
+        if n:
+            key = "stop" if empty else finish
+            template = self.templates.get(key) or self.templates.setdefault(key, enc.audio_template(ctx, key))
+            payload = rendered.payloads[event.index] if rendered.payloads else enc.audio_payload(event.samples, ctx.audio_format)
+            self._write(template.frame(payload, n), self.written, event.due_ns)
+            self.written += 1
+            self.total += n
+        if event.last:
+            if empty:
+                for frame in enc.empty_audio(ctx, finish):
+                    self._write(frame, -1)
+            finish = "length" if rendered.truncated else "stop"
+            for frame in enc.finish(ctx, finish, self.engine._usage(self.req, self.prompt, self.total)):
+                self._write(frame, -1)
+            self._end("completed")
+
+
+def _drop(event: Any) -> None:
+    """The sink of a stream that has ended: later events (none are expected) go nowhere."""
 
 
 async def _serve(config: EngineConfig, profile: Profile) -> None:
@@ -437,6 +588,7 @@ def run_engine(config: EngineConfig) -> None:
             check_cuda()
         except CudaUnavailable as exc:
             raise ReferenceEngineError(str(exc)) from None
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux/macOS

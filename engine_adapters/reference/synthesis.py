@@ -56,6 +56,9 @@ class Rendered:
     voice: VoiceParams
     spoken_text: str  # the text actually spoken (a lossy profile may drop words)
     truncated: bool  # cut short: thinker text by max_tokens, or audio by the talker's frame limit
+    # the stream's chunks already encoded for the wire, one per chunk (server.py fills it off the
+    # event loop so that emitting a chunk is a concatenation and one write); () = not pre-rendered
+    payloads: tuple[bytes, ...] = ()
 
 
 class LruCache(Generic[K, V]):
