@@ -107,7 +107,7 @@ def free_port() -> int:
 def campaign(*args: str) -> None:
     """One `campaign` command; its one-line error becomes this bench's."""
     proc = subprocess.run([sys.executable, "-m", "console.cli", *args], cwd=REPO, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))})
     if proc.returncode:
         raise SystemExit(f"bench_campaign_overhead: `campaign {' '.join(args)}` failed: "
                          f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
