@@ -77,6 +77,11 @@ class RequestMetrics:
         return self.finish_reason == "length"
 
 
+def request_rtf(t_send_ns: int, t_last_audio_ns: int | None, audio_s: float) -> float | None:
+    """Real-time factor of a finished request: (t_last_audio - t_send) / audio seconds."""
+    return (t_last_audio_ns - t_send_ns) / NS / audio_s if t_last_audio_ns is not None and audio_s > 0 else None
+
+
 def _get(row: Any, name: str) -> Any:
     return row[name] if isinstance(row, Mapping) else getattr(row, name)
 
@@ -107,7 +112,7 @@ def request_metrics(
     samples = _get(request, "audio_samples") or 0
     audio_s = samples / rate if rate else 0.0
     ttfa = (t_fa - t_send) / NS if t_fa is not None else None
-    rtf = (t_la - t_send) / NS / audio_s if t_la is not None and audio_s > 0 and now_ns is None else None
+    rtf = request_rtf(t_send, t_la, audio_s) if now_ns is None else None
     now_s = None if now_ns is None else (now_ns - t_send) / NS
     if rate and audio_chunks:
         arrivals = [(t - t_send) / NS for t, _ in audio_chunks]
