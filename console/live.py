@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable
 
+from data.metric_params import DEFAULT_METRIC_PARAMS, MetricParams
 from data.records import ChunkRecord, GpuSample, RequestRecord
 from engine_adapters.dialects import get_dialect
 from engine_adapters.driver import idle_priority
@@ -212,12 +213,11 @@ class LiveFeed:
     """
 
     def __init__(self, db_path: str | os.PathLike, *, max_hz: float = 4.0, gpu_keep: int = 600,
-                 requests_keep: int = 500, throughput_scale: float = 25.0, stall_threshold_s: float = 0.1,
-                 preroll_s: float = 0.0, plan_name: str | None = None, plan_hash: str | None = None):
+                 requests_keep: int = 500, params: MetricParams = DEFAULT_METRIC_PARAMS,
+                 plan_name: str | None = None, plan_hash: str | None = None):
         self.path = live_path(db_path)
         self.min_interval_s = 1.0 / max_hz
-        self.metric_params = {"throughput_scale": throughput_scale, "stall_threshold_s": stall_threshold_s,
-                              "preroll_s": preroll_s}
+        self.metric_params = params.as_dict()
         self.snap = LiveSnapshot(pid=os.getpid(), plan_name=plan_name, plan_hash=plan_hash)
         self.snap.requests = []
         self._requests_keep = requests_keep

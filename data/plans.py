@@ -31,6 +31,7 @@ import jsonschema
 from data.audit import append_event, atomic, canonical_json, sha256_text, whoami
 from data.digest import row_sha256
 from data.errors import CampaignError
+from data.metric_params import MetricParams
 from data.secrets import passthrough_errors, redact_document, resolve_env, secret_values
 from data.store import Store, utcnow
 
@@ -121,11 +122,7 @@ class SamplingSpec:
     max_tokens: int | None = None
 
 
-@dataclass(frozen=True)
-class MetricsSpec:
-    throughput_scale: float = 25.0
-    stall_threshold_s: float = 0.1
-    preroll_s: float = 0.0
+MetricsSpec = MetricParams  # the plan's `metrics` section (data/metric_params.py holds the defaults)
 
 
 @dataclass(frozen=True)

@@ -332,9 +332,25 @@ ATTEMPTS = Table(
     ("attempt_id",),
 )
 
+RUN_METRICS = Table(
+    "run_metrics",
+    "Per-run metrics computed once from the run's stored requests and chunks (stats/metrics/stored.py), keyed by "
+    "the metric definitions' version and the metric parameters; derived data, recomputed when either changes.",
+    (
+        C("run_id", "VARCHAR", "run the metrics describe", "NOT NULL"),
+        C("metrics_version", "VARCHAR", "version of the metric definitions they were computed under", "NOT NULL"),
+        C("params_sha256", "VARCHAR", "SHA-256 of params_json", "NOT NULL"),
+        C("params_json", "VARCHAR", "metric parameters (throughput_scale, stall_threshold_s, preroll_s) as canonical JSON", "NOT NULL"),
+        C("requests", "INTEGER", "request rows of the run when computed (a changed count recomputes)", "NOT NULL"),
+        C("metrics_json", "VARCHAR", "every RunMetrics field as JSON (floats round-trip exactly)", "NOT NULL"),
+        C("computed_at", "TIMESTAMPTZ", "when they were computed", "NOT NULL"),
+    ),
+    ("run_id", "metrics_version", "params_sha256"),
+)
+
 TABLES: tuple[Table, ...] = (
     PLANS, AUDIT_EVENTS, WORKLOAD_MANIFESTS, ENGINE_LAUNCHES, RUNS, REQUESTS, CHUNKS,
-    GPU_DEVICES, GPU_SAMPLES, AUDIO_FILES, QUALITY_SCORES, VERDICTS, EXCLUSIONS, ATTEMPTS,
+    GPU_DEVICES, GPU_SAMPLES, AUDIO_FILES, QUALITY_SCORES, VERDICTS, EXCLUSIONS, ATTEMPTS, RUN_METRICS,
 )
 TABLES_BY_NAME = {t.name: t for t in TABLES}
 
@@ -353,6 +369,7 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         "ALTER TABLE requests ADD COLUMN IF NOT EXISTS finish_reason VARCHAR",
         "ALTER TABLE engine_launches ADD COLUMN IF NOT EXISTS deploy_json VARCHAR",
     ]),
+    (3, "stored per-run metrics (run_metrics)", [RUN_METRICS.create_sql()]),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

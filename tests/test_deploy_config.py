@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from console.commands.report import admission_limits, concurrency_label
+from stats.results.report import admission_limits, concurrency_label
 from console.recording import launch_engine, stop_engine
 from data.errors import CampaignError
 from engine_adapters.deploy_config import deploy_record, stage_options, vllm_deploy_summary

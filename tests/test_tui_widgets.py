@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from console.live import LiveInflight
-from console.tui.widgets import CHECK_DEFS, STALL_STYLE, inflight_state, rule_cell_as_check
+from console.tui.widgets import STALL_STYLE, inflight_state
+from stats.results.checks import CHECK_DEFS, CheckRow, check_rows
 from stats.throughput_rules import RepeatValue, evaluate_rule
 
 
@@ -13,11 +14,13 @@ def test_rule_cell_maps_ratio_lower_bound_and_medians():
     values = {("cand", 16): [RepeatValue(i, f"c{i}", v) for i, v in enumerate([110.0, 112.0, 108.0])],
               ("ref", 16): [RepeatValue(i, f"r{i}", v) for i, v in enumerate([100.0, 101.0, 99.0])]}
     cell = evaluate_rule(rule, values).checks_dicts()[0]  # what the verdict row stores
-    row = rule_cell_as_check(cell)
-    assert row["status"] == "PASS" and row["n_ids"] == 3 and row["margin"] == 1.0
-    assert row["bound"] == cell["lower_bound_ratio"] and 1.0 < row["bound"] < row["point"]
-    assert (row["base_value"], row["cand_value"]) == (100.0, 110.0)  # medians
-    assert CHECK_DEFS["point"].format(row["point"]) == f"{cell['geo_mean_ratio']:.3f}"
+    row = CheckRow.from_rule_cell(cell)
+    assert row == check_rows("throughput", [cell])[0]
+    assert row.status == "PASS" and row.n_ids == 3 and row.margin == 1.0 and not row.upper
+    assert row.bound == cell["lower_bound_ratio"] and 1.0 < row.bound < row.point
+    assert (row.base_value, row.cand_value) == (100.0, 110.0)  # medians
+    assert row.ratios == tuple(p["ratio"] for p in cell["pairs"])
+    assert CHECK_DEFS["point"].format(row.point) == f"{cell['geo_mean_ratio']:.3f}" == row.formatted("point")
 
 
 def test_inflight_state_says_what_a_listener_hears_now():

@@ -37,6 +37,30 @@ def register(sub) -> None:
     r.add_argument("--plan", help="plan hash (prefix); default: every run")
     add_db_arg(r)
     r.set_defaults(func=cmd_export_runs)
+    e = ps.add_parser("evidence", help="the evidence bundle of a plan: plans, audit log, tables (Parquet and CSV), "
+                                       "verdicts, HTML report, MANIFEST.sha256, REPRODUCE.md (console/evidence.py)")
+    e.add_argument("plan", help="frozen plan file or hash")
+    e.add_argument("dir", help="folder to write (new or empty)")
+    add_db_arg(e)
+    e.set_defaults(func=cmd_export_evidence)
+
+
+def cmd_export_evidence(args) -> int:
+    from console.commands.plan import plan_for_arg
+    from console.evidence import export_bundle
+
+    out = Path(args.dir)
+    with open_store(args.db) as store:
+        plan = plan_for_arg(store, args.plan)
+        try:
+            res = export_bundle(store, plan, out)
+        except OSError as exc:
+            raise CampaignError(f"{exc.filename or out}: cannot write ({first_line(exc)})") from None
+    c = res["counts"]
+    print(f"{out}: evidence of plan {plan.hash[:12]}: {c['runs']} runs, {c['requests']} requests, {c['chunks']} chunks, "
+          f"{c['quality_scores']} quality scores, {len(res['verdicts'])} verdicts; audit head seq {res['head']['length']}; "
+          f"check with `campaign evidence verify {out}`")
+    return 0
 
 
 def cmd_export_verdict(args) -> int:

@@ -26,6 +26,7 @@ from data.pool_status import external_status, pool_status
 from data.store import first_line, open_store
 from stats.controls import all_ok, run_controls
 from stats.gates import FAIL, INCONCLUSIVE, PASS, GateConfig, evaluate_gates, validate_long_frame
+from stats.results.checks import CheckRow
 
 EXIT = {PASS: 0, FAIL: 1, INCONCLUSIVE: 3}
 STYLE = {PASS: "green", FAIL: "bold red", INCONCLUSIVE: "yellow"}
@@ -69,12 +70,13 @@ def print_checks(console: Console, result, title: str, evidence=None) -> None:
     t = Table(title=title)
     for col in ("C", "metric", "base", "cand", "point", "upper bound", "margin", "ids", "result", "note"):
         t.add_column(col, justify="right" if col not in ("metric", "result", "note") else "left")
-    for c in result.checks:
-        unit = {"wer": "pp", "sim": "", "utmos": ""}[c.metric]
-        base = "-" if c.base_value is None else f"{c.base_value:.3f}{'%' if c.metric == 'wer' else ''}"
-        cand = "-" if c.cand_value is None else f"{c.cand_value:.3f}{'%' if c.metric == 'wer' else ''}"
-        t.add_row(str(c.concurrency), {"wer": "WER Δ", "sim": "SIM drop"}.get(c.metric, c.label or "UTMOS drop"),
-                  base, cand, _fmt(c.point) + unit, _fmt(c.bound) + unit, f"{c.margin:g}{unit}",
+    for check in result.checks:
+        c = CheckRow.from_quality(check.as_dict())  # the one row type, labels and units (stats/results/checks.py)
+        pct = "%" if c.metric == "wer" else ""
+        unit = c.unit if c.unit == "pp" else f" {c.unit}"  # '+1.6667pp', '+0.1200 x100'
+        t.add_row(str(c.concurrency), c.label, "-" if c.base_value is None else f"{c.base_value:.3f}{pct}",
+                  "-" if c.cand_value is None else f"{c.cand_value:.3f}{pct}", _fmt(c.point) + unit,
+                  _fmt(c.bound) + unit, f"{c.margin:g}{unit}",
                   f"{c.n_ids}/{c.n_expected}", f"[{STYLE[c.status]}]{c.status}[/]",
                   ("diagnostic: " if c.diagnostic_only else "") + c.reason)
     console.print(t)

@@ -113,8 +113,7 @@ def _run(args, stdout) -> int:
 
 def _sweep(args, console: Console, store, plan, feed: LiveFeed):
     """Run the sweep with progress output; None when interrupted."""
-    feed.campaign(plan.name, plan.hash, metrics={"throughput_scale": plan.metrics.throughput_scale,
-                  "stall_threshold_s": plan.metrics.stall_threshold_s, "preroll_s": plan.metrics.preroll_s})
+    feed.campaign(plan.name, plan.hash, metrics=plan.metrics.as_dict())
     artifacts = Path(args.artifacts) if args.artifacts else store.path.resolve().parent / "artifacts"
     interactive = console.is_terminal
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -19,10 +19,6 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Footer, Header, Input, Static, TabbedContent, TabPane
 
-from console.commands.report import COLUMNS as REPORT_COLUMNS
-from console.commands.report import format_spread as report_cell
-from console.commands.report import column_label as report_label
-from console.commands.report import concurrency_label
 from console.live import live_path, read_snapshot, writer_alive
 from console.tui.data import load_browser
 from console.tui.messages import (
@@ -31,11 +27,14 @@ from console.tui.messages import (
 )
 from console.tui.screens import RunDetailScreen
 from console.tui.widgets import (
-    CHECK_DEFS, FAIL_STYLE, PASS_STYLE, STALL_STYLE, LiveView, failed_cell, fmt, header, num, rule_cell_as_check, stalls_cell,
+    FAIL_STYLE, PASS_STYLE, STALL_STYLE, LiveView, failed_cell, fmt, header, num, spread_cell, stalls_cell,
     status_text, truncated_cell, verdict_text,
 )
 from data.errors import CampaignError
 from stats.metrics import METRICS_BY_NAME, METRICS_VERSION
+from stats.results.report import COLUMNS as REPORT_COLUMNS
+from stats.results.report import column_label as report_label
+from stats.results.report import concurrency_label
 
 LOCK_MARK = "in use by another process"
 LIVE_POLL_S = 0.25
@@ -234,20 +233,19 @@ class CampaignApp(App):
                         continue
                     over = limit is not None and cell.concurrency > limit  # queues inside the engine
                     row = [num(concurrency_label(cell.concurrency, limit), STALL_STYLE if over else None),
-                           num(str(cell.spreads["throughput"].n))]
+                           num(str(cell.n))]
                     for f, _ in REPORT_COLUMNS:
                         style = None
                         if f == "failed" and cell.spreads[f].max:
                             style = FAIL_STYLE
                         elif f == "stall_count" and cell.spreads[f].max:
                             style = "yellow"
-                        row.append(spread_cell(report_cell(f, cell.spreads[f]), style))
+                        row.append(spread_cell(cell.text(f), style))
                     table.add_row(*row, key=f"{engine.name}|{cell.concurrency}", height=2)
                 widgets.append(table)
             if rep.left_out:
-                widgets.append(Static(Text("not in aggregates: " + ", ".join(
-                    f"{o['n']} {o['kind']}/{o['status']}{' excluded' if o['excluded'] else ''}" for o in rep.left_out),
-                    style="dim")))
+                widgets.append(Static(Text("not in aggregates: " + ", ".join(o.label() for o in rep.left_out),
+                                           style="dim")))
         body.mount_all(widgets)
 
     @on(DataTable.RowSelected, ".report-table")
@@ -283,17 +281,12 @@ class CampaignApp(App):
             return
         title.update(Text.assemble("checks of ", (v.verdict_id, "bold"), "  ", verdict_text(v.verdict),
                                    *(("\nevidence: ", (v.evidence_summary, "bold")) if v.evidence_summary else ())))
-        for i, c in enumerate(v.checks):
-            if v.kind == "throughput":
-                c = rule_cell_as_check(c)
-            status = str(c.get("status", c.get("verdict", "")))
-            if not status and "passed" in c:
-                status = "PASS" if c["passed"] else "FAIL"
+        for i, c in enumerate(v.checks):  # typed rows (stats.results.checks), quality and throughput alike
             table.add_row(
-                num(str(c.get("concurrency", c.get("cell", "-")))), str(c.get("label") or c.get("metric") or "-"),
-                str(c.get("unit") or ""), verdict_text(status), *(num(CHECK_DEFS[k].format(c.get(k))) for k in
-                                        ("n_ids", "point", "bound", "margin", "base_value", "cand_value")),
-                Text(str(c.get("reason") or ""), style="dim"), key=str(i))
+                num("-" if c.concurrency is None else str(c.concurrency)), c.label or c.metric or "-", c.unit,
+                verdict_text(c.status), *(num(c.formatted(k)) for k in
+                                          ("n_ids", "point", "bound", "margin", "base_value", "cand_value")),
+                Text(c.reason or ("" if c.upper else c.rule), style="dim"), key=str(i))
 
     # -- audit ------------------------------------------------------------------------------
     def on_audit_loaded(self, msg: AuditLoaded) -> None:
@@ -423,13 +416,3 @@ def display_path(path: Path) -> str:
 def plain(value: Any) -> str:
     """Integers that are not metrics (draws, seeds) print plainly; '-' when absent."""
     return "-" if value is None else str(value)
-
-
-def spread_cell(text: str, style: str | None = None) -> Text:
-    """The report's own 'median [min-max] cv x%' text, as the median over a dim second line
-    with the range, so the columns stay narrow."""
-    median, _, rest = text.partition(" [")
-    cell = Text(median, style=style or "", justify="right")
-    if rest:
-        cell.append("\n[" + rest, style=style or "dim")
-    return cell

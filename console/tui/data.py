@@ -2,26 +2,26 @@
 run in thread workers, never on the UI thread (dolphie's split: polling apart from rendering).
 
 The store is opened read-only for one load and closed right away, so the TUI never keeps a
-campaign from opening its database. Every figure comes from stats.metrics and the report's own
-`build_report`; nothing here re-derives a metric.
+campaign from opening its database. Every figure comes from the results layer (stats/results,
+stats.metrics.stored: the stored run metrics, computed in memory where a run has none stored);
+nothing here re-derives a metric.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from console.commands.report import ReportCell, admission_limits, build_report
 from data.audit import ChainResult, verify_chain
-from data.plans import Plan, plan_from_store
-from data.pool_status import evidence_of
+from data.metric_params import MetricParams
+from data.plans import plan_from_store
 from data.store import Store
-from stats.metrics import RequestMetrics, RunMetrics, load_run_records, request_metrics, run_metrics
+from stats.metrics import RequestMetrics, RunMetrics, load_run_records, metrics_for_runs, request_metrics
+from stats.results.plan_results import PlanResults, VerdictResult, load_plan_results, load_verdicts
 
-# run-level parameters a run was recorded under (params_json) and their defaults
-_METRIC_PARAMS = {"throughput_scale": 25.0, "stall_threshold_s": 0.1, "preroll_s": 0.0}
+PlanReport = PlanResults  # the Report tab shows the results layer's rows as they are
+VerdictRowView = VerdictResult
 
 
 def open_read_only(path: str | Path) -> Store:
@@ -29,14 +29,9 @@ def open_read_only(path: str | Path) -> Store:
     return Store(path, read_only=True)
 
 
-def metric_params(params_json: str | None) -> dict[str, float]:
+def run_params(run: dict[str, Any]) -> MetricParams:
     """The metric parameters stored with a run (the plan's values), else the defaults."""
-    try:
-        params = json.loads(params_json or "{}")
-    except json.JSONDecodeError:
-        params = {}
-    return {k: float(params.get(k, d)) if isinstance(params.get(k, d), (int, float)) else d
-            for k, d in _METRIC_PARAMS.items()}
+    return MetricParams.from_run_json(run.get("params_json"))
 
 
 @dataclass(frozen=True)
@@ -62,12 +57,10 @@ def load_runs(store: Store) -> list[RunRow]:
         "r.status, x.reason AS excluded, strftime(r.started_at AT TIME ZONE 'UTC', '%m-%d %H:%M:%S') AS started, "
         "r.params_json FROM runs r LEFT JOIN exclusions x USING (run_id) LEFT JOIN plans p USING (plan_hash) "
         "ORDER BY r.started_at, r.run_id")
-    out = []
-    for r in rows:
-        m = run_metrics(store, r["run_id"], **metric_params(r["params_json"]))
-        out.append(RunRow(r["run_id"], r["plan_hash"], r["plan_name"], r["engine"], r["concurrency"], r["kind"],
-                          r["pool"], r["repeat_index"], r["status"], r["excluded"], r["started"] or "", m))
-    return out
+    metrics = metrics_for_runs(store, rows, run_params)  # stored metrics; in memory where none are stored
+    return [RunRow(r["run_id"], r["plan_hash"], r["plan_name"], r["engine"], r["concurrency"], r["kind"],
+                   r["pool"], r["repeat_index"], r["status"], r["excluded"], r["started"] or "", metrics[r["run_id"]])
+            for r in rows]
 
 
 @dataclass(frozen=True)
@@ -107,8 +100,8 @@ def load_run_detail(store: Store, run_id: str) -> RunDetail:
         from data.errors import CampaignError
         raise CampaignError(f"{store.path}: no run with id {run_id!r}")
     run = runs[0]
-    params = metric_params(run["params_json"])
-    metrics = run_metrics(store, run_id, **params)
+    params = run_params(run)
+    metrics = metrics_for_runs(store, [run], params)[run_id]
     requests, chunks = load_run_records(store, run_id)
     details = {r["request_index"]: r["error_detail"] for r in store.query(
         "SELECT request_index, error_detail FROM requests WHERE run_id = ?", [run_id])}
@@ -119,7 +112,7 @@ def load_run_detail(store: Store, run_id: str) -> RunDetail:
         arrivals = [((t - r["t_send_ns"]) / 1e9, s / rate if rate else 0.0) for t, s in cs]
         rows.append(RequestRow(r["request_index"], r["utt_id"], bool(r["is_warmup"]), r["outcome"],
                                details.get(r["request_index"]),
-                               request_metrics(r, cs, preroll_s=params["preroll_s"]), arrivals))
+                               request_metrics(r, cs, preroll_s=params.preroll_s), arrivals))
     series = []
     samples = store.query(
         f"SELECT gpu_index, t_ns, {', '.join(GPU_COLUMNS)} FROM gpu_samples WHERE run_id = ? ORDER BY gpu_index, t_ns",
@@ -132,60 +125,10 @@ def load_run_detail(store: Store, run_id: str) -> RunDetail:
     return RunDetail(run, metrics, rows, series, run.get("telemetry_status"))
 
 
-@dataclass(frozen=True)
-class PlanReport:
-    plan: Plan
-    frozen_at: str
-    cells: list[ReportCell]
-    left_out: list[dict[str, Any]] = field(default_factory=list)  # runs not in aggregates, by kind/status
-    limits: dict[str, int] = field(default_factory=dict)  # engine -> admission limit from its deploy config
-
-
-def load_reports(store: Store) -> list[PlanReport]:
-    """`campaign report` for every root plan in the store (the report's own build_report)."""
-    out = []
-    for p in store.query("SELECT plan_hash, strftime(frozen_at AT TIME ZONE 'UTC', '%Y-%m-%d %H:%M') AS frozen "
-                         "FROM plans WHERE kind = 'plan' ORDER BY frozen_at"):
-        plan = plan_from_store(store, p["plan_hash"])
-        cells = build_report(store, plan)
-        left_out = store.query(
-            "SELECT r.kind, r.status, (x.run_id IS NOT NULL) AS excluded, count(*) AS n FROM runs r "
-            "LEFT JOIN exclusions x USING (run_id) WHERE r.plan_hash = ? AND (r.kind <> 'measured' OR "
-            "r.status <> 'complete' OR x.run_id IS NOT NULL) GROUP BY ALL ORDER BY ALL", [plan.hash])
-        out.append(PlanReport(plan, p["frozen"] or "", cells, left_out, admission_limits(store, plan)))
-    return out
-
-
-@dataclass(frozen=True)
-class VerdictRowView:
-    verdict_id: str
-    created: str
-    kind: str
-    name: str | None
-    verdict: str
-    method: str | None
-    draws: int | None
-    seed: int | None
-    plan_hash: str | None
-    checks: list[dict[str, Any]]
-    evidence: str = "-"  # pool status (data.pool_status): reserved / reused / unreserved / external
-    evidence_summary: str = ""  # its one-line statement, as recorded in the verdict document
-
-
-def load_verdicts(store: Store) -> list[VerdictRowView]:
-    rows = store.query(
-        "SELECT verdict_id, strftime(created_at AT TIME ZONE 'UTC', '%Y-%m-%d %H:%M:%S') AS created, kind, name, "
-        "verdict, method, draws, seed, plan_hash, checks_json, document_json FROM verdicts ORDER BY created_at, verdict_id")
-    out = []
-    for r in rows:
-        try:
-            checks = json.loads(r["checks_json"] or "[]")
-        except json.JSONDecodeError:
-            checks = [{"reason": "checks_json is not valid JSON"}]
-        out.append(VerdictRowView(r["verdict_id"], r["created"], r["kind"], r["name"], r["verdict"], r["method"],
-                                  r["draws"], r["seed"], r["plan_hash"], checks if isinstance(checks, list) else [],
-                                  *evidence_of(r["document_json"])))
-    return out
+def load_reports(store: Store) -> list[PlanResults]:
+    """The results of every root plan in the store (what `campaign report` shows)."""
+    return [load_plan_results(store, plan_from_store(store, h)) for (h,) in store.con.execute(
+        "SELECT plan_hash FROM plans WHERE kind = 'plan' ORDER BY frozen_at").fetchall()]
 
 
 @dataclass(frozen=True)
@@ -204,8 +147,8 @@ def load_audit(store: Store) -> AuditView:
 @dataclass(frozen=True)
 class BrowserData:
     runs: list[RunRow]
-    reports: list[PlanReport]
-    verdicts: list[VerdictRowView]
+    reports: list[PlanResults]
+    verdicts: list[VerdictResult]
     audit: AuditView
 
 

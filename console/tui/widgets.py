@@ -17,6 +17,7 @@ from textual.widgets import DataTable, Label, ProgressBar, Sparkline, Static
 
 from console.live import LIVE_METRICS, LiveInflight, LiveSnapshot
 from stats.metrics import METRICS_BY_NAME, MetricDef
+from stats.results.report import SpreadText
 
 FAIL_STYLE = "bold red"
 STALL_STYLE = "yellow"
@@ -29,29 +30,7 @@ GPU_DEFS: dict[str, MetricDef] = {
     "power_w": MetricDef("power_w", "power", "W", ".0f", None, True),
     "sm_clock_mhz": MetricDef("sm_clock_mhz", "SM clock", "MHz", ".0f", None, True),
 }
-CHECK_DEFS: dict[str, MetricDef] = {
-    "point": MetricDef("point", "estimate", "", ".3f", None, False),
-    "bound": MetricDef("bound", "upper bound", "", ".3f", None, False),
-    "margin": MetricDef("margin", "margin", "", ".3f", None, False),
-    "base_value": MetricDef("base_value", "baseline", "", ".3f", None, False),
-    "cand_value": MetricDef("cand_value", "candidate", "", ".3f", None, False),
-    "n_ids": MetricDef("n_ids", "ids", "", "d", None, False),
-}
 TIME_DEF = MetricDef("t", "time", "s", ".1f", None, False)
-
-
-def rule_cell_as_check(cell: dict) -> dict:
-    """A throughput decision-rule cell in the checks table's columns: ids = paired repeats,
-    estimate = geometric-mean candidate/reference ratio, bound = its one-sided LOWER bound,
-    margin = the minimum ratio it must exceed, baseline/candidate = median throughput."""
-    spread = lambda k: (cell.get(k) or {}).get("median")  # noqa: E731 - a local accessor
-    return {
-        "concurrency": cell.get("concurrency"), "label": "throughput ratio (lower bound)", "unit": "cand/ref",
-        "status": cell.get("status"), "n_ids": cell.get("n_pairs"), "point": cell.get("geo_mean_ratio"),
-        "bound": cell.get("lower_bound_ratio"), "margin": cell.get("min_ratio"),
-        "base_value": spread("reference_spread"), "cand_value": spread("candidate_spread"),
-        "reason": cell.get("reason") or "pass iff lower bound > margin",
-    }
 COUNT_DEF = MetricDef("n", "count", "", "d", None, False)
 SECONDS_DEF = MetricDef("s", "seconds", "s", ".2f", None, False)
 
@@ -69,6 +48,15 @@ def header(d: MetricDef, label: str | None = None) -> str:
 def truncated_cell(n: int) -> Text:
     """Requests cut by a token limit: ok on the wire, but not the whole utterance."""
     return num(str(n), STALL_STYLE if n else None)
+
+
+def spread_cell(s: SpreadText, style: str | None = None) -> Text:
+    """A report cell's spread as the median over a dim second line with the range, so the columns
+    stay narrow (the parts come typed from the results layer, never parsed from text)."""
+    cell = Text(s.median, style=style or "", justify="right")
+    if s.range:
+        cell.append("\n" + s.range, style=style or "dim")
+    return cell
 
 
 def num(text: str, style: str | None = None) -> Text:

@@ -1,4 +1,4 @@
-"""Run and request metrics (DESIGN.md §3): the single implementation the console, reports and
+"""Run and request metrics (docs/results.md): the single implementation the console, reports and
 verdicts share. `METRICS_VERSION` is stored with every run and export."""
 
 from stats.metrics.compute import (
@@ -13,11 +13,13 @@ from stats.metrics.compute import (
     run_metrics,
     spread,
 )
-from stats.metrics.cells import SWEEP_POOL, CellRun, cell_runs, plan_run_metrics
+from data.metric_params import DEFAULT_METRIC_PARAMS, MetricParams
+from stats.metrics.cells import SWEEP_POOL, CellRun, cell_runs, plan_cell_runs
+from stats.metrics.stored import metrics_for_runs
 from stats.metrics.registry import METRICS, METRICS_BY_NAME, METRICS_VERSION, MetricDef
 
 __all__ = [
-    "SWEEP_POOL", "CellRun", "cell_runs", "plan_run_metrics",
+    "SWEEP_POOL", "CellRun", "cell_runs", "plan_cell_runs", "metrics_for_runs", "MetricParams", "DEFAULT_METRIC_PARAMS",
     "METRICS", "METRICS_BY_NAME", "METRICS_VERSION", "MetricDef", "PERCENTILE_METHOD",
     "RequestMetrics", "RunMetrics", "Spread", "load_run_records", "metrics_from_records",
     "percentile", "request_metrics", "run_metrics", "spread",

@@ -3,8 +3,9 @@
 
 Runs come from `data.queries.aggregate_runs` (measured, complete, not excluded) restricted to the
 plan's sweep pool by default, so holdout-phase quality runs (another workload) never mix into
-throughput repeats; metrics come from `run_metrics` with the plan's frozen metric parameters.
-`campaign report`, the throughput decision rules, the verdict export and the TUI all call this.
+throughput repeats; metrics are the stored ones (`stats.metrics.stored`) under the plan's frozen
+metric parameters. The results layer (stats/results), the throughput decision rules and the verdict
+document all call this.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any
 
 from data.queries import aggregate_runs
 from data.store import Store
-from stats.metrics.compute import RunMetrics, run_metrics
+from stats.metrics.compute import RunMetrics
+from stats.metrics.stored import metrics_for_runs
 
 SWEEP_POOL = object()  # sentinel: the plan's sweep pool (plan.workload.pool)
 
@@ -33,11 +35,12 @@ class CellRun:
         return int(self.run["repeat_index"])
 
 
-def plan_run_metrics(store: Store, plan: Any, run_id: str) -> RunMetrics:
-    """`run_metrics` under the plan's frozen throughput scale, stall threshold and pre-roll."""
-    m = plan.metrics
-    return run_metrics(store, run_id, throughput_scale=m.throughput_scale,
-                       stall_threshold_s=m.stall_threshold_s, preroll_s=m.preroll_s)
+def plan_cell_runs(store: Store, plan: Any, pool: Any = SWEEP_POOL) -> list[CellRun]:
+    """Every aggregate run of the plan (one pool) with its metrics, one stored-metrics read."""
+    pool = plan.workload.pool if pool is SWEEP_POOL else pool
+    runs = aggregate_runs(store, plan.hash, pool=pool)
+    metrics = metrics_for_runs(store, runs, plan.metrics)
+    return [CellRun(r, metrics[r["run_id"]]) for r in runs]
 
 
 def cell_runs(store: Store, plan: Any, engine: str, concurrency: int,
@@ -45,4 +48,5 @@ def cell_runs(store: Store, plan: Any, engine: str, concurrency: int,
     """Aggregate runs of one cell with their metrics, in repeat order."""
     pool = plan.workload.pool if pool is SWEEP_POOL else pool
     runs = aggregate_runs(store, plan.hash, engine=engine, concurrency=int(concurrency), pool=pool)
-    return [CellRun(r, plan_run_metrics(store, plan, r["run_id"])) for r in runs]
+    metrics = metrics_for_runs(store, runs, plan.metrics)
+    return [CellRun(r, metrics[r["run_id"]]) for r in runs]

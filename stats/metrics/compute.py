@@ -1,4 +1,4 @@
-"""The one implementation of the run metrics in DESIGN.md §3; every screen, report and verdict
+"""The one implementation of the run metrics (docs/timing.md); every screen, report and verdict
 calls these functions rather than re-deriving figures from SQL.
 
 Percentiles use numpy's 'linear' method everywhere (`percentile`). Latency (TTFA, TTFB,
@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from data.errors import CampaignError
+from data.metric_params import DEFAULT_METRIC_PARAMS, MetricParams
 from data.records import FAILURE_CLASSES
 from data.store import Store
 from stats.metrics.registry import METRICS_VERSION
@@ -76,6 +77,11 @@ class RequestMetrics:
         return self.finish_reason == "length"
 
 
+def request_rtf(t_send_ns: int, t_last_audio_ns: int | None, audio_s: float) -> float | None:
+    """Real-time factor of a finished request: (t_last_audio - t_send) / audio seconds."""
+    return (t_last_audio_ns - t_send_ns) / NS / audio_s if t_last_audio_ns is not None and audio_s > 0 else None
+
+
 def _get(row: Any, name: str) -> Any:
     return row[name] if isinstance(row, Mapping) else getattr(row, name)
 
@@ -106,7 +112,7 @@ def request_metrics(
     samples = _get(request, "audio_samples") or 0
     audio_s = samples / rate if rate else 0.0
     ttfa = (t_fa - t_send) / NS if t_fa is not None else None
-    rtf = (t_la - t_send) / NS / audio_s if t_la is not None and audio_s > 0 and now_ns is None else None
+    rtf = request_rtf(t_send, t_la, audio_s) if now_ns is None else None
     now_s = None if now_ns is None else (now_ns - t_send) / NS
     if rate and audio_chunks:
         arrivals = [(t - t_send) / NS for t, _ in audio_chunks]
@@ -164,17 +170,28 @@ class RunMetrics:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @property
+    def params(self) -> MetricParams:
+        return MetricParams(self.throughput_scale, self.stall_threshold_s, self.preroll_s)
+
+
+def _params(params: MetricParams | None, overrides: Mapping[str, float]) -> MetricParams:
+    """`params` (default: the one default set) with single fields overridden by keyword."""
+    base = params or DEFAULT_METRIC_PARAMS
+    return replace(base, **{k: float(v) for k, v in overrides.items()}) if overrides else base
+
 
 def metrics_from_records(
     run_id: str,
     requests: Sequence[Any],
     chunks_by_request: Mapping[int, Sequence[tuple[int, int]]],
-    *,
-    throughput_scale: float = 25.0,
-    stall_threshold_s: float = 0.1,
-    preroll_s: float = 0.0,
+    params: MetricParams | None = None,
+    **overrides: float,
 ) -> RunMetrics:
-    """Run metrics from request rows and their audio chunks (the pure core of `run_metrics`)."""
+    """Run metrics from request rows and their audio chunks (the pure core of `run_metrics`) under
+    `params` (data/metric_params.py; keyword overrides of single fields)."""
+    p = _params(params, overrides)
+    throughput_scale, stall_threshold_s, preroll_s = p.throughput_scale, p.stall_threshold_s, p.preroll_s
     measured = [r for r in requests if not _get(r, "is_warmup")]
     warmups = len(requests) - len(measured)
     per = [request_metrics(r, chunks_by_request.get(_get(r, "request_index"), ()), preroll_s=preroll_s)
@@ -245,19 +262,10 @@ def load_run_records(store: Store, run_id: str) -> tuple[list[dict[str, Any]], d
     return requests, chunks
 
 
-def run_metrics(
-    store: Store,
-    run_id: str,
-    *,
-    throughput_scale: float = 25,
-    stall_threshold_s: float = 0.1,
-    preroll_s: float = 0.0,
-) -> RunMetrics:
-    """Metrics of one stored run (DESIGN.md §3)."""
+def run_metrics(store: Store, run_id: str, params: MetricParams | None = None, **overrides: float) -> RunMetrics:
+    """Metrics of one stored run (docs/timing.md), computed from its rows now; views read the stored
+    ones through `stats.metrics.stored.metrics_for_runs`."""
     if not store.scalar("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]):
         raise CampaignError(f"{store.path}: no run with id {run_id!r}")
     requests, chunks = load_run_records(store, run_id)
-    return metrics_from_records(
-        run_id, requests, chunks,
-        throughput_scale=throughput_scale, stall_threshold_s=stall_threshold_s, preroll_s=preroll_s,
-    )
+    return metrics_from_records(run_id, requests, chunks, _params(params, overrides))

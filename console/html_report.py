@@ -1,0 +1,169 @@
+"""`campaign report PLAN --html FILE [--figures DIR]`: one self-contained HTML file (no network,
+no script; figures inline as base64 PNG) with the report tables, every figure of console/figures.py,
+the verdicts with their checks, the plan hash, the audit head and the metric definitions
+(docs/results.md). Every number comes from the results layer; the tables use the same spread text as
+`campaign report`."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib
+
+from console import figures as F
+from data.anchor import current_head
+from data.errors import CampaignError
+from data.store import Store, first_line
+from stats.metrics import METRICS, METRICS_VERSION
+from stats.results.plan_results import PlanResults, VerdictResult, load_verdicts
+from stats.results.replicates import CheckReplicates, document_replicates
+from stats.results.report import COLUMNS, column_label, concurrency_label
+from stats.results.series import gpu_series, request_rtfs
+
+
+@dataclass
+class HtmlReport:
+    path: Path
+    figures: list[F.FigureOut] = field(default_factory=list)
+
+
+def build_figures(store: Store, res: PlanResults, verdicts: list[VerdictResult]) -> list[F.FigureOut]:
+    run_ids = [rid for c in res.cells for rid in c.run_ids]
+    reps: dict[str, list[CheckReplicates]] = {v.verdict_id: document_replicates(v.document)
+                                              for v in verdicts if v.kind == "quality" and v.document}
+    labels = {r.run_id: f"{c.engine} C{c.concurrency} r{r.repeat}" for c in res.cells for r in c.runs}
+    with matplotlib.rc_context(F.STYLE):
+        return [
+            F.throughput_figure(res),
+            F.latency_figure(res),
+            F.rtf_figure(res, request_rtfs(store, run_ids)),
+            F.stalls_failures_figure(res),
+            F.gpu_figure(res, gpu_series(store, run_ids), labels),
+            F.forest_figure(verdicts),
+            F.replicates_figure(verdicts, reps),
+            F.ratios_figure(verdicts),
+            F.coverage_figure(verdicts),
+        ]
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    with matplotlib.rc_context(F.STYLE):
+        fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text))
+
+
+def _table(head: list[str], rows: list[list[str]], cls: str = "") -> str:
+    out = [f'<table class="{cls}"><thead><tr>' + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr></thead><tbody>"]
+    for r in rows:
+        out.append("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>")
+    return "".join(out) + "</tbody></table>"
+
+
+def report_tables(res: PlanResults) -> str:
+    plan = res.plan
+    parts = []
+    head = ["C", "n"] + [column_label(f, lbl, plan.metrics.throughput_scale) for f, lbl in COLUMNS]
+    for e in plan.engines:
+        limit = res.limits.get(e.name)
+        rows = []
+        for c in res.cells_of(e.name):
+            cells = [_e(concurrency_label(c.concurrency, limit)), str(c.n)]
+            for f, _ in COLUMNS:
+                t = c.text(f)
+                cells.append(f'<span class="med">{_e(t.median)}</span>'
+                             + (f'<br><span class="rng">{_e(t.range)}</span>' if t.range else ""))
+            rows.append(cells)
+        parts.append(f"<h3>{_e(e.name)} ({_e(e.adapter)}, profile {_e(e.profile or '-')}"
+                     + (f", admits {limit} at once" if limit is not None else "") + ")</h3>"
+                     + _table(head, rows, "report"))
+    if res.left_out:
+        parts.append(f"<p class=note>not in aggregates: {_e(', '.join(o.label() for o in res.left_out))}</p>")
+    return "".join(parts)
+
+
+def verdict_tables(verdicts: list[VerdictResult]) -> str:
+    if not verdicts:
+        return "<p>No verdicts issued for this plan.</p>"
+    parts = []
+    for v in verdicts:
+        rows = [[_e(c.concurrency), _e(c.label), _e(c.unit), f'<b class="{_e(c.status)}">{_e(c.status)}</b>',
+                 _e(c.formatted("n_ids")), _e(c.formatted("point")), _e(c.formatted("bound")),
+                 _e(c.formatted("margin")), _e(c.formatted("base_value")), _e(c.formatted("cand_value")),
+                 _e(c.reason or c.rule)] for c in v.checks]
+        parts.append(f'<h3>{_e(v.verdict_id)}: <b class="{_e(v.verdict)}">{_e(v.verdict)}</b></h3>'
+                     f"<p>{_e(v.kind)} · {_e(v.name or '-')} · issued {_e(v.created)} UTC · {_e(v.method or '-')}"
+                     + (f" · B={v.draws} seed={v.seed}" if v.draws else "")
+                     + (f" · evidence: {_e(v.evidence)} ({_e(v.evidence_summary)})" if v.evidence_summary else "") + "</p>"
+                     + _table(["C", "check", "unit", "status", "ids", "estimate", "bound", "margin", "baseline",
+                               "candidate", "note"], rows, "checks"))
+    return "".join(parts)
+
+
+def definitions() -> str:
+    rows = [[_e(m.label), f"<code>{_e(m.name)}</code>", _e(m.unit), _e(m.doc)] for m in METRICS]
+    return _table(["metric", "field", "unit", "definition"], rows, "defs")
+
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px auto;max-width:1280px;color:#222}
+h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}h3{font-size:14px}
+table{border-collapse:collapse;font-size:12px;margin:6px 0 14px}th,td{border:1px solid #ddd;padding:3px 6px;text-align:right}
+th{background:#f4f4f4}table.defs td,table.checks td:last-child{text-align:left}.rng{color:#777;font-size:11px}
+figure{margin:18px 0;border:1px solid #eee;padding:8px}figure img{max-width:100%;height:auto;display:block}
+figcaption{font-size:12px;color:#444;margin-top:4px}figcaption b{font-size:13px;color:#111}
+.PASS{color:#1a7f1a}.FAIL{color:#c62828}.INCONCLUSIVE{color:#9a8a00}code{font-size:11px}.meta td{text-align:left}
+.note{color:#666;font-size:12px}
+"""
+
+
+def render_html(store: Store, res: PlanResults, verdicts: list[VerdictResult], figs: list[F.FigureOut],
+                pngs: dict[str, bytes]) -> str:
+    plan = res.plan
+    head = current_head(store)
+    meta = _table(["field", "value"], [
+        ["plan", _e(plan.name)], ["plan hash", f"<code>{_e(plan.hash)}</code>"], ["frozen", _e(res.frozen_at + " UTC")],
+        ["audit head", f"seq {head.length}, <code>{_e(head.head_hash)}</code>"],
+        ["metrics version", _e(METRICS_VERSION)],
+        ["metric parameters", _e(", ".join(f"{k} = {v:g}" for k, v in plan.metrics.as_dict().items()))],
+        ["aggregates", "measured, complete, not excluded runs of the sweep pool; median [min-max] cv across repeats"],
+    ], "meta")
+    body = [f"<h1>{_e(plan.name)}: campaign report</h1>", meta, "<h2>Report</h2>", report_tables(res),
+            "<h2>Figures</h2>"]
+    for f in figs:
+        data = base64.b64encode(pngs[f.key]).decode()
+        body.append(f'<figure id="fig-{f.key}"><img alt="{_e(f.title)}" src="data:image/png;base64,{data}">'
+                    f"<figcaption><b>{_e(f.title)}</b>. {_e(f.caption)}</figcaption></figure>")
+    body += ["<h2>Verdicts</h2>", verdict_tables(verdicts), "<h2>Metric definitions</h2>", definitions(),
+             "<p class=note>Definitions: docs/results.md, docs/statistics.md and docs/timing.md of the console.</p>"]
+    return ("<!DOCTYPE html><html lang=en><head><meta charset=utf-8>"
+            f"<title>{_e(plan.name)} report {_e(plan.hash[:12])}</title><style>{CSS}</style></head><body>"
+            + "".join(body) + "</body></html>\n")
+
+
+def write_report(store: Store, res: PlanResults, path: Path, figures_dir: Path | None = None) -> HtmlReport:
+    """Write the HTML report (and each figure as PNG and SVG into `figures_dir`)."""
+    verdicts = load_verdicts(store, res.plan.hash, documents=True)
+    figs = build_figures(store, res, verdicts)
+    pngs = {f.key: _png(f.figure) for f in figs}
+    text = render_html(store, res, verdicts, figs, pngs)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        if figures_dir is not None:
+            figures_dir.mkdir(parents=True, exist_ok=True)
+            for f in figs:
+                (figures_dir / f"{f.key}.png").write_bytes(pngs[f.key])
+                with matplotlib.rc_context(F.STYLE):
+                    f.figure.savefig(figures_dir / f"{f.key}.svg", format="svg", metadata={"Date": None})
+    except OSError as exc:
+        raise CampaignError(f"{exc.filename or path}: cannot write ({first_line(exc)})") from None
+    return HtmlReport(path, figs)

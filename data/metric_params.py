@@ -1,0 +1,56 @@
+"""The metric parameters: the one place their defaults are defined (docs/timing.md).
+
+A run's metrics depend on three numbers besides its stored requests and chunks: the throughput
+scale (25 codec tokens per audio second), the stall threshold of the continuity figure and the
+playback pre-roll. A plan freezes them (`metrics` section, `data.plans.Plan.metrics` is this
+type), a run records them in `runs.params_json`, and the stored per-run metrics
+(`run_metrics` table) are keyed by their hash, so a change of any of them recomputes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class MetricParams:
+    throughput_scale: float = 25.0
+    stall_threshold_s: float = 0.1
+    preroll_s: float = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: float(v) for k, v in asdict(self).items()}
+
+    def canonical_json(self) -> str:
+        return json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
+
+    @property
+    def sha256(self) -> str:
+        """What the stored metrics are keyed by (with the metrics version)."""
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any] | None) -> "MetricParams":
+        """The parameters named in `values` (finite numbers), defaults for the rest."""
+        base = cls()
+        out = {}
+        for k, d in base.as_dict().items():
+            v = (values or {}).get(k, d)
+            out[k] = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else d
+        return cls(**out)
+
+    @classmethod
+    def from_run_json(cls, params_json: str | None) -> "MetricParams":
+        """The parameters a run was recorded under (`runs.params_json`), defaults where absent."""
+        try:
+            params = json.loads(params_json or "{}")
+        except json.JSONDecodeError:
+            params = {}
+        return cls.from_mapping(params if isinstance(params, dict) else {})
+
+
+DEFAULT_METRIC_PARAMS = MetricParams()

@@ -1,0 +1,133 @@
+"""Report cells: one typed row per (engine, sweep concurrency) of a plan with the spread of every
+report column across the cell's measured repeats (median, [min - max], CV), never a single best run.
+
+Only aggregate runs (data.queries.aggregate_runs: measured, complete, not excluded) of the sweep pool
+enter a cell, and every figure comes from the stored run metrics (stats.metrics.stored).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from data.store import Store
+from stats.metrics import METRICS_BY_NAME, SWEEP_POOL, CellRun, Spread, plan_cell_runs, spread
+from stats.metrics.registry import throughput_unit
+
+# (RunMetrics field, column label) in table order
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("throughput", "audio tok/s"),
+    ("ttfa_p50_s", "TTFA p50"),
+    ("ttfa_p95_s", "TTFA p95"),
+    ("e2e_p50_s", "e2e p50"),
+    ("e2e_p95_s", "e2e p95"),
+    ("rtf_mean", "mean RTF"),
+    ("stall_count", "stalls"),
+    ("failed", "failures"),
+    ("truncated", "truncated"),
+    ("chunks_mean", "chunks/req"),
+)
+
+
+@dataclass(frozen=True)
+class SpreadText:
+    """A spread as display text: the median, and the '[min-max] cv x%' line when n > 1."""
+    median: str
+    range: str = ""
+
+    def one_line(self) -> str:
+        return f"{self.median} {self.range}" if self.range else self.median
+
+
+@dataclass(frozen=True)
+class ReportCell:
+    engine: str
+    concurrency: int
+    run_ids: list[str]
+    spreads: dict[str, Spread]
+    runs: list[CellRun] = field(default_factory=list, compare=False, repr=False)  # repeat order
+
+    @property
+    def n(self) -> int:
+        return self.spreads["throughput"].n
+
+    def text(self, name: str) -> SpreadText:
+        return spread_text(name, self.spreads[name])
+
+
+def build_report(store: Store, plan: Any, pool: Any = SWEEP_POOL) -> list[ReportCell]:
+    """One cell per engine x sweep concurrency (empty cells kept so gaps show); one metrics read."""
+    by_cell: dict[tuple[str, int], list[CellRun]] = {}
+    for x in plan_cell_runs(store, plan, pool):
+        by_cell.setdefault((x.run["engine"], int(x.run["concurrency"])), []).append(x)
+    out = []
+    for engine in plan.engines:
+        for c in plan.sweep.concurrencies:
+            runs = by_cell.get((engine.name, int(c)), [])
+            spreads = {f: spread(getattr(x.metrics, f) for x in runs) for f, _ in COLUMNS}
+            out.append(ReportCell(engine.name, int(c), [x.run_id for x in runs], spreads, runs))
+    return out
+
+
+def format_value(name: str, v: float) -> str:
+    d = METRICS_BY_NAME[name]
+    # counts are ints in the registry format; a median of counts can be fractional
+    if d.fmt == "d":
+        return str(int(v)) if float(v).is_integer() else f"{v:.1f}"
+    return format(v * d.scale, d.fmt)
+
+
+def spread_text(name: str, s: Spread) -> SpreadText:
+    if s.n == 0 or s.median is None:
+        return SpreadText("-")
+    if s.n == 1 or s.min is None or s.max is None:
+        return SpreadText(format_value(name, s.median))
+    rng = f"[{format_value(name, s.min)}-{format_value(name, s.max)}]"
+    if s.cv is not None:
+        rng += f" cv {s.cv * 100:.1f}%"
+    return SpreadText(format_value(name, s.median), rng)
+
+
+def column_label(name: str, label: str, throughput_scale: float | None = None) -> str:
+    unit = METRICS_BY_NAME[name].unit
+    if name == "throughput" and throughput_scale is not None:
+        unit = throughput_unit(throughput_scale)
+    return f"{label} ({unit})" if unit else label
+
+
+def concurrency_label(c: int, limit: int | None) -> str:
+    """C, marked when it exceeds the engine's admission limit (the excess queues inside the engine)."""
+    return f"{c} > limit {limit}" if limit is not None and c > limit else str(c)
+
+
+def admission_limits(store: Store, plan: Any) -> dict[str, int]:
+    """engine -> the admission limit its latest launch under the plan recorded from its deploy
+    configuration (engine_adapters/deploy_config.py); engines without one are absent."""
+    out: dict[str, int] = {}
+    for r in store.query("SELECT engine, deploy_json FROM engine_launches WHERE plan_hash = ? AND deploy_json IS NOT NULL "
+                         "ORDER BY started_at", [plan.hash]):
+        limit = json.loads(r["deploy_json"]).get("admission_limit")
+        if isinstance(limit, int):
+            out[r["engine"]] = limit
+    return out
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """Runs of a plan that are not in aggregates, counted by kind / status / exclusion."""
+    kind: str
+    status: str
+    excluded: bool
+    n: int
+
+    def label(self) -> str:
+        return f"{self.n} {self.kind}/{self.status}{' excluded' if self.excluded else ''}"
+
+
+def left_out(store: Store, plan_hash: str) -> list[LeftOut]:
+    rows = store.query(
+        "SELECT r.kind, r.status, (x.run_id IS NOT NULL) AS excluded, count(*) AS n FROM runs r "
+        "LEFT JOIN exclusions x USING (run_id) WHERE r.plan_hash = ? AND (r.kind <> 'measured' OR "
+        "r.status <> 'complete' OR x.run_id IS NOT NULL) GROUP BY ALL ORDER BY ALL", [plan_hash])
+    return [LeftOut(r["kind"], r["status"], bool(r["excluded"]), int(r["n"])) for r in rows]
