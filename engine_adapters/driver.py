@@ -697,22 +697,6 @@ def idle_priority() -> str:
         return "normal"
 
 
-PIPE_BYTES = 1 << 20
-
-
-def _widen_pipe(fd: int) -> None:
-    """Give the batch pipe 1 MiB (Linux's default is 64 KiB, capped by /proc/sys/fs/pipe-max-size):
-    the sender thread then takes the GIL back after every 1 MiB written, not every 64 KiB, so a
-    batch of a thousand streams' audio costs the loop thread 16 times fewer GIL hand-overs."""
-    import fcntl
-
-    try:
-        limit = int(Path("/proc/sys/fs/pipe-max-size").read_text())
-        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, min(PIPE_BYTES, limit))
-    except (AttributeError, OSError, ValueError):
-        pass  # not Linux, or refused: the default size works, only with more hand-overs
-
-
 class WarmDriver:
     """A driver process started ahead of its run: spawned and imported (about a second: a fresh
     interpreter, numpy, uvloop, the dialects) while the engine starts or the previous run is
@@ -723,7 +707,6 @@ class WarmDriver:
     def __init__(self) -> None:
         ctx = mp.get_context("spawn")
         self.recv, self.send = ctx.Pipe(duplex=False)
-        _widen_pipe(self.recv.fileno())
         self.cancel = ctx.Event()
         self._control_recv, self.control = ctx.Pipe(duplex=False)
         self.proc = ctx.Process(target=_child_main, args=(None, self.send, self.cancel, False, self._control_recv),
@@ -781,7 +764,6 @@ class DriverProcess:
         else:
             ctx = mp.get_context("spawn")
             self._recv, self._send = ctx.Pipe(duplex=False)
-            _widen_pipe(self._recv.fileno())
             self._cancel = ctx.Event()
             self._proc = ctx.Process(target=_child_main, args=(spec, self._send, self._cancel, on_inflight is not None),
                                      name=f"driver-{spec.run_id}", daemon=True)
