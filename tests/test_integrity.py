@@ -94,6 +94,7 @@ def test_untouched_store_verifies(campaign, tmp_path, capsys):
     assert re.search(r"ok +runs +4 run\(s\) match the digests recorded at run end", r.stdout)
     assert re.search(r"ok +verdicts +2 verdict", r.stdout)
     assert re.search(r"ok +anchor +the chain still holds", r.stdout)
+    assert re.search(r"ok +metrics +[1-9]\d* stored run-metrics row\(s\) equal a recomputation", r.stdout)
 
 
 # (id, statements, the check audit verify must name first, a word its message must hold)
@@ -115,6 +116,10 @@ TAMPER = [
      ["DELETE FROM requests WHERE request_index = 1 AND run_id = (SELECT max(run_id) FROM runs)"], "runs",
      "rows deleted or added"),
     ("drop-verdicts", ["DROP TABLE verdicts"], "schema", "verdicts is missing"),
+    # the stored per-run metrics every view reads: an edit there changes what users see
+    ("edit-stored-metrics",
+     ["UPDATE run_metrics SET metrics_json = replace(metrics_json, '\"throughput\": ', '\"throughput\": 1')"],
+     "metrics", "differ from the ones its requests and chunks give (throughput)"),
 ]
 
 
@@ -135,7 +140,8 @@ def _tamper_guard(db: Path, statements: list[str]) -> str:
     """A fingerprint of the tables a case edits, to prove the edit happened."""
     con = duckdb.connect(str(db), read_only=True)
     try:
-        tables = {t for t in ("verdicts", "audit_events", "plans", "requests") if any(t in s for s in statements)}
+        tables = {t for t in ("verdicts", "audit_events", "plans", "requests", "run_metrics")
+                  if any(t in s for s in statements)}
         present = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
         return json.dumps({t: str(con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall()) if t in present else None
                            for t in sorted(tables)})

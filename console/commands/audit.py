@@ -8,8 +8,9 @@ from console.commands.db import add_db_arg
 from console.output import FORMATS, print_rows
 from data.audit import EVENT_KINDS, events
 from data.errors import StoreCorrupt
-from data.integrity import FAILED, load_exported, verify_store
+from data.integrity import FAILED, OK, Check, load_exported, verify_store
 from data.store import open_store
+from stats.metrics.stored import stored_metrics_problems
 
 
 def register(sub) -> None:
@@ -36,6 +37,8 @@ def cmd_verify(args) -> int:
     try:
         with open_store(args.db, read_only=True) as store:
             checks = verify_store(store, against)
+            if all(c.ok for c in checks):
+                checks.append(_metrics_check(store))
     except StoreCorrupt as exc:
         print(f"audit verify FAILED: store file: {exc}")
         return 1
@@ -47,6 +50,15 @@ def cmd_verify(args) -> int:
         return 1
     print(f"audit verify OK: {len(checks)} checks")
     return 0
+
+
+def _metrics_check(store) -> Check:
+    """Stored per-run metrics against a recomputation (the results every view reads)."""
+    n, problems = stored_metrics_problems(store)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        return Check("metrics", FAILED, problems[0] + more)
+    return Check("metrics", OK, f"{n} stored run-metrics row(s) equal a recomputation from their runs")
 
 
 def cmd_log(args) -> int:

@@ -96,3 +96,39 @@ def store_metrics(store: Store, rows: Sequence[tuple[RunMetrics, int]]) -> None:
             "metrics_json, computed_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
             [[m.run_id, m.metrics_version, m.params.sha256, m.params.canonical_json(), n, json.dumps(m.to_dict()), now]
              for m, n in rows])
+
+
+def stored_metrics_problems(store: Store) -> tuple[int, list[str]]:
+    """(rows checked, problems): every stored `run_metrics` row recomputed from the run's rows now
+    and compared field by field. The table is a cache that every view reads, so an edited row
+    would change what users see without touching a measurement (`audit verify`, docs/integrity.md)."""
+    rows = store.query("SELECT run_id, metrics_version, params_sha256, params_json, requests, metrics_json "
+                       "FROM run_metrics ORDER BY run_id, metrics_version, params_sha256")
+    problems: list[str] = []
+    current = [r for r in rows if r["metrics_version"] == METRICS_VERSION]
+    problems += [f"run {r['run_id']}: stored metrics of version {r['metrics_version']!r}, not a version this "
+                 f"console computes ({METRICS_VERSION})" for r in rows if r["metrics_version"] != METRICS_VERSION]
+    todo: list[tuple[str, MetricParams]] = []
+    for r in current:
+        params = MetricParams.from_mapping(json.loads(r["params_json"]))
+        if params.sha256 != r["params_sha256"]:
+            problems.append(f"run {r['run_id']}: stored metrics' params_json does not hash to params_sha256 (edited)")
+        else:
+            todo.append((r["run_id"], params))
+    fresh = {}
+    for rid, params in todo:  # one run at a time: a store may hold many parameter sets per run
+        fresh[(rid, params.sha256)] = compute_from_rows(store, [(rid, params)])[rid]
+    counts = dict(store.con.execute("SELECT run_id, count(*) FROM requests GROUP BY run_id").fetchall())
+    for r in current:
+        m = fresh.get((r["run_id"], r["params_sha256"]))
+        if m is None:
+            continue
+        if r["requests"] != counts.get(r["run_id"], 0):
+            continue  # stale, not wrong: every view recomputes a row whose request count changed
+        stored = json.loads(r["metrics_json"])
+        wrong = [k for k, v in json.loads(json.dumps(m.to_dict())).items() if stored.get(k) != v]
+        if wrong:
+            problems.append(f"run {r['run_id']}: stored metrics differ from the ones its requests and chunks give "
+                            f"({', '.join(wrong[:4])}) (edited)")
+    return len(rows), problems
+
