@@ -16,7 +16,8 @@ from console.commands.db import add_db_arg
 from console.commands.plan import plan_for_arg
 from console.output import FORMATS, print_rows
 from data.plans import Plan
-from data.store import Store, open_store
+from data.snapshot import open_or_snapshot
+from data.store import Store, resolve_db_path
 from stats.metrics import METRICS_BY_NAME, METRICS_VERSION, SWEEP_POOL, Spread, cell_runs, spread
 from stats.metrics.registry import throughput_unit
 
@@ -107,7 +108,7 @@ def register(sub) -> None:
 
 
 def cmd_report(args) -> int:
-    with open_store(args.db) as store:
+    with open_or_snapshot(resolve_db_path(args.db)) as store:  # a snapshot while a campaign runs
         plan = plan_for_arg(store, args.plan)
         cells = build_report(store, plan)
         limits = admission_limits(store, plan)

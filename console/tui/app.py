@@ -26,7 +26,7 @@ from console.commands.report import concurrency_label
 from console.live import live_path, read_snapshot, writer_alive
 from console.tui.data import load_browser
 from console.tui.messages import (
-    AuditLoaded, CampaignFinished, LiveSnapshotUpdated, ReportsLoaded, RunSelected, RunsLoaded, StoreLocked,
+    AuditLoaded, CampaignFinished, LiveSnapshotUpdated, ReadingSnapshot, ReportsLoaded, RunSelected, RunsLoaded, StoreLocked,
     StoreUnavailable, VerdictsLoaded,
 )
 from console.tui.screens import RunDetailScreen
@@ -152,6 +152,8 @@ class CampaignApp(App):
         self.post_message(ReportsLoaded(data.reports))
         self.post_message(VerdictsLoaded(data.verdicts))
         self.post_message(AuditLoaded(data.audit))
+        if data.snapshot_of is not None:
+            self.post_message(ReadingSnapshot(str(data.snapshot_of)))
 
     def action_refresh(self) -> None:
         self.set_status(f"reading {self.db_label} ...")
@@ -169,6 +171,12 @@ class CampaignApp(App):
                                       f" (a campaign is probably running): {snap_note}"))
         self.start_live()
         self.show_tab("live")
+
+    def on_reading_snapshot(self, msg: ReadingSnapshot) -> None:
+        """A campaign owns the store: browse the snapshot it served and follow it live."""
+        self.set_status(Text.assemble(("campaign running", "bold"), f": {self.db_label} as of a snapshot its "
+                                      "process served just now (r reads a newer one); Live follows it"))
+        self.start_live()
 
     def on_store_unavailable(self, msg: StoreUnavailable) -> None:
         self.set_status(msg.message, FAIL_STYLE)

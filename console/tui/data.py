@@ -17,6 +17,7 @@ from console.commands.report import ReportCell, admission_limits, build_report
 from data.audit import ChainResult, verify_chain
 from data.plans import Plan, plan_from_store
 from data.pool_status import evidence_of
+from data.snapshot import open_reader
 from data.store import Store
 from stats.metrics import RequestMetrics, RunMetrics, load_run_records, request_metrics, run_metrics
 
@@ -25,8 +26,9 @@ _METRIC_PARAMS = {"throughput_scale": 25.0, "stall_threshold_s": 0.1, "preroll_s
 
 
 def open_read_only(path: str | Path) -> Store:
-    """Read-only: several readers may share the file, and the TUI never migrates it."""
-    return Store(path, read_only=True)
+    """Read-only: several readers may share the file, and the TUI never migrates it; while a
+    campaign owns the file, a consistent snapshot its process serves (data/snapshot.py)."""
+    return open_reader(path)
 
 
 def metric_params(params_json: str | None) -> dict[str, float]:
@@ -207,9 +209,11 @@ class BrowserData:
     reports: list[PlanReport]
     verdicts: list[VerdictRowView]
     audit: AuditView
+    snapshot_of: Path | None = None  # read from the running campaign's snapshot of this store
 
 
 def load_browser(path: str | Path) -> BrowserData:
     """Everything the browser tabs show, in one short read-only session."""
     with open_read_only(path) as store:
-        return BrowserData(load_runs(store), load_reports(store), load_verdicts(store), load_audit(store))
+        return BrowserData(load_runs(store), load_reports(store), load_verdicts(store), load_audit(store),
+                           store.snapshot_of)
