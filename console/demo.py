@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -112,8 +113,8 @@ def edit_plan(path: Path, changes: dict[str, object]) -> None:
         node = doc
         *parents, leaf = dotted.split(".")
         for key in parents:
-            node = node[key]
-        node[leaf] = value
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        node[int(leaf) if isinstance(node, list) else leaf] = value
         console.print(f"[dim]edit {path}: {dotted} = {json.dumps(value)}[/dim]")
     (REPO / path).write_text(json.dumps(doc, indent=2) + "\n")
 
@@ -126,12 +127,19 @@ QUICK_CHANGES = {  # the same campaign on a sweep small enough for the test suit
 }
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def write_plan(lay: Layout, quick: bool) -> dict:
     campaign("plan", "init", "--demo", "-o", str(lay.plan))
     holdout = 6 if quick else HOLDOUT_IDS
     campaign("workload", "pools", "data/sample_workload", "--shuffle", "20261022",
              "--define", f"holdout=0:{holdout}", "--define", f"tuning={holdout}:128", "-o", str(lay.pools))
-    edit_plan(lay.plan, {"workload.pools_file": lay.pools.name, **(QUICK_CHANGES if quick else {})})
+    ports = {f"engines.{i}.port": free_port() for i in range(4)}  # the template's 8091.. may be taken here
+    edit_plan(lay.plan, {"workload.pools_file": lay.pools.name, **ports, **(QUICK_CHANGES if quick else {})})
     plan = json.loads((REPO / lay.plan).read_text())
     sw, q = plan["sweep"], plan["quality"]
     console.print(f"[dim]plan {plan['name']}: engines {[e['name'] for e in plan['engines']]}; sweep C={sw['concurrencies']}, "
