@@ -9,6 +9,7 @@ or the running campaign's snapshot; it is what `campaign gate PLAN --dry-run` wo
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,12 @@ def _replicates(frame, cfg, concurrency: int, metric: str) -> np.ndarray | None:
                        metrics=(metric,))[metric].replicates
 
 
+def short_events(text: str) -> str:
+    """'audit #2 plan_frozen 6e32c32703ea' -> 'audit #2 plan_frozen': the seq names the event on
+    this screen (the Plan tab lists them); the hash stays in the verdict document."""
+    return re.sub(r"(audit #\d+ \w+) [0-9a-f]{12}", r"\1", text)
+
+
 def attribution_lines(result) -> list[str]:
     out = []
     for a in result.attribution:
@@ -147,7 +154,7 @@ def load_gates(store, plan_hash: str | None = None) -> GatesData | None:
             reps = _replicates(frame, cfg, int(c["concurrency"]), c["metric"]) if c["bound"] is not None else None
             hists.append(histogram(reps, c["bound"], float(c["margin"])) if reps is not None else None)
         data.candidates.append(CandidateGates(
-            cand, plan.quality.baseline, result.verdict, checks, hists, pool_status(store, view).summary,
+            cand, plan.quality.baseline, result.verdict, checks, hists, short_events(pool_status(store, view).summary),
             coverage(store, view)[1], attribution_lines(result)))
     data.rules = [evaluate_rule(r, collect_values(store, plan, r)) for r in plan.decision_rules
                   if r.kind == "throughput_exceeds"]

@@ -11,6 +11,7 @@ from typing import Any
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.message import Message
 from textual.widgets import DataTable, Input, OptionList, Static
@@ -52,7 +53,10 @@ def cell(value: Any) -> Text | str:
 
 
 class SqlPane(Pane):
-    """The SQL tab."""
+    """The SQL tab. Keys typed in the query box are the query's (digits too); escape leaves the
+    box for the results, where the number keys switch tabs again."""
+
+    BINDINGS = [Binding("escape", "leave_box", "Leave the query box", show=False)]
 
     class Done(Message):
         def __init__(self, result: QueryResult) -> None:
@@ -82,6 +86,9 @@ class SqlPane(Pane):
 
     def load(self) -> None:
         """Nothing to preload: queries run when submitted."""
+
+    def action_leave_box(self) -> None:
+        self.query_one("#sql-results", DataTable).focus()
 
     @on(Input.Submitted, "#sql-input")
     def _submitted(self, event: Input.Submitted) -> None:
