@@ -64,7 +64,7 @@ def measured_kind(plan: Plan) -> str:
 def plan_cells(plan: Plan, phase: str = "sweep") -> list[Cell]:
     """All cells of a phase in execution order."""
     if phase == "holdout":
-        engines = list(dict.fromkeys(e for e in (plan.quality.baseline, plan.quality.candidate) if e))
+        engines = list(dict.fromkeys(e for e in (plan.quality.baseline, *plan.quality_candidates) if e))
         if not engines:
             raise CampaignError(f"plan {plan.hash[:12]}: quality.baseline/candidate not set; no holdout phase")
         concurrencies, pool = plan.quality.concurrencies, plan.quality.pool
@@ -349,9 +349,12 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
 
     workload = load_plan_workload(plan)
     pool_utts = workload.pool(cells[0].pool) if cells else []
-    n_req = None if opts.phase == "holdout" else plan.sweep.requests_per_run
-    utts = select_requests(pool_utts, n_req)
-    requests = [RequestSpec(u.utt_id, u.target_text, u.prompt_wav, u.prompt_text) for u in utts]
+
+    def cell_requests(concurrency: int) -> list[RequestSpec]:
+        """The same list for every engine and repeat of a concurrency, so runs pair by utterance."""
+        n_req = None if opts.phase == "holdout" else plan.requests_at(concurrency)
+        return [RequestSpec(u.utt_id, u.target_text, u.prompt_wav, u.prompt_text)
+                for u in select_requests(pool_utts, n_req)]
     sampling = {k: v for k, v in plan.raw.get("sampling", {}).items() if not k.startswith("_")}
     params_base = {"sampling": sampling, "timeout_s": plan.sweep.timeout_s, "restart": plan.sweep.restart,
                    "interleave": plan.sweep.interleave, "manifest_hash": manifest_hash,
@@ -395,7 +398,7 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
                 opts.on_cell(i, len(todo), cell, "running")
             run_id = f"{plan.hash[:8]}-{cell.engine}-c{cell.concurrency}-{cell.kind[0]}{cell.repeat}-{uuid.uuid4().hex[:6]}"
             spec = DriveSpec(run_id=run_id, url=engine.url, dialect=engine.dialect, concurrency=cell.concurrency,
-                             requests=requests, warmup_requests=plan.sweep.warmup_requests, timeout_s=plan.sweep.timeout_s,
+                             requests=cell_requests(cell.concurrency), warmup_requests=plan.sweep.warmup_requests, timeout_s=plan.sweep.timeout_s,
                              artifacts_dir=opts.artifacts_dir, sampling=sampling,
                              request_options={k: v for k, v in engine.request.items() if not k.startswith("_")})
             note = EXPLORATORY_NOTE if cell.kind == "exploratory" else None

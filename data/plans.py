@@ -107,6 +107,7 @@ class SweepSpec:
     concurrencies: list[int]
     requests_per_run: int
     measured_repeats: int
+    requests_per_slot: int = 0  # at least this many requests per concurrency slot (docs/plans.md)
     warmup_repeats: int = 0
     restart: str = "per_repeat"
     interleave: str = "alternate"
@@ -129,6 +130,8 @@ MetricsSpec = MetricParams  # the plan's `metrics` section (data/metric_params.p
 class QualitySpec:
     baseline: str | None = None
     candidate: str | None = None
+    # several candidates, each judged against the baseline by its own quality verdict (docs/plans.md)
+    candidates: list[str] = field(default_factory=list)
     concurrencies: list[int] = field(default_factory=lambda: [1, 16, 32])
     pool: str | None = "holdout"
     scorers: dict[str, str] = field(default_factory=lambda: {"wer": "pocketsphinx", "sim": "resemblyzer", "mos": "dnsmos"})
@@ -189,6 +192,27 @@ class Plan:
     parent_hash: str | None = None
     source_path: str | None = None
     secrets: dict[str, str] = field(default_factory=dict, repr=False, compare=False)  # value hash -> value
+
+    @property
+    def quality_candidates(self) -> list[str]:
+        """Every quality candidate: `quality.candidates`, else the single `quality.candidate`."""
+        q = self.quality
+        return list(q.candidates) if q.candidates else ([q.candidate] if q.candidate else [])
+
+    def for_candidate(self, name: str) -> "Plan":
+        """The same frozen plan (same hash) seen with one quality candidate: what one quality
+        verdict judges. Every reader of the quality section (the Plan and its raw dict) sees it."""
+        if name not in self.quality_candidates:
+            raise CampaignError(f"plan {self.name!r}: {name!r} is not a quality candidate "
+                                f"(have: {', '.join(self.quality_candidates) or 'none'})")
+        raw_q = {**(self.raw.get("quality") or {}), "candidate": name, "candidates": [name]}
+        return replace(self, quality=replace(self.quality, candidate=name, candidates=[name]),
+                       raw={**self.raw, "quality": raw_q})
+
+    def requests_at(self, concurrency: int) -> int:
+        """Measured requests of one sweep run at `concurrency`: requests_per_run, raised to
+        requests_per_slot x C so a high concurrency still sends several requests per slot."""
+        return max(self.sweep.requests_per_run, self.sweep.requests_per_slot * concurrency)
 
     def engine(self, name: str) -> EngineSpec:
         for e in self.engines:
@@ -307,8 +331,9 @@ def nonfinite_errors(doc: Any, schema: dict[str, Any], path: list[Any] | None = 
 
 def _sweep_size_errors(raw: dict[str, Any]) -> list[str]:
     sw = raw["sweep"]
-    total = (len(raw["engines"]) * len(sw["concurrencies"]) * (sw.get("warmup_repeats", 0) + sw["measured_repeats"])
-             * (sw["requests_per_run"] + sw.get("warmup_requests", 0)))
+    per_run = sum(max(sw["requests_per_run"], sw.get("requests_per_slot", 0) * c) for c in sw["concurrencies"])
+    total = (len(raw["engines"]) * (sw.get("warmup_repeats", 0) + sw["measured_repeats"])
+             * (per_run + len(sw["concurrencies"]) * sw.get("warmup_requests", 0)))
     if total > MAX_SWEEP_REQUESTS:
         return [f"sweep: {total} requests in all (engines x concurrencies x repeats x requests); at most {MAX_SWEEP_REQUESTS}"]
     return []
@@ -327,6 +352,13 @@ def semantic_errors(raw: dict[str, Any]) -> list[str]:
     for key in ("baseline", "candidate"):
         if q.get(key) is not None and q[key] not in seen:
             errs.append(f"quality.{key}: {q[key]!r} is not an engine in this plan (have: {', '.join(names)})")
+    for i, name in enumerate(q.get("candidates") or []):
+        if name not in seen:
+            errs.append(f"quality.candidates[{i}]: {name!r} is not an engine in this plan (have: {', '.join(names)})")
+        elif name == q.get("baseline"):
+            errs.append(f"quality.candidates[{i}]: {name!r} is the baseline; a candidate is judged against it")
+    if q.get("candidate") and q.get("candidates") and q["candidate"] not in q["candidates"]:
+        errs.append(f"quality.candidate: {q['candidate']!r} is not in quality.candidates; give one or the other")
     concs = set(raw["sweep"]["concurrencies"])
     for i, rule in enumerate(raw.get("decision_rules", [])):
         for key in ("candidate", "reference"):

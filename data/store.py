@@ -79,6 +79,7 @@ class Store:
         if self.path.exists() and self.path.is_dir():
             raise StoreError(f"{self.path}: is a directory, not a DuckDB database")
         self.created = not self.path.exists()  # a fresh file starts a fresh audit anchor (data/anchor.py)
+        self.snapshot_of: Path | None = None  # set by data.snapshot.open_reader: the store this copies
         self._tx_depth = 0
         self._on_commit: dict[str, Callable[[], None]] = {}
         try:

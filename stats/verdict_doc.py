@@ -156,6 +156,16 @@ def plan_section(store: Store | None, plan) -> dict[str, Any] | None:
             "canonical": frozen if frozen is not None else plan.raw, "effective": plan.raw}
 
 
+def quality_name(plan) -> str:
+    """A quality verdict's name: the plan and which candidate it judges against which baseline
+    (a plan may have several candidates, each with its own verdict)."""
+    if plan is None:
+        return "scores: noninferiority"
+    q = plan.quality
+    arms = f" {q.candidate} vs {q.baseline}" if q.candidate and q.baseline else ""
+    return f"{plan.name}:{arms} noninferiority"
+
+
 def reproduce_section(verdict_id: str, plan, source: str | None, config) -> dict[str, Any]:
     cmds = []
     if plan is not None:
@@ -189,7 +199,7 @@ def quality_document(*, verdict_id: str, created_at, result, frame, plan=None, s
         "verdict_id": verdict_id,
         "created_at": created_at.isoformat(),
         "kind": "quality",
-        "name": (plan.name if plan is not None else "scores") + ": noninferiority",
+        "name": quality_name(plan),
         "verdict": result.verdict,
         "rule": "PASS iff every check's one-sided upper bound < its margin; FAIL if any check fails; "
                 "otherwise INCONCLUSIVE (coverage gap or scorer unavailable). Coverage: " + COVERAGE_RULE,

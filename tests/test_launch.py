@@ -186,7 +186,7 @@ def test_checkpoint_hash_cache(tmp_path):
 def test_spec_from_plan_and_adapters():
     s = spec_from_plan({"name": "ref", "adapter": "reference", "dialect": "sglang-omni", "profile": "fast", "port": 9000})
     argv = s.launch_argv()
-    assert argv[:4] == [sys.executable, "-m", "console.cli", "engine"] and argv[argv.index("--profile") + 1] == "fast"
+    assert argv[:3] == [sys.executable, "-m", "engine_adapters.reference"] and argv[argv.index("--profile") + 1] == "fast"
     v = spec_from_plan({"name": "v", "adapter": "vllm_omni", "dialect": "vllm-omni", "port": 8000}, model="m/x")
     assert v.launch_argv()[:5] == ["vllm", "serve", "m/x", "--omni", "--trust-remote-code"]
     g = spec_from_plan({"name": "g", "adapter": "sglang_omni", "dialect": "sglang-omni"})

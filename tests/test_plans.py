@@ -78,8 +78,11 @@ def test_templates_validate():
     for demo in (False, True):
         validate_plan_dict(template(demo), "template")
     demo = template(True)
-    assert [e["profile"] for e in demo["engines"]] == ["baseline", "fast"]
-    assert demo["sweep"]["concurrencies"] == [1, 2, 4, 8, 16, 32]
+    assert [e["profile"] for e in demo["engines"]] == ["baseline", "fast", "lossy", "peer"]
+    assert demo["quality"]["candidates"] == ["ref-fast", "ref-lossy"]
+    assert demo["decision_rules"][0]["reference"] == "ref-peer"
+    assert demo["sweep"]["concurrencies"] == [1, 4, 16, 32]
+    assert template(False)["sweep"]["concurrencies"] == [1, 2, 4, 8, 16, 32]
 
 
 def test_cli_error_is_one_line(tmp_path, workload):

@@ -15,6 +15,7 @@ import duckdb
 from console.output import FORMATS, print_rows
 from data.audit import append_event, sha256_text, whoami
 from data.errors import CampaignError
+from data.snapshot import open_reader
 from data.store import Store, first_line, open_store, resolve_db_path
 
 
@@ -58,7 +59,7 @@ def cmd_sql(args) -> int:
     path = resolve_db_path(args.db)
     if not path.exists():
         Store(path).close()  # as every command: a missing store is created (empty, migrated)
-    with Store(path, read_only=not args.write) as store:
+    with (Store(path) if args.write else open_reader(path)) as store:  # a snapshot while a campaign runs
         if args.write:
             with store.transaction():
                 columns, rows = _execute(store, args.query)

@@ -212,22 +212,24 @@ def gate_plan(args, console: Console) -> int:
         verdicts: list[str] = []
         issued: list[str] = []
         q = plan.quality
-        if q.baseline and q.candidate:
-            frame = scores_frame(store, plan)
-            status = scorer_status(plan)
-            if frame.empty:
-                raise CampaignError(f"plan {plan.hash[:12]}: no quality rows (run the quality cells and "
-                                    "`campaign score` first)")
-            result = evaluate_gates(frame, cfg, scorer_status=status, source=f"plan {plan.hash[:12]}")
-            evidence = pool_status(store, plan)
-            print_checks(console, result, f"noninferiority gates: {plan.name} ({q.candidate} vs {q.baseline})",
-                         evidence)
-            verdicts.append(result.verdict)
-            if not args.dry_run:
-                issued.append(issue_quality(store, result, frame, plan=plan, metrics_version=METRICS_VERSION,
-                                            controls=controls, scorer_status=status,
-                                            scorers=dict(frame.attrs.get("scorers") or {}),
-                                            pool=evidence.as_dict()))
+        if q.baseline and plan.quality_candidates:
+            for candidate in plan.quality_candidates:  # one verdict per candidate, each against the baseline
+                view = plan.for_candidate(candidate)
+                frame = scores_frame(store, view)
+                status = scorer_status(view)
+                if frame.empty:
+                    raise CampaignError(f"plan {plan.hash[:12]}: no quality rows (run the quality cells and "
+                                        "`campaign score` first)")
+                result = evaluate_gates(frame, cfg, scorer_status=status, source=f"plan {plan.hash[:12]}")
+                evidence = pool_status(store, view)
+                print_checks(console, result, f"noninferiority gates: {plan.name} ({candidate} vs {q.baseline})",
+                             evidence)
+                verdicts.append(result.verdict)
+                if not args.dry_run:
+                    issued.append(issue_quality(store, result, frame, plan=view, metrics_version=METRICS_VERSION,
+                                                controls=controls, scorer_status=status,
+                                                scorers=dict(frame.attrs.get("scorers") or {}),
+                                                pool=evidence.as_dict()))
         else:
             console.print("plan has no quality baseline/candidate: no noninferiority gates")
         for rule in plan.decision_rules:

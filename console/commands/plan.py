@@ -73,7 +73,8 @@ def _real_engine(kind: str, port: int) -> dict:
 
 def template(demo: bool, real_engines: list[str] | None = None) -> dict:
     """The plan written by `plan init`; `_comment` keys document each section (JSON has no comments)."""
-    engines = [_engine("ref-baseline", "baseline", 8091), _engine("ref-fast", "fast", 8092)]
+    engines = [_engine("ref-baseline", "baseline", 8091), _engine("ref-fast", "fast", 8092),
+               _engine("ref-lossy", "lossy", 8093), _engine("ref-peer", "peer", 8094)]
     if real_engines:
         return real_template(real_engines)
     if not demo:
@@ -87,13 +88,18 @@ def template(demo: bool, real_engines: list[str] | None = None) -> dict:
              "request": {"audio_format": "wav", "voice_prompt": "ref_audio"}},
         ]
     base, cand = engines[0]["name"], engines[1]["name"]
+    # the demo judges two candidates against the baseline (lossless `fast`, audibly worse `lossy`)
+    # and holds `fast` to a throughput target set by the peer engine
+    candidates = {"candidates": [e["name"] for e in engines[1:3]]} if demo else {}
+    reference = engines[3]["name"] if demo else base
     return {
         "_comment": "Campaign plan (schema data/plan_schema.json). Keys starting with '_' are comments. "
                     "Freeze with `campaign plan freeze FILE` before measuring; change a frozen plan only "
                     "through `campaign plan addendum HASH FILE`.",
         "schema": PLAN_SCHEMA_ID,
         "name": "demo-reference-ab" if demo else "my-campaign",
-        "description": "Reference engine: baseline vs fast profile" if demo else "What this campaign decides",
+        "description": ("Reference engine: baseline as quality reference; fast (lossless) and lossy as candidates; "
+                        "fast must exceed the peer's throughput at C16 and C32") if demo else "What this campaign decides",
         "model": {"_comment": "pinned model: id, revision and checkpoint files whose SHA-256 is recorded",
                   "id": "openbmb/MiniCPM-o-4_5", "revision": "503e754207c94da6bb26850b4469f367c9ea3582",
                   "checkpoint_paths": []},
@@ -105,18 +111,23 @@ def template(demo: bool, real_engines: list[str] | None = None) -> dict:
         "sweep": {"_comment": "cells = engine x concurrency x repeat; warmup repeats are discarded; "
                               "restart per_repeat|per_cell|never (never = exploratory); interleave alternate "
                               "runs A,B,A,B for each concurrency and repeat",
-                  "concurrencies": [1, 2, 4, 8, 16, 32], "requests_per_run": 16 if demo else 320,
-                  "warmup_repeats": 1, "measured_repeats": 3, "restart": "per_repeat",  # as the reference campaign
+                  # the demo cuts C=2 and C=8 to stay within 10 minutes on 2 cores (README)
+                  "concurrencies": [1, 4, 16, 32] if demo else [1, 2, 4, 8, 16, 32],
+                  "requests_per_run": 8 if demo else 320,
+                  # the demo: at least 2 requests per concurrency slot, 2 discarded warmup requests per run
+                  **({"requests_per_slot": 2, "warmup_requests": 2} if demo else {}),
+                  "warmup_repeats": 0 if demo else 1, "measured_repeats": 3, "restart": "per_repeat",
                   "interleave": "alternate", "timeout_s": 120, "kind": "measured"},
         "sampling": {"seed": 42, "temperature": 0.0, "max_tokens": None},
         "metrics": {"_comment": "throughput = throughput_scale x delivered audio s / wall s (25 = codec tokens/s)",
                     "throughput_scale": 25, "stall_threshold_s": 0.1, "preroll_s": 0.0},
-        "quality": {"baseline": base, "candidate": cand, "concurrencies": [1, 16, 32], "pool": "holdout",
+        "quality": {"baseline": base, "candidate": cand, **candidates, "concurrencies": [1, 16, 32], "pool": "holdout",
                     **_quality_scorers(demo),
                     "margins": {"wer_pp": 0.20, "sim": 0.50, "mos": 0.05}},
         "bootstrap": {"draws": 20000, "seed": 20261022, "method": "percentile", "confidence": 0.95},
-        "decision_rules": [{"name": "candidate-exceeds-baseline", "kind": "throughput_exceeds", "candidate": cand,
-                            "reference": base, "concurrencies": [16, 32], "confidence": 0.95}],
+        "decision_rules": [{"name": "fast-exceeds-peer" if demo else "candidate-exceeds-baseline",
+                            "kind": "throughput_exceeds", "candidate": cand,
+                            "reference": reference, "concurrencies": [16, 32], "confidence": 0.95}],
         "validators": [{"name": "synthetic-controls", "argv": ["campaign", "controls"]}],
     }
 

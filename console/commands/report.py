@@ -17,7 +17,8 @@ from rich.console import Console
 from console.commands.db import add_db_arg
 from console.commands.plan import plan_for_arg
 from console.output import FORMATS, print_rows
-from data.store import open_store
+from data.snapshot import open_or_snapshot
+from data.store import resolve_db_path
 from stats.metrics import METRICS_VERSION
 from stats.results.plan_results import PlanResults, load_plan_results
 from stats.results.report import COLUMNS, column_label, concurrency_label
@@ -52,7 +53,7 @@ def cmd_report(args) -> int:
     if args.figures and not args.html:
         from data.errors import CampaignError
         raise CampaignError("--figures DIR goes with --html FILE")
-    with open_store(args.db) as store:
+    with open_or_snapshot(resolve_db_path(args.db)) as store:  # a snapshot while a campaign runs
         plan = plan_for_arg(store, args.plan)
         res = load_plan_results(store, plan)
         if args.html:

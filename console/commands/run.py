@@ -24,6 +24,7 @@ from console.live import LiveFeed
 from console.output import guard_stdout
 from console.preflight import check_startable
 from console.runner import RunnerOptions, run_plan
+from data.snapshot import SnapshotServer
 from data.store import open_store, resolve_db_path
 
 STDOUT_CLOSED = ("campaign: stdout is closed (broken pipe); the campaign goes on with its output discarded "
@@ -91,9 +92,13 @@ def _run(args, stdout) -> int:
         store.close()
         raise
     feed = LiveFeed(resolve_db_path(args.db))
+    snapshots = SnapshotServer(store).start()  # readers in other processes get consistent copies
     try:
         with store:  # closes before the feed says "finished", so the TUI may then open the store
-            res = _sweep(args, console, store, plan, feed)
+            try:
+                res = _sweep(args, console, store, plan, feed)
+            finally:
+                snapshots.stop()
     finally:
         feed.finished()
     if res is None:

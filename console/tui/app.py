@@ -22,12 +22,16 @@ from textual.widgets import DataTable, Footer, Header, Input, Static, TabbedCont
 from console.live import live_path, read_snapshot, writer_alive
 from console.tui.data import load_browser
 from console.tui.messages import (
-    AuditLoaded, CampaignFinished, LiveSnapshotUpdated, ReportsLoaded, RunSelected, RunsLoaded, StoreLocked,
+    AuditLoaded, CampaignFinished, LiveSnapshotUpdated, ReadingSnapshot, ReportsLoaded, RunSelected, RunsLoaded, StoreLocked,
     StoreUnavailable, VerdictsLoaded,
 )
+from console.tui.panes.gates import GatesPane
+from console.tui.panes.live import LivePane
+from console.tui.panes.plan import PlanPane
+from console.tui.panes.sql import SqlPane
 from console.tui.screens import RunDetailScreen
 from console.tui.widgets import (
-    FAIL_STYLE, PASS_STYLE, STALL_STYLE, LiveView, failed_cell, fmt, header, num, spread_cell, stalls_cell,
+    FAIL_STYLE, PASS_STYLE, STALL_STYLE, failed_cell, fmt, header, num, spread_cell, stalls_cell,
     status_text, truncated_cell, verdict_text,
 )
 from data.errors import CampaignError
@@ -71,8 +75,12 @@ class CampaignApp(App):
         Binding("1", "tab('runs')", "Runs"),
         Binding("2", "tab('report')", "Report"),
         Binding("3", "tab('verdicts')", "Verdicts"),
-        Binding("4", "tab('audit')", "Audit"),
-        Binding("5", "tab('live')", "Live"),
+        Binding("4", "tab('gates')", "Gates"),
+        Binding("5", "tab('plan')", "Plan"),
+        Binding("6", "tab('sql')", "SQL"),
+        Binding("7", "tab('live')", "Live"),
+        Binding("8", "tab('audit')", "Audit"),
+        Binding("s", "stop_campaign", "Stop campaign"),
     ]
 
     def __init__(self, db_path: str | Path, *, live: bool = False, poll_s: float = LIVE_POLL_S) -> None:
@@ -82,6 +90,7 @@ class CampaignApp(App):
         self.live_requested = live
         self.poll_s = poll_s
         self.tables: dict[str, TableRows] = {}
+        self.panes_loaded: set[str] = set()
         self.verdicts: list[Any] = []
         self.locked = False
         self.finished_seen = False
@@ -104,11 +113,17 @@ class CampaignApp(App):
                 yield DataTable(id="verdicts-table", cursor_type="row")
                 yield Static("", id="checks-title")
                 yield DataTable(id="checks-table", cursor_type="row")
+            with TabPane("Gates", id="gates"):
+                yield GatesPane(self.db_path, id="gates-pane")
+            with TabPane("Plan", id="plan"):
+                yield PlanPane(self.db_path, id="plan-pane")
+            with TabPane("SQL", id="sql"):
+                yield SqlPane(self.db_path, id="sql-pane")
+            with TabPane("Live", id="live"):
+                yield LivePane(self.db_path, id="live-pane")
             with TabPane("Audit", id="audit"):
                 yield Static("", id="chain")
                 yield DataTable(id="audit-table", cursor_type="row")
-            with TabPane("Live", id="live"):
-                yield LiveView(id="live-view")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -131,8 +146,10 @@ class CampaignApp(App):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Tabs and the filter belong to the main screen; hide them over the run detail."""
-        if action in ("filter", "close_filter", "tab") and len(self.screen_stack) > 1:
+        if action in ("filter", "close_filter", "tab", "stop_campaign") and len(self.screen_stack) > 1:
             return False
+        if action == "stop_campaign":
+            return self.query_one(TabbedContent).active == "live"
         return True
 
     def set_status(self, text: str | Text, style: str = "") -> None:
@@ -151,10 +168,21 @@ class CampaignApp(App):
         self.post_message(ReportsLoaded(data.reports))
         self.post_message(VerdictsLoaded(data.verdicts))
         self.post_message(AuditLoaded(data.audit))
+        if data.snapshot_of is not None:
+            self.post_message(ReadingSnapshot(str(data.snapshot_of)))
 
     def action_refresh(self) -> None:
         self.set_status(f"reading {self.db_label} ...")
         self.load_store()
+        pane = self.PANES.get(self.query_one(TabbedContent).active)
+        if pane is not None:
+            self.query_one(pane).load()
+
+    # the tabs that are components (console/tui/panes/), loaded when first shown and on r
+    PANES: dict[str, type] = {"gates": GatesPane, "plan": PlanPane, "sql": SqlPane, "live": LivePane}
+
+    def action_stop_campaign(self) -> None:
+        self.query_one(LivePane).request_stop()
 
     def on_store_locked(self, msg: StoreLocked) -> None:
         self.locked = True
@@ -168,6 +196,12 @@ class CampaignApp(App):
                                       f" (a campaign is probably running): {snap_note}"))
         self.start_live()
         self.show_tab("live")
+
+    def on_reading_snapshot(self, msg: ReadingSnapshot) -> None:
+        """A campaign owns the store: browse the snapshot it served and follow it live."""
+        self.set_status(Text.assemble(("campaign running", "bold"), f": {self.db_label} as of a snapshot its "
+                                      "process served just now (r reads a newer one); Live follows it"))
+        self.start_live()
 
     def on_store_unavailable(self, msg: StoreUnavailable) -> None:
         self.set_status(msg.message, FAIL_STYLE)
@@ -210,6 +244,8 @@ class CampaignApp(App):
 
     # -- report -----------------------------------------------------------------------------
     def on_reports_loaded(self, msg: ReportsLoaded) -> None:
+        if not self.query("#report-body"):  # a load that ends while the app closes
+            return
         body = self.query_one("#report-body", VerticalScroll)
         body.remove_children()
         if not msg.reports:
@@ -257,6 +293,8 @@ class CampaignApp(App):
 
     # -- verdicts ---------------------------------------------------------------------------
     def on_verdicts_loaded(self, msg: VerdictsLoaded) -> None:
+        if not self.query("#verdicts-table"):  # a load that ends while the app closes
+            return
         self.verdicts = list(reversed(msg.verdicts))
         rows = []
         for v in self.verdicts:
@@ -290,6 +328,8 @@ class CampaignApp(App):
 
     # -- audit ------------------------------------------------------------------------------
     def on_audit_loaded(self, msg: AuditLoaded) -> None:
+        if not self.query("#chain"):  # a load that ends while the app closes
+            return
         chain = msg.audit.chain
         if chain.ok:
             self.query_one("#chain", Static).update(Text.assemble(("audit chain OK", PASS_STYLE), f"  {chain.message}"))
@@ -350,11 +390,16 @@ class CampaignApp(App):
         table = self._active_table()
         if table:
             self._fill(table)
+        active = self.query_one(TabbedContent).active
+        if active in self.PANES and active not in self.panes_loaded:
+            self.panes_loaded.add(active)
+            self.query_one(self.PANES[active]).load()
 
     def action_tab(self, tab: str) -> None:
         self.show_tab(tab)
 
     MAIN_WIDGET = {"runs": "#runs-table", "report": "#report-body", "verdicts": "#verdicts-table",
+                   "gates": "#gates-checks", "plan": "#plan-tree", "sql": "#sql-input",
                    "audit": "#audit-table", "live": "#live-requests"}
 
     def show_tab(self, tab: str) -> None:
@@ -387,7 +432,7 @@ class CampaignApp(App):
         self.post_message(LiveSnapshotUpdated(snap, writer_alive(snap)))
 
     def on_live_snapshot_updated(self, msg: LiveSnapshotUpdated) -> None:
-        self.query_one(LiveView).show(msg.snapshot, msg.writer_alive)
+        self.query_one(LivePane).show(msg.snapshot, msg.writer_alive)
         if msg.snapshot.state == "finished":
             self.post_message(CampaignFinished("campaign finished"))
         elif not msg.writer_alive:

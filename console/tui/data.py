@@ -16,6 +16,7 @@ from typing import Any
 from data.audit import ChainResult, verify_chain
 from data.metric_params import MetricParams
 from data.plans import plan_from_store
+from data.snapshot import open_reader
 from data.store import Store
 from stats.metrics import RequestMetrics, RunMetrics, load_run_records, metrics_for_runs, request_metrics
 from stats.results.plan_results import PlanResults, VerdictResult, load_plan_results, load_verdicts
@@ -25,8 +26,9 @@ VerdictRowView = VerdictResult
 
 
 def open_read_only(path: str | Path) -> Store:
-    """Read-only: several readers may share the file, and the TUI never migrates it."""
-    return Store(path, read_only=True)
+    """Read-only: several readers may share the file, and the TUI never migrates it; while a
+    campaign owns the file, a consistent snapshot its process serves (data/snapshot.py)."""
+    return open_reader(path)
 
 
 def run_params(run: dict[str, Any]) -> MetricParams:
@@ -150,9 +152,11 @@ class BrowserData:
     reports: list[PlanResults]
     verdicts: list[VerdictResult]
     audit: AuditView
+    snapshot_of: Path | None = None  # read from the running campaign's snapshot of this store
 
 
 def load_browser(path: str | Path) -> BrowserData:
     """Everything the browser tabs show, in one short read-only session."""
     with open_read_only(path) as store:
-        return BrowserData(load_runs(store), load_reports(store), load_verdicts(store), load_audit(store))
+        return BrowserData(load_runs(store), load_reports(store), load_verdicts(store), load_audit(store),
+                           store.snapshot_of)

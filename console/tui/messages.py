@@ -41,6 +41,14 @@ class StoreLocked(Message):
         self.message = message
 
 
+class ReadingSnapshot(Message):
+    """The store is owned by a running campaign; the tabs show the snapshot it served."""
+
+    def __init__(self, store_path: str) -> None:
+        super().__init__()
+        self.store_path = store_path
+
+
 class StoreUnavailable(Message):
     """The database cannot be read for another reason (missing, damaged, newer schema)."""
 

@@ -106,10 +106,9 @@ def expected_outputs(store: Store, plan: Any) -> list[Expected]:
     pool = q.get("pool")
     repeats = int(_sweep(plan).get("measured_repeats") or 1)
     out: list[Expected] = []
-    for arm in ARMS:
-        engine = q.get(arm)
-        if not engine:
-            continue
+    arm_engines = {"baseline": [q["baseline"]] if q.get("baseline") else [],
+                   "candidate": list(q.get("candidates") or ([q["candidate"]] if q.get("candidate") else []))}
+    for arm, engine in ((a, e) for a in ARMS for e in arm_engines[a]):
         for conc in q.get("concurrencies") or []:
             runs = _aggregate_runs(store, plan.hash, engine, int(conc), pool)
             for run in runs:

@@ -1,0 +1,248 @@
+"""The demo campaign end to end (`campaign demo --quick`, real commands, real engines) and the
+console's Gates, Plan, SQL and Live tabs driven with keys on the store it leaves; SVG snapshots
+of the new tabs on the fixed fixture store (tests/test_tui_fixtures.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_tui_app import SIZE, _app_in, _loaded, campaign_db, settle, sync  # noqa: F401 - fixture
+from textual.widgets import DataTable, Input, Log, OptionList, Static, TabbedContent, Tree
+
+from console.live import LiveRun, LiveSnapshot, live_path
+from console.tui.app import CampaignApp
+from console.tui.panes.live import ConfirmStop
+from data.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.timeout(900)
+
+
+@pytest.fixture(scope="module")
+def quick_demo():
+    """`campaign demo --quick` once for the module: its stdout and its store. While working on
+    these tests, KEEP_QUICK_DEMO=1 keeps the folder and REUSE_QUICK_DEMO=<its stdout file> reuses it."""
+    reuse = os.environ.get("REUSE_QUICK_DEMO")
+    if reuse:
+        text = Path(reuse).read_text()
+        yield text, ROOT / re.search(r"store:\s+(demo/\S+)/campaign.duckdb", text).group(1) / "campaign.duckdb"
+        return
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "console.cli", "demo", "--quick"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=800)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    folder = ROOT / re.search(r"store:\s+(demo/\S+)/campaign.duckdb", out.stdout).group(1)
+    yield out.stdout, folder / "campaign.duckdb"
+    if os.environ.get("KEEP_QUICK_DEMO"):
+        (folder / "demo.out").write_text(out.stdout)
+    else:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_quick_demo_tells_the_whole_story(quick_demo):
+    text, db = quick_demo
+    assert re.search(r"PASS\s+quality\s+demo-reference-ab: ref-fast vs ref-baseline", text)
+    assert re.search(r"FAIL\s+quality\s+demo-reference-ab: ref-lossy vs ref-baseline", text)
+    assert re.search(r"failing checks: \S+@C16", text)
+    assert re.search(r"(PASS|FAIL|INCONCLUSIVE)\s+throughput fast-exceeds-peer", text)
+    assert "C32: ratio" in text and "audit verify OK" in text
+    assert text.count(".venv/bin/campaign sql ") == 3
+    with Store(db, read_only=True) as s:
+        assert s.scalar("SELECT count(*) FROM exclusions WHERE reason LIKE 'profiled:%'") == 1
+        assert s.scalar("SELECT count(*) FROM audit_events WHERE kind = 'holdout_opened'") == 1
+        assert s.scalar("SELECT count(DISTINCT engine) FROM runs WHERE pool = 'holdout'") == 3
+        evidence = [json.loads(d)["evidence"]["status"] for (d,) in s.con.execute(
+            "SELECT document_json FROM verdicts WHERE kind = 'quality'").fetchall()]
+    assert evidence == ["reserved", "reserved"]
+
+
+async def _tab(pilot, key):
+    await pilot.press(key)
+    await settle(pilot, pilot.app)
+    for pane in pilot.app.query("GatesPane, PlanPane, SqlPane, LivePane"):
+        await pane.workers.wait_for_complete()
+    await pilot.pause()
+
+
+@sync
+async def test_gates_tab_dry_run_on_the_demo_store(quick_demo):
+    _, db = quick_demo
+    app = CampaignApp(db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await _tab(pilot, "4")
+        assert app.query_one(TabbedContent).active == "gates"
+        head = str(app.query_one("#gates-head", Static).render())
+        assert "dry run" in head and "ref-fast PASS" in head and "ref-lossy FAIL" in head
+        table = app.query_one("#gates-checks", DataTable)
+        assert table.row_count == 6  # two candidates x three metrics at C16
+        rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+        assert {r[3] for r in rows if r[0] == "ref-fast"} == {"PASS"}
+        assert "FAIL" in {r[3] for r in rows if r[0] == "ref-lossy"}
+        table.move_cursor(row=4)
+        await pilot.pause()
+        hist = str(app.query_one("#gates-hist", Static).render())
+        assert hist.startswith("ref-lossy C16") and "B upper bound" in hist and "M margin" in hist
+        rules = str(app.query_one("#gates-rules", Static).render())
+        assert "fast-exceeds-peer" in rules and "C16: paired ratios" in rules and "C32: paired ratios" in rules
+        assert "evidence: holdout pool 'holdout'" in str(app.query_one("#gates-more", Static).render())
+
+
+@sync
+async def test_plan_tab_on_the_demo_store(quick_demo):
+    _, db = quick_demo
+    app = CampaignApp(db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await _tab(pilot, "5")
+        head = str(app.query_one("#plan-head", Static).render())
+        assert "plan demo-reference-ab" in head and "hash verified" in head
+        facts = str(app.query_one("#plan-facts", Static).render())
+        assert "reserved at freeze (audit #" in facts and "opened by audit #" in facts
+        assert "used by ref-baseline" in facts and "profiled: stands for" in facts and "audit chain OK" in facts
+        tree = app.query_one("#plan-tree", Tree)
+        labels = {str(n.label) for n in tree.root.children[0].children}
+        assert {'schema: "omni-campaign-plan/1"', 'name: "demo-reference-ab"', "quality", "engines [4]"} <= labels
+        events = app.query_one("#plan-events", DataTable)
+        kinds = {str(events.get_row_at(i)[2]) for i in range(events.row_count)}
+        assert {"plan_frozen", "run_excluded", "holdout_opened", "verdict_issued"} <= kinds
+
+
+@sync
+async def test_sql_tab_runs_queries_and_keeps_history(quick_demo):
+    _, db = quick_demo
+    app = CampaignApp(db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await _tab(pilot, "6")
+        box = app.query_one("#sql-input", Input)
+        assert app.focused is box
+        box.value = ""
+        await pilot.press(*"SELECT 1 + 41 AS answer")  # digits type into the box, they do not switch tabs
+        assert app.query_one(TabbedContent).active == "sql" and box.value == "SELECT 1 + 41 AS answer"
+        await pilot.press("enter")
+        await _tab(pilot, "f13")  # no binding: only waits for the query
+        table = app.query_one("#sql-results", DataTable)
+        assert table.row_count == 1 and str(table.get_row_at(0)[0]) == "42"
+        box.value = "SELECT engine, count(*) AS runs FROM runs GROUP BY ALL ORDER BY ALL"
+        box.focus()
+        await pilot.press("enter")
+        await _tab(pilot, "f13")
+        assert [str(table.get_row_at(i)[0]) for i in range(table.row_count)] == [
+            "ref-baseline", "ref-fast", "ref-lossy", "ref-peer"]
+        assert app.query_one("#sql-history", OptionList).option_count == 2
+        box.value = "DELETE FROM runs"  # read-only: refused, shown, nothing changes
+        box.focus()
+        await pilot.press("enter")
+        await _tab(pilot, "f13")
+        assert "read-only" in str(app.query_one("#sql-info", Static).render()).lower()
+    with Store(db, read_only=True) as s:
+        assert s.scalar("SELECT count(*) FROM runs") > 0
+
+
+@sync
+async def test_live_tab_grid_events_and_stop_with_confirmation(quick_demo, tmp_path):
+    _, demo_db = quick_demo
+    db = tmp_path / "c.duckdb"
+    shutil.copy(demo_db, db)
+    with Store(db, read_only=True) as s:
+        plan_hash = s.scalar("SELECT plan_hash FROM plans")
+        done = s.query("SELECT run_id, cell_key AS cell, status FROM runs WHERE pool = 'tuning' ORDER BY started_at "
+                       "LIMIT 3")
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        run = LiveRun("r-now", "ref-lossy", 16, "measured", 16, completed=3, failed={"timeout": 2})
+        snap = LiveSnapshot(pid=victim.pid, seq=3, plan_name="demo-reference-ab", plan_hash=plan_hash, cell_index=4,
+                            cells_total=16, cell_key="ref-lossy/c16/measured/0", run=run, runs_done=done)
+        live_path(db).write_text(snap.to_json())
+        app = CampaignApp(db, live=True, poll_s=0.05)
+        async with app.run_test(size=SIZE) as pilot:
+            grid = app.query_one("#live-grid", DataTable)
+            deadline = time.monotonic() + 10
+            while grid.row_count < 4 and time.monotonic() < deadline:
+                await pilot.pause(0.05)
+            assert app.query_one(TabbedContent).active == "live"
+            rows = {str(grid.get_row_at(i)[0]): [str(c) for c in grid.get_row_at(i)[1:]] for i in range(grid.row_count)}
+            assert sorted(rows) == ["ref-baseline", "ref-fast", "ref-lossy", "ref-peer"]
+            assert rows["ref-lossy"][0] == "▶·"  # C16: the running repeat, then the pending one
+            log = "\n".join(app.query_one("#live-log", Log).lines)
+            assert "failure: timeout x2 in ref-lossy C=16" in log and "run r-now started" in log
+            await pilot.press("s")
+            await pilot.pause()
+            assert isinstance(app.screen, ConfirmStop)
+            await pilot.press("n")
+            await pilot.pause()
+            assert not isinstance(app.screen, ConfirmStop) and victim.poll() is None
+            await pilot.press("s")
+            await pilot.pause()
+            await pilot.press("y")
+            await pilot.pause()
+        assert victim.wait(timeout=10) == -15  # SIGTERM, as `kill PID` would send
+    finally:
+        victim.kill()
+
+
+@sync
+async def test_a_failing_load_shows_an_error_and_the_app_lives(campaign_db, tmp_path):
+    db = tmp_path / "c.duckdb"
+    shutil.copy(campaign_db, db)
+    app = CampaignApp(db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        db.write_bytes(b"not a database")  # the Gates loader opens it and fails
+        await _tab(pilot, "4")
+        deadline = time.monotonic() + 5
+        while "gates:" not in str(app.query_one("#gates-head", Static).render()) and time.monotonic() < deadline:
+            await pilot.pause(0.05)
+        assert "gates:" in str(app.query_one("#gates-head", Static).render())
+        assert "gates-dry-run" in str(app.query_one("#status", Static).render())
+        await _tab(pilot, "1")
+        assert app.is_running and app.query_one(TabbedContent).active == "runs"
+
+
+@sync
+async def test_every_tab_at_80x24(quick_demo):
+    _, db = quick_demo
+    app = CampaignApp(db)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        for key, tab in zip("12345678", ("runs", "report", "verdicts", "gates", "plan", "sql", "live", "audit")):
+            if tab == "live":
+                await pilot.press("escape")  # out of the SQL box, where digits are query text
+            await _tab(pilot, key)
+            assert app.query_one(TabbedContent).active == tab
+
+
+# -- SVG snapshots of the new tabs (fixture store: fixed data) ------------------------------------
+def _snap_tab(key):
+    async def before(pilot):
+        await _loaded(pilot)
+        await _tab(pilot, key)
+    return before
+
+
+def test_snapshot_gates(campaign_db, monkeypatch, snap_compare):
+    assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=_snap_tab("4"))
+
+
+def test_snapshot_sql(campaign_db, monkeypatch, snap_compare):
+    async def before(pilot):
+        await _loaded(pilot)
+        await _tab(pilot, "6")
+        box = pilot.app.query_one("#sql-input", Input)
+        box.value = "SELECT engine, concurrency, count(*) AS runs FROM runs GROUP BY ALL ORDER BY ALL"
+        await pilot.press("enter")
+        await _tab(pilot, "f13")
+    assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=before)
+
+
+def test_snapshot_gates_at_80x24(campaign_db, monkeypatch, snap_compare):
+    assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=(80, 24), run_before=_snap_tab("4"))
