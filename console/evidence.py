@@ -99,7 +99,6 @@ def export_bundle(store: Store, plan: Any, out: Path, *, html: bool = True) -> d
     for h, text in store.con.execute(f"SELECT plan_hash, canonical_json FROM plans WHERE plan_hash IN ({marks})",
                                      hashes).fetchall():
         (out / "plans" / f"{h}.json").write_text(text, encoding="utf-8")
-    runs = store.query(f"SELECT run_id, status, params_json FROM runs WHERE plan_hash IN ({marks})", hashes)
     # every run's stored metrics under its plan's parameters (computed now where none are stored)
     from data.plans import plan_from_store
     for h in hashes:
@@ -145,7 +144,7 @@ def export_bundle(store: Store, plan: Any, out: Path, *, html: bool = True) -> d
         if row["kind"] == "quality" and row["plan_hash"]:
             from stats.gates import frame_sha256
 
-            frame = scores_frame(store, plan_from_store(store, row["plan_hash"]))
+            frame = scores_frame(store, judged_plan(store, row["plan_hash"], doc))
             if frame_sha256(frame) != (doc.get("inputs") or {}).get("sha256"):
                 raise CampaignError(f"verdict {vid}: its input table no longer rebuilds from the store (sha256 "
                                     f"{frame_sha256(frame)[:16]}… vs {str((doc.get('inputs') or {}).get('sha256'))[:16]}… "
@@ -346,8 +345,18 @@ def _scores_agree(store: Store, frame, doc: dict[str, Any], vid: str) -> None:
                                        f"input table but {want!r} in tables/quality_scores")
 
 
-def check_quality(root: Path, store: Store, doc: dict[str, Any]) -> str:
+def judged_plan(store: Store, plan_hash: str, doc: dict[str, Any]):
+    """The plan as the quality verdict `doc` judged it: a plan with several quality candidates
+    issues one verdict per candidate, each over its own view (`Plan.for_candidate`), which the
+    document records as its effective plan."""
     from data.plans import plan_from_store
+
+    plan = plan_from_store(store, plan_hash)
+    cand = (((doc.get("plan") or {}).get("effective") or {}).get("quality") or {}).get("candidate")
+    return plan.for_candidate(cand) if cand in plan.quality_candidates else plan
+
+
+def check_quality(root: Path, store: Store, doc: dict[str, Any]) -> str:
     from stats.gates import GateConfig, evaluate_gates, frame_sha256
 
     vid = doc["verdict_id"]
@@ -357,7 +366,7 @@ def check_quality(root: Path, store: Store, doc: dict[str, Any]) -> str:
         raise EvidenceMismatch(f"verdict {vid}: its input table verdicts/{vid}.scores.parquet hashes to "
                                f"{frame_sha256(frame)[:16]}…, the document says {str(inputs.get('sha256'))[:16]}…")
     _scores_agree(store, frame, doc, vid)
-    plan = plan_from_store(store, doc["plan"]["hash"])
+    plan = judged_plan(store, doc["plan"]["hash"], doc)
     cfg = GateConfig.from_plan(plan.raw)
     result = evaluate_gates(frame, cfg, scorer_status=inputs.get("scorer_status") or {}, attribution=False,
                             source=inputs.get("source") or "scores")
