@@ -73,7 +73,7 @@ def _gate(capsys, plan, db):
 
 
 def test_the_same_plan_locally_and_on_the_cluster_stores_the_same_requests(ray_local, tmp_path, capsys):
-    plan = _plan(tmp_path, concurrencies=(1, 2), requests=3, repeats=2)
+    plan = _plan(tmp_path, concurrencies=(1, 2), requests=3, repeats=1)
     local, remote = tmp_path / "local.duckdb", tmp_path / "cluster.duckdb"
     for db in (local, remote):
         assert inproc(capsys, "plan", "freeze", str(plan), db=db).returncode == 0
@@ -81,24 +81,24 @@ def test_the_same_plan_locally_and_on_the_cluster_stores_the_same_requests(ray_l
     assert r.returncode == 0, r.stdout + r.stderr
     c = inproc(capsys, "run", str(plan), "--cluster", "local", db=remote)
     assert c.returncode == 0, c.stdout + c.stderr
-    assert "8 run(s) recorded" in c.stdout and f"{FAKE_GPU} x 2 on 1 node(s)" in c.stdout
+    assert "4 run(s) recorded" in c.stdout and f"{FAKE_GPU} x 2 on 1 node(s)" in c.stdout
 
     cells_l, runs_l = _stored(local)
     cells_r, runs_r = _stored(remote)
-    assert len(runs_l) == len(runs_r) == 8 and {x["status"] for x in runs_r} == {"complete"}
-    assert sorted(cells_l) == sorted(cells_r) and len(cells_r) == 8
+    assert len(runs_l) == len(runs_r) == 4 and {x["status"] for x in runs_r} == {"complete"}
+    assert sorted(cells_l) == sorted(cells_r) and len(cells_r) == 4
     assert cells_l == cells_r  # counts, utterance ids, audio hashes (lossless profiles) and outcomes
     assert all(len(v) == 3 and all(o == "ok" and h for _, _, h, o in v) for v in cells_r.values())
     # every output file came back to this host's artifacts folder with the recorded hash
     import hashlib
     with Store(remote) as s:
         files = s.query("SELECT path, sha256 FROM audio_files")
-        assert len(files) == 24
+        assert len(files) == 12
         for f in files:
             assert hashlib.sha256((tmp_path / "artifacts" / f["path"]).read_bytes()).hexdigest() == f["sha256"]
         assert verify_chain(s).ok and [x for x in verify_store(s) if not x.ok] == []
         launches = s.query("SELECT status FROM engine_launches")
-        assert len(launches) == 8 and {x["status"] for x in launches} == {"stopped"}
+        assert len(launches) == 4 and {x["status"] for x in launches} == {"stopped"}
         assert {a["outcome"] for a in s.query("SELECT outcome FROM attempts")} == {"measured"}
     # placement: a node id and a GPU per run, and the runs a pair compares shared one GPU
     assert all(x["node_id"] and x["gpu_uuid"] and x["gpu_name"] == FAKE_GPU for x in runs_r)
@@ -121,7 +121,7 @@ def test_the_same_plan_locally_and_on_the_cluster_stores_the_same_requests(ray_l
     assert _gate(capsys, plan, local) == _gate(capsys, plan, remote)
 
     again = inproc(capsys, "run", str(plan), "--cluster", "local", "--resume", db=remote)
-    assert again.returncode == 0 and "0 run(s) recorded, 8 cell(s) already complete" in again.stdout
+    assert again.returncode == 0 and "0 run(s) recorded, 4 cell(s) already complete" in again.stdout
 
 
 def test_a_worker_killed_mid_cell_leaves_the_run_incomplete_and_the_cell_runs_again(ray_local, tmp_path, capsys):

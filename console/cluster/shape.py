@@ -94,7 +94,8 @@ def shape_problem(plan: Any, shape: ClusterShape) -> str | None:
     want_name = plan.cluster.gpu_name or plan.gpu.expected_name
     names = shape.names()
     if want_name and set(names) != {want_name}:
-        return (f"{where}: cluster.gpu_name: expected every GPU to be {want_name!r}, the cluster has "
+        field = "cluster.gpu_name" if plan.cluster.gpu_name else "gpu.expected_name"
+        return (f"{where}: {field}: expected every GPU to be {want_name!r}, the cluster has "
                 f"{shape.describe()}")
     if plan.cluster.gpus is not None and shape.gpus != plan.cluster.gpus:
         return f"{where}: cluster.gpus: expected {plan.cluster.gpus} GPU(s), the cluster has {shape.describe()}"
