@@ -88,3 +88,16 @@ def test_pairs_across_gpu_models_are_refused_and_pairs_across_gpus_reported():
     plain = evaluate_cell(1, [RepeatValue(0, "a", 2.0), RepeatValue(1, "b", 2.0)],
                           [RepeatValue(0, "c", 1.0), RepeatValue(1, "d", 1.0)], confidence=0.9, min_ratio=1.0)
     assert plain.n_pairs == 2 and plain.pairs[0]["same_gpu"] is None and plain.reason == ""
+
+
+def test_the_live_snapshot_carries_progress_per_gpu(tmp_path):
+    from console.live import LiveFeed, live_path, read_snapshot
+
+    feed = LiveFeed(tmp_path / "c.duckdb")
+    feed.node("host-a/gpu0", node_id="n1", gpu_name="NVIDIA H200", cell="e/c1/measured/0", state="running",
+              done=3, planned=8)
+    feed.node("host-a/gpu0", done=5)
+    feed.finished()
+    snap = read_snapshot(live_path(tmp_path / "c.duckdb"))
+    assert snap.nodes == {"host-a/gpu0": {"node_id": "n1", "gpu_name": "NVIDIA H200", "cell": "e/c1/measured/0",
+                                          "state": "running", "done": 5, "planned": 8}}
