@@ -11,8 +11,8 @@ artifacts folder exactly as a local run does.
 Messages are (kind, payload dict):
   placed        node_id, hostname, pid, slot, gpu (the reserved GPU's NVML row or None), gpus, telemetry_status
   refused       reason (the node's workload differs from the frozen manifest); nothing ran
-  launch        the engine_launches row (status ready or startup_failed)
-  launch_ended  the launch row once stopped (stopped / crashed), run_ids it served
+  launch        the engine_launches row (status ready or startup_failed; log_bytes when failed)
+  launch_ended  the launch row once stopped (stopped / crashed), run_ids it served, log_bytes
   run_started   cell_key, run_id, launch_id, url
   batch         run_id, tables (table -> pyarrow.Table), audio (relpath -> WAV bytes), requests
   run_ended     run_id, summary (DriveSummary), fatal, engine_exit, requests
@@ -41,6 +41,7 @@ from engine_adapters.specs import EngineSpec
 
 Message = tuple[str, dict[str, Any]]
 PORT_WAIT_S = 15.0
+LOG_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -144,10 +145,10 @@ class _Engines:
             if problem:
                 eng.stop()
                 eng.row.update(status="startup_failed", failure_reason=problem)
-                return None, dict(eng.row)
+                return None, with_log(eng)
             eng.wait_healthy()
         except EngineStartError:
-            return None, dict(eng.row)
+            return None, with_log(eng)
         except BaseException:
             eng.stop()
             raise
@@ -160,10 +161,22 @@ class _Engines:
         if eng is None:
             return None
         eng.stop()
-        return {**eng.row, "run_ids": self.run_ids.pop(name, [])}
+        return {**with_log(eng), "run_ids": self.run_ids.pop(name, [])}
 
     def stop_all(self) -> list[dict[str, Any]]:
         return [row for name in list(self.up) if (row := self.stop(name))]
+
+
+def with_log(eng: EngineProcess) -> dict[str, Any]:
+    """The launch row plus the engine's log (its last LOG_BYTES), which the console keeps under its
+    artifacts folder as a local run does: the node's scratch folder goes when the group ends."""
+    try:
+        with open(eng.log_path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - LOG_BYTES))
+            data = f.read()
+    except OSError:
+        data = b""
+    return {**eng.row, "log_bytes": data}
 
 
 def _audio_bytes(records: list[Any], root: Path) -> dict[str, bytes]:

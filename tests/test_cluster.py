@@ -97,8 +97,10 @@ def test_the_same_plan_locally_and_on_the_cluster_stores_the_same_requests(ray_l
         for f in files:
             assert hashlib.sha256((tmp_path / "artifacts" / f["path"]).read_bytes()).hexdigest() == f["sha256"]
         assert verify_chain(s).ok and [x for x in verify_store(s) if not x.ok] == []
-        launches = s.query("SELECT status FROM engine_launches")
+        launches = s.query("SELECT status, log_path FROM engine_launches")
         assert len(launches) == 4 and {x["status"] for x in launches} == {"stopped"}
+        # the engines' logs came back too (the node's scratch folder is gone)
+        assert all(os.path.getsize(x["log_path"]) > 0 and x["log_path"].startswith(str(tmp_path)) for x in launches)
         assert {a["outcome"] for a in s.query("SELECT outcome FROM attempts")} == {"measured"}
     # placement: a node id and a GPU per run, and the runs a pair compares shared one GPU
     assert all(x["node_id"] and x["gpu_uuid"] and x["gpu_name"] == FAKE_GPU for x in runs_r)

@@ -101,3 +101,13 @@ def test_the_live_snapshot_carries_progress_per_gpu(tmp_path):
     snap = read_snapshot(live_path(tmp_path / "c.duckdb"))
     assert snap.nodes == {"host-a/gpu0": {"node_id": "n1", "gpu_name": "NVIDIA H200", "cell": "e/c1/measured/0",
                                           "state": "running", "done": 5, "planned": 8}}
+
+
+def test_a_checkpoint_that_differs_from_earlier_launches_is_named():
+    from engine_adapters.cluster import checkpoint_mismatch
+
+    row = {"checkpoint_sha256_json": '{"/m/model.safetensors": "' + "b" * 64 + '"}'}
+    assert checkpoint_mismatch(row, {}) is None
+    assert checkpoint_mismatch(row, {"/m/model.safetensors": "b" * 64}) is None
+    got = checkpoint_mismatch(row, {"/m/model.safetensors": "a" * 64})
+    assert got.startswith("checkpoint /m/model.safetensors on ") and "sha256 bbbbbbbbbbbb" in got and "aaaaaaaaaaaa" in got

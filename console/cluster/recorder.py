@@ -100,7 +100,19 @@ class Recorder:
             self._finish_cell(g, c, f"not run: {p['reason']}")
         self.log(f"group {g.group_id}: {p['reason']}")
 
+    def _keep_log(self, row: dict[str, Any]) -> dict[str, Any]:
+        """The row with log_path on this host: the node's log is written under artifacts/logs."""
+        row = dict(row)
+        data = row.pop("log_bytes", None)
+        path = self.artifacts_dir / "logs" / Path(row.get("log_path") or f"{row['engine']}-{row['launch_id']}.log").name
+        if data is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        row["log_path"] = str(path)
+        return row
+
     def _on_launch(self, g: GroupState, row: dict[str, Any]) -> None:
+        row = self._keep_log(row)
         self.store.insert("engine_launches", row)
         engine = self.plan.engine(row["engine"])
         if row.get("status") == "startup_failed":
@@ -113,6 +125,7 @@ class Recorder:
         self.log(f"engine {row['engine']} ready on {self._label(g)} ({row.get('url')}, launch {row['launch_id']})")
 
     def _on_launch_ended(self, g: GroupState, row: dict[str, Any]) -> None:
+        row = self._keep_log(row)
         update_launch(self.store, row)
         g.launches.pop(row["launch_id"], None)
         crashed = row.get("status") == "crashed"
