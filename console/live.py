@@ -145,6 +145,8 @@ class LiveSnapshot:
     requests: list[LiveRequest] = field(default_factory=list)  # newest first
     inflight: list[LiveInflight] | None = None  # None until the driver reports; oldest send first
     gpu: list[LiveGpu] = field(default_factory=list)  # oldest first
+    # a cluster run (docs/cluster.md): "<host>/gpu<slot>" -> node id, GPU name, group, cell, run, done, planned, state
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def in_flight(self) -> int:
         """Requests streaming now: the driver's report when there is one, else the estimate."""
@@ -257,6 +259,12 @@ class LiveFeed:
             if state == "running":
                 self.snap.cell_index = index + 1
                 self.snap.cell_key = getattr(cell, "key", str(cell))
+            self._touch()
+
+    def node(self, label: str, **fields: Any) -> None:
+        """Progress of one GPU of a cluster run (console/cluster/recorder.py): what it runs now."""
+        with self._lock:
+            self.snap.nodes.setdefault(label, {}).update(fields)
             self._touch()
 
     def run_started(self, run_id: str, engine: str, concurrency: int, kind: str, planned: int,

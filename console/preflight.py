@@ -25,13 +25,21 @@ def _orphan_ports(store: Store, plan: Plan) -> set[tuple[str, int]]:
     return {(e.host, e.port) for e in plan.engines if e.name in names}
 
 
-def check_startable(store: Store, plan: Plan, phase: str, resume: bool) -> None:
-    """Raise a one-line CampaignError when `campaign run` of this plan and phase would refuse."""
-    check_preconditions(store, plan, phase)
+def check_startable(store: Store, plan: Plan, phase: str, resume: bool, cluster: str | None = None) -> None:
+    """Raise a one-line CampaignError when `campaign run` of this plan and phase would refuse.
+    With `cluster` the engines run on the cluster's nodes: this host's GPU and ports are not
+    theirs (the cluster's shape is checked when the run connects, console/cluster/shape.py)."""
+    if cluster:
+        from console.cluster.connect import check_address
+
+        check_address(cluster)
+    check_preconditions(store, plan, phase, local_gpu=not cluster)
     cells = plan_cells(plan, phase)
     names = {c.engine for c in cells}
     engine_environment(plan, plan_secrets(store, plan), names)
     refuse_rerun(store, plan, {c.key for c in cells}, resume)
+    if cluster:
+        return
     spare = _orphan_ports(store, plan) if resume else set()
     for i, e in enumerate(plan.engines):
         taken = port_in_use(e.host, e.port) if e.name in names and (e.host, e.port) not in spare else None

@@ -47,6 +47,91 @@ def _telemetry(run_id: str, enabled: bool) -> tuple[list[dict[str, Any]], str, A
     return gpus, status, sampler
 
 
+def local_placement(gpus: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where a local run ran: no Ray node; the GPU the engine sees first (engine_adapters/placement.py)."""
+    from engine_adapters.placement import assigned_gpu
+
+    gpu = assigned_gpu(gpus)
+    return {"node_id": None, "gpu_uuid": gpu.get("uuid") if gpu else None, "gpu_name": gpu.get("name") if gpu else None}
+
+
+def begin_run(store: Store, spec: DriveSpec, *, engine: str, kind: str, plan_hash: str | None, cell_key: str | None,
+              launch_id: str | None, pool: str | None, repeat_index: int, note: str | None, params: dict | None,
+              gpus: list[dict[str, Any]], telemetry_status: str, placement: dict[str, Any] | None = None) -> None:
+    """The `runs` row (status 'running'), its GPU rows and run_started, in one transaction. Shared
+    by local runs and runs a cluster node drives (console/cluster/recorder.py); `placement` is the
+    run's node_id / gpu_uuid / gpu_name."""
+    dialect = get_dialect(spec.dialect)
+    request = dialect.request_config(spec.request_options)
+    total = len(spec.requests) + spec.warmup_requests
+    all_params = {
+        "sampling": spec.sampling, "timeout_s": spec.timeout_s, "warmup_requests": spec.warmup_requests,
+        "request_options": {k: v for k, v in spec.request_options.items() if k != "extra_body"},
+        **(params or {}),
+    }
+    with store.transaction():
+        store.insert("runs", {
+            "run_id": spec.run_id, "plan_hash": plan_hash, "cell_key": cell_key, "engine": engine,
+            "launch_id": launch_id, "dialect": spec.dialect, "url": spec.url, "concurrency": spec.concurrency,
+            "repeat_index": repeat_index, "kind": kind, "status": "running", "pool": pool,
+            "requests_planned": total, "started_at": utcnow(), "gpu_json": json.dumps(gpus),
+            "telemetry_status": telemetry_status, "params_json": json.dumps(all_params, sort_keys=True, default=str),
+            "metrics_version": METRICS_VERSION, "note": note, "request_preset": request.preset,
+            "voice_placement": request.voice_placement,
+            "body_template_sha256": dialect.body_template_sha256(spec.sampling, spec.request_options),
+            **{k: v for k, v in (placement or {}).items() if k in ("node_id", "gpu_uuid", "gpu_name")},
+        })
+        for g in gpus:
+            store.insert("gpu_devices", {"run_id": spec.run_id, **{k: g.get(k) for k in (
+                "gpu_index", "name", "uuid", "driver_version", "memory_total_mib", "power_limit_w")}})
+        append_event(store, "run_started", plan_hash=plan_hash, subject=spec.run_id,
+                     payload={"engine": engine, "kind": kind, "concurrency": spec.concurrency,
+                              "cell_key": cell_key, "requests_planned": total, "url": spec.url,
+                              "request_preset": request.preset, "voice_placement": request.voice_placement,
+                              **({"node_id": placement["node_id"]} if placement and placement.get("node_id") else {})})
+
+
+def run_status(*, interrupted: bool, summary: Any, fatal: str | None, engine_exit: str | None) -> str:
+    """complete / incomplete (interrupted or cancelled) / failed (driver error or engine exit)."""
+    if interrupted or (summary and summary.cancelled):
+        return "incomplete"
+    if summary is None or summary.error or fatal or engine_exit:
+        return "failed"
+    return "complete"
+
+
+def finish_run(store: Store, run_id: str, *, plan_hash: str | None, note: str | None, summary: Any,
+               fatal: str | None, engine_exit: str | None, stored: int, interrupted: bool,
+               lost: str | None = None) -> str:
+    """Close the run row and append run_ended with the digest of what was stored; returns the
+    status. `lost` (a cluster worker or node lost mid-cell) makes the run 'incomplete' with it as
+    the reason, like an interrupted run."""
+    status = "incomplete" if lost else run_status(interrupted=interrupted, summary=summary, fatal=fatal,
+                                                     engine_exit=engine_exit)
+    overhead = dict(summary.overhead) if summary else {}
+    if summary and summary.error:
+        overhead["error"] = summary.error
+    if fatal:
+        overhead["fatal"] = fatal
+    if engine_exit:
+        overhead["engine_exit"] = engine_exit
+    with store.transaction():
+        store.con.execute(
+            "UPDATE runs SET status = ?, ended_at = ?, anchor_wall_ns = ?, anchor_perf_ns = ?, loop_impl = ?, "
+            "client_impl = ?, driver_overhead_json = ?, note = ? WHERE run_id = ?",
+            [status, utcnow() if status == "complete" else None,
+             summary.anchor_wall_ns if summary else None, summary.anchor_perf_ns if summary else None,
+             summary.loop_impl if summary else None, summary.client_impl if summary else None,
+             json.dumps(overhead, sort_keys=True), "; ".join(x for x in (note, engine_exit, lost) if x) or None, run_id],
+        )
+        append_event(store, "run_ended", plan_hash=plan_hash, subject=run_id,
+                     payload={"status": status, "requests_stored": stored,
+                              "requests_sent": summary.sent if summary else None,
+                              "error": (summary.error if summary else None) or fatal or engine_exit or lost,
+                              "digest": run_digest(store, run_id)})  # rows as stored, for audit verify
+    return status
+
+
 def record_run(
     store: Store,
     spec: DriveSpec,
@@ -71,32 +156,11 @@ def record_run(
     stored; no aggregate uses a failed run, docs/engines.md)."""
     run_id = spec.run_id
     total = len(spec.requests) + spec.warmup_requests
-    dialect = get_dialect(spec.dialect)
-    request = dialect.request_config(spec.request_options)  # a bad option fails before anything is stored
-    all_params = {
-        "sampling": spec.sampling, "timeout_s": spec.timeout_s, "warmup_requests": spec.warmup_requests,
-        "request_options": {k: v for k, v in spec.request_options.items() if k != "extra_body"},
-        **(params or {}),
-    }
+    get_dialect(spec.dialect).request_config(spec.request_options)  # a bad option fails before anything is stored
     gpus, tstatus, sampler = _telemetry(run_id, telemetry)
-    with store.transaction():
-        store.insert("runs", {
-            "run_id": run_id, "plan_hash": plan_hash, "cell_key": cell_key, "engine": engine,
-            "launch_id": launch_id, "dialect": spec.dialect, "url": spec.url, "concurrency": spec.concurrency,
-            "repeat_index": repeat_index, "kind": kind, "status": "running", "pool": pool,
-            "requests_planned": total, "started_at": utcnow(), "gpu_json": json.dumps(gpus),
-            "telemetry_status": tstatus, "params_json": json.dumps(all_params, sort_keys=True, default=str),
-            "metrics_version": METRICS_VERSION, "note": note, "request_preset": request.preset,
-            "voice_placement": request.voice_placement,
-            "body_template_sha256": dialect.body_template_sha256(spec.sampling, spec.request_options),
-        })
-        for g in gpus:
-            store.insert("gpu_devices", {"run_id": run_id, **{k: g.get(k) for k in (
-                "gpu_index", "name", "uuid", "driver_version", "memory_total_mib", "power_limit_w")}})
-        append_event(store, "run_started", plan_hash=plan_hash, subject=run_id,
-                     payload={"engine": engine, "kind": kind, "concurrency": spec.concurrency,
-                              "cell_key": cell_key, "requests_planned": total, "url": spec.url,
-                              "request_preset": request.preset, "voice_placement": request.voice_placement})
+    begin_run(store, spec, engine=engine, kind=kind, plan_hash=plan_hash, cell_key=cell_key, launch_id=launch_id,
+              pool=pool, repeat_index=repeat_index, note=note, params=params, gpus=gpus, telemetry_status=tstatus,
+              placement=local_placement(gpus))
     Path(spec.artifacts_dir).mkdir(parents=True, exist_ok=True)
     if live:  # console.live.LiveFeed: the TUI follows the run through its snapshot file
         live.run_started(run_id, engine, spec.concurrency, kind, total, spec.dialect, spec.request_options)
@@ -141,38 +205,11 @@ def record_run(
         if samples:
             writer.add(samples)
             writer.flush()
-        summary = proc.summary
-        status = "complete"
-        if interrupted or (summary and summary.cancelled):
-            status = "incomplete"
-        elif summary is None or summary.error or proc.fatal:
-            status = "failed"
-        overhead = dict(summary.overhead) if summary else {}
-        if summary and summary.error:
-            overhead["error"] = summary.error
-        if proc.fatal:
-            overhead["fatal"] = proc.fatal
         # an engine that died makes its requests fail as `transport` at once; its orphan guard
         # ends a moment later, so give it that moment before deciding the engine is still up
         engine_exit = engine_process.exit_cause(0.5 if transport_failures else 0.0) if engine_process else None
-        if engine_exit:
-            overhead["engine_exit"] = engine_exit
-            if status == "complete":
-                status = "failed"
-        with store.transaction():
-            store.con.execute(
-                "UPDATE runs SET status = ?, ended_at = ?, anchor_wall_ns = ?, anchor_perf_ns = ?, loop_impl = ?, "
-                "client_impl = ?, driver_overhead_json = ?, note = ? WHERE run_id = ?",
-                [status, utcnow() if status == "complete" else None,
-                 summary.anchor_wall_ns if summary else None, summary.anchor_perf_ns if summary else None,
-                 summary.loop_impl if summary else None, summary.client_impl if summary else None,
-                 json.dumps(overhead, sort_keys=True), "; ".join(x for x in (note, engine_exit) if x) or None, run_id],
-            )
-            append_event(store, "run_ended", plan_hash=plan_hash, subject=run_id,
-                         payload={"status": status, "requests_stored": stored,
-                                  "requests_sent": summary.sent if summary else None,
-                                  "error": (summary.error if summary else None) or proc.fatal or engine_exit,
-                                  "digest": run_digest(store, run_id)})  # rows as stored, for audit verify
+        status = finish_run(store, run_id, plan_hash=plan_hash, note=note, summary=proc.summary, fatal=proc.fatal,
+                            engine_exit=engine_exit, stored=stored, interrupted=interrupted)
     if live:
         live.run_ended(run_id, status)
     if interrupted:
@@ -206,8 +243,14 @@ def launch_engine(store: Store, spec: EngineSpec, *, log_dir: Path, plan_hash: s
 def stop_engine(store: Store, eng: EngineProcess, grace_s: float = 10.0) -> None:
     """Stop the engine and update its launch row (stopped, or crashed if it died while serving)."""
     eng.stop(grace_s)
-    cols = [c for c in _LAUNCH_STORED if c in eng.row]
+    update_launch(store, eng.row)
+
+
+def update_launch(store: Store, row: dict[str, Any]) -> None:
+    """Store a launch's later state (stopped/crashed, exit code, log tail) from its row; also used
+    for launches a cluster node reports (console/cluster/recorder.py)."""
+    cols = [c for c in _LAUNCH_STORED if c in row]
     store.con.execute(
         f"UPDATE engine_launches SET {', '.join(f'{c} = ?' for c in cols)} WHERE launch_id = ?",
-        [eng.row[c] for c in cols] + [eng.launch_id],
+        [row[c] for c in cols] + [row["launch_id"]],
     )

@@ -289,10 +289,13 @@ class RunnerOptions:
     on_cell: Callable[[int, int, Cell, str], None] | None = None  # (index, total, cell, state)
     on_progress: Callable[..., None] | None = None  # passed through to record_run
     live: Any = None  # console.live.LiveFeed, passed through to record_run
+    cluster: str | None = None  # local, auto or ray://HOST:PORT: cells run as Ray tasks (console/cluster/)
+    on_node: Callable[[dict[str, Any]], None] | None = None  # cluster only: a group was placed on a node
 
 
-def check_preconditions(store: Store, plan: Plan, phase: str) -> str:
-    """Workload unchanged since freeze; holdout opened for the holdout phase; GPU as expected.
+def check_preconditions(store: Store, plan: Plan, phase: str, local_gpu: bool = True) -> str:
+    """Workload unchanged since freeze; holdout opened for the holdout phase; GPU as expected
+    (on this host; a cluster run checks its nodes instead, console/cluster/shape.py).
     Returns the manifest hash."""
     frozen = store.query(
         "SELECT payload_json FROM audit_events WHERE kind IN ('plan_frozen', 'addendum_frozen') AND plan_hash = ?",
@@ -309,7 +312,7 @@ def check_preconditions(store: Store, plan: Plan, phase: str) -> str:
         if not holdout_opened(store, plan.hash):
             raise CampaignError(f"plan {plan.hash[:12]}: holdout pool {plan.workload.holdout_pool!r} is reserved; open it "
                                 f"first with `campaign plan open-holdout PLAN --reason ...` (an audit event)")
-    if plan.gpu.expected_name:
+    if plan.gpu.expected_name and local_gpu:
         from engine_adapters.telemetry import gpu_identity
 
         gpus, status = gpu_identity()
@@ -330,11 +333,58 @@ def refuse_rerun(store: Store, plan: Plan, keys: set[str], resume: bool) -> None
                             f"use --resume to continue without repeating completed cells")
 
 
-def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
-    """Execute the plan's cells for one phase; see the module docstring for the rules."""
-    from console.recording import record_run
-    from engine_adapters.driver import DriveSpec, RequestSpec, discard_warm, prewarm
+def plan_requests(plan: Plan, cells: list[Cell], phase: str) -> dict[int, list[Any]]:
+    """concurrency -> the requests every cell of the phase at that concurrency sends
+    (engine_adapters.driver.RequestSpec): the same list for every engine and repeat, so runs pair
+    by utterance; the sweep sends `plan.requests_at(C)`, the holdout its whole pool."""
+    from engine_adapters.driver import RequestSpec
 
+    workload = load_plan_workload(plan)
+    pool_utts = workload.pool(cells[0].pool) if cells else []
+    out: dict[int, list[Any]] = {}
+    for c in sorted({cell.concurrency for cell in cells}):
+        n_req = None if phase == "holdout" else plan.requests_at(c)
+        out[c] = [RequestSpec(u.utt_id, u.target_text, u.prompt_wav, u.prompt_text)
+                  for u in select_requests(pool_utts, n_req)]
+    return out
+
+def plan_sampling(plan: Plan) -> dict[str, Any]:
+    return {k: v for k, v in plan.raw.get("sampling", {}).items() if not k.startswith("_")}
+
+
+def run_params(plan: Plan, manifest_hash: str, phase: str) -> dict[str, Any]:
+    """The parameters every run of the phase records (runs.params_json), besides the engine's profile."""
+    return {"sampling": plan_sampling(plan), "timeout_s": plan.sweep.timeout_s, "restart": plan.sweep.restart,
+            "interleave": plan.sweep.interleave, "manifest_hash": manifest_hash,
+            "throughput_scale": plan.metrics.throughput_scale, "stall_threshold_s": plan.metrics.stall_threshold_s,
+            "preroll_s": plan.metrics.preroll_s, "phase": phase}
+
+
+def new_cell_run_id(plan: Plan, cell: Cell) -> str:
+    return f"{plan.hash[:8]}-{cell.engine}-c{cell.concurrency}-{cell.kind[0]}{cell.repeat}-{uuid.uuid4().hex[:6]}"
+
+
+def drive_spec(plan: Plan, cell: Cell, run_id: str, requests: list[Any], artifacts_dir: Path) -> Any:
+    """The DriveSpec of one cell's run (engine_adapters.driver)."""
+    from engine_adapters.driver import DriveSpec
+
+    engine = plan.engine(cell.engine)
+    return DriveSpec(run_id=run_id, url=engine.url, dialect=engine.dialect, concurrency=cell.concurrency,
+                     requests=requests, warmup_requests=plan.sweep.warmup_requests, timeout_s=plan.sweep.timeout_s,
+                     artifacts_dir=artifacts_dir, sampling=plan_sampling(plan),
+                     request_options={k: v for k, v in engine.request.items() if not k.startswith("_")})
+
+
+def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
+    """Execute the plan's cells for one phase; see the module docstring for the rules. With
+    `opts.cluster` the cells run on a Ray cluster (console/cluster/dispatch.py)."""
+    from console.recording import record_run
+    from engine_adapters.driver import discard_warm, prewarm
+
+    if opts.cluster:
+        from console.cluster.dispatch import run_plan_on_cluster
+
+        return run_plan_on_cluster(store, plan, opts)
     log = opts.log
     manifest_hash = check_preconditions(store, plan, opts.phase)
     cells = plan_cells(plan, opts.phase)
@@ -347,19 +397,8 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
     done = completed_cells(store, plan.hash)
     todo = [c for c in cells if c.key not in done]
 
-    workload = load_plan_workload(plan)
-    pool_utts = workload.pool(cells[0].pool) if cells else []
-
-    def cell_requests(concurrency: int) -> list[RequestSpec]:
-        """The same list for every engine and repeat of a concurrency, so runs pair by utterance."""
-        n_req = None if opts.phase == "holdout" else plan.requests_at(concurrency)
-        return [RequestSpec(u.utt_id, u.target_text, u.prompt_wav, u.prompt_text)
-                for u in select_requests(pool_utts, n_req)]
-    sampling = {k: v for k, v in plan.raw.get("sampling", {}).items() if not k.startswith("_")}
-    params_base = {"sampling": sampling, "timeout_s": plan.sweep.timeout_s, "restart": plan.sweep.restart,
-                   "interleave": plan.sweep.interleave, "manifest_hash": manifest_hash,
-                   "throughput_scale": plan.metrics.throughput_scale, "stall_threshold_s": plan.metrics.stall_threshold_s,
-                   "preroll_s": plan.metrics.preroll_s, "phase": opts.phase}
+    requests = plan_requests(plan, cells, opts.phase)
+    params_base = run_params(plan, manifest_hash, opts.phase)
 
     engines = EngineManager(store, plan, opts.artifacts_dir / "logs", log, env)
     failed: dict[str, str] = {}
@@ -396,11 +435,8 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
             current[cell.engine] = cell.concurrency
             if opts.on_cell:
                 opts.on_cell(i, len(todo), cell, "running")
-            run_id = f"{plan.hash[:8]}-{cell.engine}-c{cell.concurrency}-{cell.kind[0]}{cell.repeat}-{uuid.uuid4().hex[:6]}"
-            spec = DriveSpec(run_id=run_id, url=engine.url, dialect=engine.dialect, concurrency=cell.concurrency,
-                             requests=cell_requests(cell.concurrency), warmup_requests=plan.sweep.warmup_requests, timeout_s=plan.sweep.timeout_s,
-                             artifacts_dir=opts.artifacts_dir, sampling=sampling,
-                             request_options={k: v for k, v in engine.request.items() if not k.startswith("_")})
+            run_id = new_cell_run_id(plan, cell)
+            spec = drive_spec(plan, cell, run_id, requests[cell.concurrency], opts.artifacts_dir)
             note = EXPLORATORY_NOTE if cell.kind == "exploratory" else None
             launch.run_ids.append(run_id)
             rid = record_run(store, spec, engine=cell.engine, kind=cell.kind, plan_hash=plan.hash, cell_key=cell.key,

@@ -71,6 +71,14 @@ class GpuSpec:
 
 
 @dataclass(frozen=True)
+class ClusterSpec:
+    """The cluster a `campaign run --cluster` expects: every GPU named `gpu_name`, `gpus` of them
+    in all (docs/cluster.md). Checked before any cell runs."""
+    gpu_name: str | None = None
+    gpus: int | None = None
+
+
+@dataclass(frozen=True)
 class EngineSpec:
     name: str
     adapter: str
@@ -180,6 +188,7 @@ class Plan:
     sweep: SweepSpec
     description: str = ""
     gpu: GpuSpec = field(default_factory=GpuSpec)
+    cluster: ClusterSpec = field(default_factory=ClusterSpec)
     sampling: SamplingSpec = field(default_factory=SamplingSpec)
     metrics: MetricsSpec = field(default_factory=MetricsSpec)
     quality: QualitySpec = field(default_factory=QualitySpec)
@@ -222,7 +231,7 @@ class Plan:
 
 
 _SECTIONS = {
-    "model": ModelSpec, "gpu": GpuSpec, "workload": WorkloadSpec, "sweep": SweepSpec,
+    "model": ModelSpec, "gpu": GpuSpec, "cluster": ClusterSpec, "workload": WorkloadSpec, "sweep": SweepSpec,
     "sampling": SamplingSpec, "metrics": MetricsSpec, "quality": QualitySpec, "bootstrap": BootstrapSpec,
 }
 
@@ -615,6 +624,8 @@ def freeze(store: Store, path: str | Path, expected_parent: str | None = None) -
                    "manifest_hash": manifest.hash if manifest else None,
                    "holdout_pool": plan.workload.holdout_pool,
                    "holdout_ids": len(manifest.pools.get(plan.workload.holdout_pool, [])) if manifest and plan.workload.holdout_pool else 0}
+        if plan.cluster.gpu_name or plan.cluster.gpus:  # the cluster shape the plan expects (docs/cluster.md)
+            payload["cluster"] = {"gpu_name": plan.cluster.gpu_name, "gpus": plan.cluster.gpus}
         if plan.parent_hash:
             payload["parent_hash"] = plan.parent_hash
             payload["reason"] = doc.get("reason")

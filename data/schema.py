@@ -157,6 +157,9 @@ RUNS = Table(
         C("request_preset", "VARCHAR", "request body preset: protocol, vllm-bench or sglang-bench (docs/engines.md)"),
         C("voice_placement", "VARCHAR", "where the voice prompt went: ref_audio, audio_url, audios or none"),
         C("body_template_sha256", "VARCHAR", "SHA-256 of the request body template (placeholders for the per-utterance values)"),
+        C("node_id", "VARCHAR", "Ray node that ran the engine and driver (NULL for a local run; docs/cluster.md)"),
+        C("gpu_uuid", "VARCHAR", "UUID of the GPU the run's engine held (NULL where NVML is unavailable)"),
+        C("gpu_name", "VARCHAR", "model name of that GPU (throughput pairs across GPU models are refused)"),
     ),
     ("run_id",),
 )
@@ -370,6 +373,11 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         "ALTER TABLE engine_launches ADD COLUMN IF NOT EXISTS deploy_json VARCHAR",
     ]),
     (3, "stored per-run metrics (run_metrics)", [RUN_METRICS.create_sql()]),
+    (4, "placement of each run: Ray node, GPU UUID and GPU name (docs/cluster.md)", [
+        "ALTER TABLE runs ADD COLUMN IF NOT EXISTS node_id VARCHAR",
+        "ALTER TABLE runs ADD COLUMN IF NOT EXISTS gpu_uuid VARCHAR",
+        "ALTER TABLE runs ADD COLUMN IF NOT EXISTS gpu_name VARCHAR",
+    ]),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

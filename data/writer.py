@@ -35,6 +35,19 @@ def _arrow_table(table: str, columns: dict[str, Sequence[Any]]) -> pa.Table:
     return pa.table({name: pa.array(values, type=types[name]) for name, values in columns.items()})
 
 
+def records_to_tables(records: Iterable[Any]) -> dict[str, pa.Table]:
+    """Records grouped per table as Arrow tables: the form a cluster node ships its batches in
+    (console/cluster/recorder.py writes them with BatchWriter.write_tables)."""
+    grouped: dict[type, list] = {}
+    for rec in records:
+        grouped.setdefault(type(rec), []).append(rec)
+    out = {}
+    for cls, recs in grouped.items():
+        names = field_names(cls)
+        out[_TABLE_OF[cls]] = _arrow_table(_TABLE_OF[cls], {n: [getattr(r, n) for r in recs] for n in names})
+    return out
+
+
 class BatchWriter:
     """Buffers records and writes them in Arrow batches; `flush()` commits one transaction."""
 
@@ -55,17 +68,19 @@ class BatchWriter:
         self._write({table: _arrow_table(table, columns)})
 
     def flush(self) -> None:
-        batches = {}
-        for cls, recs in self._pending.items():
-            if not recs:
-                continue
-            names = field_names(cls)
-            columns = {n: [getattr(r, n) for r in recs] for n in names}
-            batches[_TABLE_OF[cls]] = _arrow_table(_TABLE_OF[cls], columns)
+        batches = records_to_tables(r for recs in self._pending.values() for r in recs)
         if batches:
             self._write(batches)
         for recs in self._pending.values():
             recs.clear()
+
+    def write_tables(self, batches: dict[str, pa.Table]) -> None:
+        """Write Arrow tables (table name -> rows, as records_to_tables builds them) in one transaction."""
+        unknown = sorted(set(batches) - set(_TABLE_OF.values()))
+        if unknown:
+            raise ValueError(f"write_tables: not an ingest table: {', '.join(unknown)}")
+        if batches:
+            self._write(batches)
 
     def _write(self, batches: dict[str, pa.Table]) -> None:
         con = self.store.con

@@ -11,6 +11,11 @@ t rather than a bootstrap because a campaign has a handful of repeats (3 in the 
 campaign) and a bootstrap over 3 values has only 10 distinct resamples. The log makes the ratio
 symmetric (A/B vs B/A). A cell passes iff exp(L) > min_ratio (1.0 = "exceeds"; equal fails);
 fewer than two pairs is INCONCLUSIVE, never PASS.
+
+Placement (docs/cluster.md): a pair whose two runs ran on different GPU models is refused (not
+used for the bound, named in the reason); a pair on two GPUs of the same model is used and
+reported (`same_gpu` false in the pair, counted in the reason). Runs without a recorded GPU name
+are not refused.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ class RepeatValue:
     repeat: int
     run_id: str
     value: float | None
+    gpu_name: str | None = None  # runs.gpu_name
+    gpu: str | None = None  # where: runs.node_id / runs.gpu_uuid
 
 
 @dataclass(frozen=True)
@@ -91,26 +98,35 @@ def lower_ratio_bound(ratios: Sequence[float], confidence: float) -> tuple[float
 def evaluate_cell(concurrency: int, cand: Sequence[RepeatValue], ref: Sequence[RepeatValue], *,
                   confidence: float, min_ratio: float) -> RuleCell:
     by_rep_ref = {r.repeat: r for r in ref}
-    pairs = []
+    pairs, refused = [], []
     for c in sorted(cand, key=lambda r: r.repeat):
         r = by_rep_ref.get(c.repeat)
         if r is None or not c.value or not r.value or c.value <= 0 or r.value <= 0:
             continue
+        if c.gpu_name and r.gpu_name and c.gpu_name != r.gpu_name:
+            refused.append(f"repeat {c.repeat} ran on {c.gpu_name} vs {r.gpu_name}")
+            continue
         pairs.append({"repeat": c.repeat, "candidate_run": c.run_id, "reference_run": r.run_id,
-                      "candidate": c.value, "reference": r.value, "ratio": c.value / r.value})
+                      "candidate": c.value, "reference": r.value, "ratio": c.value / r.value,
+                      "same_gpu": None if not (c.gpu and r.gpu) else c.gpu == r.gpu})
     as_rows = lambda vals: [asdict(v) for v in sorted(vals, key=lambda v: v.repeat)]  # noqa: E731
     base = dict(concurrency=concurrency, candidate=as_rows(cand), reference=as_rows(ref),
                 candidate_spread=_spread([v.value for v in cand]), reference_spread=_spread([v.value for v in ref]),
                 pairs=pairs, n_pairs=len(pairs), min_ratio=min_ratio)
-    unpaired = len(cand) + len(ref) - 2 * len(pairs)
+    unpaired = len(cand) + len(ref) - 2 * len(pairs) - 2 * len(refused)
+    notes = []
+    if refused:
+        notes.append(f"{len(refused)} pair(s) refused: different GPU models ({'; '.join(refused)})")
+    if (apart := sum(p["same_gpu"] is False for p in pairs)):
+        notes.append(f"{apart} pair(s) ran on different GPUs of the same model")
     if len(pairs) < 2:
         return RuleCell(status=INCONCLUSIVE, geo_mean_ratio=pairs[0]["ratio"] if pairs else None,
                         lower_bound_ratio=None,
-                        reason=f"{len(pairs)} paired repeat(s); a bound needs at least 2"
-                        + (f" ({unpaired} unpaired run(s))" if unpaired else ""), **base)
+                        reason="; ".join([f"{len(pairs)} paired repeat(s); a bound needs at least 2"
+                                          + (f" ({unpaired} unpaired run(s))" if unpaired else "")] + notes), **base)
     geo, lower = lower_ratio_bound([p["ratio"] for p in pairs], confidence)
     status = PASS if lower > min_ratio else FAIL
-    reason = f"{unpaired} unpaired run(s) not used" if unpaired else ""
+    reason = "; ".join(([f"{unpaired} unpaired run(s) not used"] if unpaired else []) + notes)
     return RuleCell(status=status, geo_mean_ratio=geo, lower_bound_ratio=lower, reason=reason, **base)
 
 
@@ -139,6 +155,18 @@ def collect_values(store: Any, plan: Any, rule: Any) -> dict[tuple[str, int], li
     out: dict[tuple[str, int], list[RepeatValue]] = {}
     for engine in (get("candidate"), get("reference")):
         for c in get("concurrencies"):
-            out[(engine, int(c))] = [RepeatValue(x.repeat, x.run_id, x.metrics.throughput)
-                                     for x in cell_runs(store, plan, engine, int(c))]
+            runs = cell_runs(store, plan, engine, int(c))
+            where = run_placement(store, [x.run_id for x in runs])
+            out[(engine, int(c))] = [RepeatValue(x.repeat, x.run_id, x.metrics.throughput, *where.get(x.run_id, (None, None)))
+                                     for x in runs]
     return out
+
+
+def run_placement(store: Any, run_ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
+    """run id -> (GPU name, 'node/GPU uuid') as stored (runs.node_id / gpu_uuid / gpu_name)."""
+    if not run_ids:
+        return {}
+    rows = store.query(f"SELECT run_id, node_id, gpu_uuid, gpu_name FROM runs WHERE run_id IN "
+                       f"({', '.join('?' * len(run_ids))})", list(run_ids))
+    return {r["run_id"]: (r["gpu_name"], f"{r['node_id'] or 'local'}/{r['gpu_uuid']}" if r["gpu_uuid"] else None)
+            for r in rows}

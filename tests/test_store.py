@@ -10,7 +10,7 @@ import pytest
 from console.cli import main
 from data.errors import StoreError
 from data.records import ChunkRecord, RequestRecord
-from data.schema import SCHEMA_VERSION, TABLES
+from data.schema import MIGRATIONS, SCHEMA_VERSION, TABLES
 from data.store import Store
 from data.writer import BatchWriter
 
@@ -26,7 +26,8 @@ def test_reopen_does_not_migrate_twice(tmp_path):
     path = tmp_path / "c.duckdb"
     Store(path).close()
     with Store(path) as s:
-        assert s.scalar("SELECT count(*) FROM schema_version") == SCHEMA_VERSION
+        # one row per migration (versions may have gaps while branches merge)
+        assert s.scalar("SELECT count(*) FROM schema_version") == len(MIGRATIONS)
 
 
 def test_newer_schema_is_refused(tmp_path):

@@ -38,6 +38,9 @@ def register(sub) -> None:
     p.add_argument("--holdout", action="store_true", help="run the quality arms on the opened holdout pool")
     p.add_argument("--artifacts", help="folder for output audio and engine logs (default: next to the database)")
     p.add_argument("--no-telemetry", action="store_true", help="do not sample the GPU")
+    p.add_argument("--cluster", metavar="local|auto|ray://HOST:PORT",
+                   help="run the cells as Ray tasks, one GPU each, on this Ray cluster (docs/cluster.md); "
+                        "without it everything runs on this host, one cell at a time")
     p.add_argument("--detach", action="store_true",
                    help="run in the background in its own session (survives an SSH drop); follow with `campaign tui`")
     add_db_arg(p)
@@ -56,11 +59,12 @@ def detach(args) -> int:
     db = resolve_db_path(args.db).resolve()
     with open_store(db) as store:
         plan = plan_for_arg(store, args.plan)
-        check_startable(store, plan, "holdout" if args.holdout else "sweep", args.resume)
+        check_startable(store, plan, "holdout" if args.holdout else "sweep", args.resume, args.cluster)
     log_path = db.with_name(db.name + ".run.log")
     argv = [sys.executable, "-m", "console.cli", "run", args.plan, "--db", str(db)]
     argv += ["--resume"] * args.resume + ["--holdout"] * args.holdout + ["--no-telemetry"] * args.no_telemetry
     argv += ["--artifacts", str(Path(args.artifacts).resolve())] if args.artifacts else []
+    argv += ["--cluster", args.cluster] if args.cluster else []
     with open(log_path, "ab") as log, open(os.devnull, "rb") as null:
         proc = subprocess.Popen(argv, stdin=null, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                 cwd=os.getcwd())
@@ -144,7 +148,8 @@ def _sweep(args, console: Console, store, plan, feed: LiveFeed):
         progress.update(req_task, total=total, completed=done)
 
     opts = RunnerOptions(artifacts_dir=artifacts, resume=args.resume, phase="holdout" if args.holdout else "sweep",
-                         telemetry=not args.no_telemetry, log=log, on_cell=on_cell, on_progress=on_progress, live=feed)
+                         telemetry=not args.no_telemetry, log=log, on_cell=on_cell, on_progress=on_progress, live=feed,
+                         cluster=args.cluster)
     try:
         with progress:
             return run_plan(store, plan, opts)

@@ -27,6 +27,9 @@ def register(sub) -> None:
     p.add_argument("--batch-size", type=int, help="outputs per scorer batch (default: per scorer)")
     p.add_argument("--gaps", type=int, default=20, help="list at most this many gaps (default 20; 0: none)")
     p.add_argument("--strict", action="store_true", help="exit 1 when any expected output lacks a score")
+    p.add_argument("--cluster", metavar="local|auto|ray://HOST:PORT",
+                   help="one scorer replica per GPU of this Ray cluster, outputs sharded across them; the rows "
+                        "are the ones the local path writes (docs/cluster.md)")
     p.add_argument("--recheck", nargs="+", metavar="UTT", help="re-transcribe these utterances' stored outputs")
     p.add_argument("--run", help="with --recheck: only this run")
     p.set_defaults(func=cmd_score)
@@ -57,6 +60,12 @@ def cmd_score(args) -> int:
     with open_store(args.db) as store:
         plan = _plan(args, store)
         artifacts = _artifacts(args, store)
+        wrap = None
+        if args.cluster:
+            from console.cluster.scoring import cluster_wrapper
+
+            wrap, replicas = cluster_wrapper(args.cluster, plan, args.device)
+            console.print(f"scoring on {args.cluster}: {replicas} replica(s) per scorer, one per GPU", highlight=False)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       TimeRemainingColumn(), console=console, transient=False) as progress:
             tasks: dict[str, int] = {}
@@ -70,7 +79,7 @@ def cmd_score(args) -> int:
                 progress.update(tasks[scorer.scorer_id], completed=done, total=total)
 
             summaries = score_plan(store, plan, scorers=args.scorer, artifacts_dir=artifacts, device=args.device,
-                                   batch_size=args.batch_size, on_start=on_start, on_progress=on_progress)
+                                   batch_size=args.batch_size, on_start=on_start, on_progress=on_progress, wrap=wrap)
         print_rows(["scorer", "metric", "expected", "stored before", "computed", "reused", "copied from earlier",
                     "ok", "errors", "not scorable", "s"],
                    [(s.scorer_id, s.metric, s.expected, s.existing, s.computed, s.reused_pass, s.reused_stored,

@@ -197,6 +197,11 @@ class LiveView(Vertical):
         if run:
             head.append(f"\nrun {run.run_id}  {run.engine}  C={run.concurrency}  {run.kind}  ")
             head.append(run.status, style={"complete": "", "running": "bold"}.get(run.status, FAIL_STYLE))
+        for label, n in sorted(snap.nodes.items()):  # a cluster run: one line per GPU (docs/cluster.md)
+            head.append(f"\n{label} [{n.get('gpu_name') or '?'}]  {n.get('cell') or '-'}  ")
+            head.append(str(n.get("state") or "-"), style="bold" if n.get("state") == "running" else "")
+            if n.get("planned"):
+                head.append(f"  {n.get('done', 0)}/{n['planned']} requests")
         self.query_one("#live-head", Static).update(head)
         bar = self.query_one("#live-progress", ProgressBar)
         if run:

@@ -353,9 +353,12 @@ def _audit(store: Store, plan_hash: str | None, scorer: Scorer, s: ScoreSummary,
 def score_plan(store: Store, plan: Any, *, scorers: Iterable[str] | None = None, artifacts_dir: Path | None = None,
                device: str | None = None, batch_size: int | None = None,
                on_start: Callable[[Scorer, int], None] | None = None,
-               on_progress: Callable[[Scorer, int, int], None] | None = None) -> list[ScoreSummary]:
+               on_progress: Callable[[Scorer, int, int], None] | None = None,
+               wrap: Callable[[Scorer], Any] | None = None) -> list[ScoreSummary]:
     """Score every expected output of the plan's quality cells with the named scorers (default:
-    the plan's quality.scorers). Unavailable scorers raise one CampaignError naming why."""
+    the plan's quality.scorers). Unavailable scorers raise one CampaignError naming why. `wrap`
+    replaces each scorer by a stand-in with the same interface (console/cluster/scoring.py
+    shards its batches across GPU actors)."""
     from data.manifest import load_plan_workload
 
     names = list(scorers) if scorers else list(plan_scorers(plan).values())
@@ -372,6 +375,8 @@ def score_plan(store: Store, plan: Any, *, scorers: Iterable[str] | None = None,
         ok, why = s.available()
         if not ok:
             raise CampaignError(f"scorer {s.name}: unavailable: {why}")
+    if wrap is not None:
+        built = [wrap(s) for s in built]
     expected = expected_outputs(store, plan)
     workload = load_plan_workload(plan)
     out = []

@@ -1,0 +1,180 @@
+"""`campaign run PLAN --cluster ...`: the plan's cells as Ray tasks, one GPU each (docs/cluster.md).
+
+The same rules as a local run (console/runner.py): only a frozen plan whose workload still
+matches runs; a phase with runs continues only with --resume, which marks runs a dead runner
+left 'running' as 'incomplete' and runs their cells again; every cell has a `cell_key`. On top:
+
+- the cluster must have the shape the plan states (shape.py), checked before anything runs;
+- each pair group (groups.py) is one Ray task reserving `num_gpus=1`; the engine and the driver
+  run on the node that holds the GPU (engine_adapters/cluster.py) and stream their records
+  back; this process stores them (recorder.py) and is the store's only writer;
+- a task that dies mid-group (worker killed, node lost) leaves its open run 'incomplete' with the
+  reason; the cells it did not finish are queued again once; a second loss is a cell problem.
+
+One dispatch thread per GPU submits a group and follows its stream; they hand the messages to
+this thread through a queue. Ctrl-C cancels the tasks (their engines stop with them: each has an
+orphan guard) and marks the open runs 'incomplete'.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+from typing import Any
+
+from console.cluster.connect import connect
+from console.cluster.groups import pair_groups
+from console.cluster.recorder import Recorder
+from console.cluster.shape import check_shape, probe
+from console.runner import (
+    Cell, EngineManager, RunnerOptions, RunnerResult, check_preconditions, completed_cells, drive_spec,
+    new_cell_run_id, plan_cells, plan_requests, recover_interrupted, refuse_rerun, run_params,
+)
+from data.plans import Plan, engine_environment, plan_secrets
+from data.store import Store
+from engine_adapters.cluster import NodeCell, NodeGroup, drive_group
+
+REQUEUES = 1  # a cell whose task was lost runs again this many times
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def expected_checkpoints(store: Store, plan: Plan) -> dict[str, dict[str, str]]:
+    """engine -> checkpoint path -> sha256 of the plan's first launch of it that hashed any
+    (every node must serve the same model files, docs/cluster.md)."""
+    import json
+
+    out: dict[str, dict[str, str]] = {}
+    for r in store.query("SELECT engine, checkpoint_sha256_json FROM engine_launches WHERE plan_hash = ? "
+                         "ORDER BY started_at", [plan.hash]):
+        got = json.loads(r["checkpoint_sha256_json"] or "{}")
+        if got and r["engine"] not in out:
+            out[r["engine"]] = got
+    return out
+
+
+def group_task(ray: Any) -> Any:
+    """The Ray task that runs one group on the node holding its GPU (a streaming generator)."""
+    @ray.remote(num_gpus=1, num_cpus=1, max_retries=0)
+    def run_group(group: NodeGroup):
+        yield from drive_group(group)
+
+    return run_group
+
+
+def run_plan_on_cluster(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
+    log = opts.log
+    ray = connect(opts.cluster)
+    shape = probe(ray)
+    check_shape(plan, shape)
+    manifest_hash = check_preconditions(store, plan, opts.phase, local_gpu=False)
+    cells = plan_cells(plan, opts.phase)
+    env = engine_environment(plan, plan_secrets(store, plan), {c.engine for c in cells})
+    refuse_rerun(store, plan, {c.key for c in cells}, opts.resume)
+    recovered = recover_interrupted(store, plan, log) if opts.resume else []
+    done = completed_cells(store, plan.hash)
+    todo = [c for c in cells if c.key not in done]
+    requests = plan_requests(plan, cells, opts.phase)
+    manager = EngineManager(store, plan, opts.artifacts_dir / "logs", log, env)  # adapter specs only
+    checkpoints = expected_checkpoints(store, plan)
+    log(f"plan {plan.hash[:12]} ({plan.name}): {len(cells)} cells, {len(cells) - len(todo)} already complete, "
+        f"{len(todo)} to run on {shape.describe()}; restart={plan.sweep.restart} interleave={plan.sweep.interleave}")
+
+    recorder = Recorder(store, plan, artifacts_dir=opts.artifacts_dir, params=run_params(plan, manifest_hash, opts.phase),
+                        shape=shape, index={c.key: i for i, c in enumerate(todo)}, total=len(todo), log=log,
+                        on_cell=opts.on_cell, on_progress=opts.on_progress, on_node=opts.on_node, live=opts.live)
+    ids = (f"g{i}" for i in itertools.count(1))
+
+    def node_group(cells: list[Cell]) -> NodeGroup | None:
+        """The group as a node runs it (cells whose engine already failed to start are dropped)."""
+        keep = [c for c in cells if c.engine not in recorder.failed]
+        for c in cells:
+            if c.engine in recorder.failed:
+                events.put((None, "_skipped", c))
+        if not keep:
+            return None
+        gid = next(ids)
+        specs = {new_cell_run_id(plan, c): c for c in keep}
+        node_cells = [NodeCell(c.key, manager.adapter_spec(plan.engine(c.engine)),
+                               drive_spec(plan, c, rid, requests[c.concurrency], opts.artifacts_dir), c.concurrency)
+                      for rid, c in specs.items()]
+        recorder.register(gid, keep, {rid: n.drive for rid, n in zip(specs, node_cells)})
+        return NodeGroup(gid, plan.hash, plan.sweep.restart, node_cells, telemetry=opts.telemetry, plan=plan,
+                         manifest_hash=manifest_hash, expected_checkpoints=checkpoints)
+
+    task = group_task(ray)
+    work: queue.Queue = queue.Queue()
+    events: queue.Queue = queue.Queue()
+    running: dict[str, Any] = {}
+
+    def dispatcher() -> None:
+        while (cells := work.get()) is not None:
+            group = node_group(cells)
+            if group is None:
+                events.put((None, "_done", None))
+                continue
+            try:
+                stream = task.remote(group)
+                running[group.group_id] = stream
+                for ref in stream:
+                    events.put((group.group_id, *ray.get(ref)))
+            except Exception as exc:  # the worker or node died, or the task raised: the group is lost
+                events.put((group.group_id, "_lost", one_line(exc)))
+            else:
+                events.put((group.group_id, "_done", None))
+            finally:
+                running.pop(group.group_id, None)
+
+    pending = 0
+    requeued: dict[str, int] = {}
+    for g in pair_groups(todo):
+        work.put(g)
+        pending += 1
+    threads = [threading.Thread(target=dispatcher, name=f"cluster-dispatch-{i}", daemon=True)
+               for i in range(max(1, min(shape.gpus, pending)))]
+    for t in threads:
+        t.start()
+    try:
+        while pending:
+            gid, kind, payload = events.get()
+            if kind == "_done":
+                pending -= 1
+            elif kind == "_skipped":
+                recorder.give_up(payload, "skipped: its engine did not start")
+            elif kind == "_lost":
+                pending -= 1
+                log(f"group {gid}: task lost: {payload}")
+                again = []
+                for c in recorder.lost(gid, payload):
+                    if requeued.get(c.key, 0) < REQUEUES:
+                        requeued[c.key] = requeued.get(c.key, 0) + 1
+                        again.append(c)
+                    else:
+                        recorder.give_up(c, f"lost twice: {payload}")
+                if again:
+                    recorder.total += sum(1 for c in again if c.key in recorder.groups[gid].finished)
+                    log(f"re-queued {len(again)} cell(s): {', '.join(c.key for c in again)}")
+                    work.put(again)
+                    pending += 1
+            else:
+                recorder.apply(gid, kind, payload)
+    except BaseException:
+        for stream in list(running.values()):
+            try:
+                ray.cancel(stream, force=True)
+            except Exception:  # noqa: BLE001 - best effort: the task may be gone already
+                pass
+        for gid in list(recorder.groups):
+            recorder.lost(gid, "interrupted: the console stopped the campaign")
+        raise
+    finally:
+        for _ in threads:
+            work.put(None)
+    for t in threads:
+        t.join(timeout=30)
+    return RunnerResult(plan.hash, len(cells), len(cells) - len(todo), recorder.run_ids, dict(recorder.failed),
+                        recovered, len(todo), recorder.problems)
