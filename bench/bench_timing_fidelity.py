@@ -32,7 +32,7 @@ import time
 import urllib.request
 import wave
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np

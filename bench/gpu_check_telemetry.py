@@ -81,7 +81,7 @@ def main() -> int:
 
     gpu0 = [s for s in samples if s.gpu_index == 0]
     base = gpu0[0].t_ns if gpu0 else 0
-    print(f"\nmarks (s from sampler start): " + ", ".join(f"{k} {v:.2f}" for k, v in marks.items()))
+    print("\nmarks (s from sampler start): " + ", ".join(f"{k} {v:.2f}" for k, v in marks.items()))
     print(f"{'t s':>6} {'util':>5} {'memu':>5} {'mem MiB':>8} {'power W':>8} {'SM MHz':>7} {'mem MHz':>8} "
           f"{'temp':>5} {'energy J':>9} reasons")
     e0 = gpu0[0].energy_mj if gpu0 and gpu0[0].energy_mj is not None else None

@@ -24,7 +24,6 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--n", type=int, default=64)
     args = ap.parse_args()
-    import torch
     from torch.profiler import ProfilerActivity, profile
 
     wavs = clips(args.n, 1)

@@ -21,7 +21,7 @@ def seedtts_sim(device: str, quick: bool, batch: int, dtype: str = "float32", se
 
     from stats.quality.ecapa import EcapaHead, HeadConfig
     from stats.quality.sim import SeedTtsSimScorer
-    from stats.quality.tiny_checkpoints import TINY_WAVLM_CFG, _randomise, build_tiny_seedtts_sim
+    from stats.quality.tiny_checkpoints import _randomise, build_tiny_seedtts_sim
     from stats.quality.wavlm import WavLM, WavLMConfig
 
     if quick:

@@ -14,7 +14,6 @@ ids and repeats, and the bound over the covered ids is shown as a diagnostic onl
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Mapping

@@ -10,7 +10,6 @@ import json
 import socket
 import struct
 import threading
-from pathlib import Path
 
 import pytest
 from aiohttp import web

@@ -9,7 +9,6 @@ from dataclasses import replace
 
 import numpy as np
 import pandas as pd
-import pytest
 
 from console.cli import main
 from stats.controls import baseline_table, with_candidate

@@ -14,7 +14,7 @@ from data.audit import events, verify_chain
 from data.errors import CampaignError
 from data.manifest import open_holdout
 from data.plans import (
-    document_hash, flatten, freeze, freeze_plan, load_plan, plan_from_store, validate_plan_dict, verify_plan_file,
+    document_hash, flatten, freeze, freeze_plan, load_plan, plan_from_store, validate_plan_dict,
 )
 from plans_helpers import inproc, insert_run, make_workload, plan_dict, write_json
 

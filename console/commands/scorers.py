@@ -118,7 +118,7 @@ def _precheck(audio: Path, prompt: Path | None) -> str | None:
 
 def cmd_run(args) -> int:
     from stats.quality.base import ScoreItem, ScoreResult
-    from stats.quality.registry import UnknownScorer, make_scorer, model_dir_for, scorer_class
+    from stats.quality.registry import UnknownScorer, model_dir_for, scorer_class
     from stats.quality.scoring import score_files
 
     if args.batch_size is not None and args.batch_size < 1:

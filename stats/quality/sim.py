@@ -269,8 +269,6 @@ class SeedTtsSimScorer(SimScorer):
         return (False, problem) if problem else (True, "ok")
 
     def load(self) -> None:
-        import torch
-
         from stats.quality.ecapa import EcapaHead, HeadConfig
         from stats.quality.sv_checkpoint import read_folder
         from stats.quality.wavlm import WavLM, WavLMConfig
@@ -288,8 +286,6 @@ class SeedTtsSimScorer(SimScorer):
         del ck
 
     def embed(self, wavs: Sequence[np.ndarray]) -> list[np.ndarray | str]:
-        import torch
-
         self.ensure_loaded()
         out: list[np.ndarray | str] = [""] * len(wavs)
         need = self._ssl.cfg.min_samples
