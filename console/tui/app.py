@@ -394,6 +394,8 @@ class CampaignApp(App):
         if active in self.PANES and active not in self.panes_loaded:
             self.panes_loaded.add(active)
             self.query_one(self.PANES[active]).load()
+        if active == "live" and self._live_timer is None:
+            self.poll_live()  # not following a campaign: show its last snapshot (a finished one, re-attached)
 
     def action_tab(self, tab: str) -> None:
         self.show_tab(tab)
@@ -433,6 +435,8 @@ class CampaignApp(App):
 
     def on_live_snapshot_updated(self, msg: LiveSnapshotUpdated) -> None:
         self.query_one(LivePane).show(msg.snapshot, msg.writer_alive)
+        if self._live_timer is None:
+            return  # a look at the last snapshot (Live tab opened on a free store), not a campaign followed
         if msg.snapshot.state == "finished":
             self.post_message(CampaignFinished("campaign finished"))
         elif not msg.writer_alive:
