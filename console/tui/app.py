@@ -394,6 +394,8 @@ class CampaignApp(App):
         if active in self.PANES and active not in self.panes_loaded:
             self.panes_loaded.add(active)
             self.query_one(self.PANES[active]).load()
+        if active == "live" and self._live_timer is None and not self.live_requested:
+            self.peek_live()
 
     def action_tab(self, tab: str) -> None:
         self.show_tab(tab)
@@ -414,6 +416,14 @@ class CampaignApp(App):
             self._live_timer = self.set_interval(self.poll_s, self.poll_live)
             self.poll_live()
 
+    @work(thread=True, exclusive=True, group="live-peek", name="peek-live", exit_on_error=False)
+    def peek_live(self) -> None:
+        """Not following a campaign (the store is free): show the last snapshot once, e.g. the
+        finished campaign a new console re-attaches to."""
+        snap = read_snapshot(self.live_file)
+        if snap is not None and self._live_timer is None:
+            self.post_message(LiveSnapshotUpdated(snap, writer_alive(snap)))
+
     @work(thread=True, exclusive=True, group="live", name="poll-live")
     def poll_live(self) -> None:
         try:
@@ -433,6 +443,8 @@ class CampaignApp(App):
 
     def on_live_snapshot_updated(self, msg: LiveSnapshotUpdated) -> None:
         self.query_one(LivePane).show(msg.snapshot, msg.writer_alive)
+        if self._live_timer is None:
+            return  # a look at the last snapshot (Live tab opened on a free store), not a campaign followed
         if msg.snapshot.state == "finished":
             self.post_message(CampaignFinished("campaign finished"))
         elif not msg.writer_alive:
