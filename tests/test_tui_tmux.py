@@ -36,7 +36,7 @@ def tmux(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 def open_tui(name: str, db: Path) -> None:
     env = f"PYTHONPATH={shlex.quote(str(ROOT))} TERM=xterm-256color"
     cmd = f"cd {shlex.quote(str(ROOT))} && env {env} {shlex.quote(sys.executable)} -m console.cli tui --db {shlex.quote(str(db))}"
-    tmux("new-session", "-d", "-s", name, "-x", "100", "-y", "30", cmd)
+    tmux("new-session", "-d", "-s", name, "-x", "220", "-y", "30", cmd)  # wide: columns never truncate the words asserted
 
 
 def screen(name: str) -> str:
