@@ -1,4 +1,4 @@
-"""Nine-check gate timing: 256 ids × 3 repeats × 3 concurrencies, 20 000 draws (DESIGN.md §7).
+"""Nine-check gate timing: 256 ids × 3 repeats × 3 concurrencies, 20 000 draws (docs/statistics.md).
 
 Prints our time (median of several cold runs: the count-matrix cache is cleared each time) for
 (a) the bootstrap core — per-id aggregates -> nine bounds — and (b) the whole gate from an

@@ -5,7 +5,7 @@ the TUI cannot read it while a campaign runs. Instead the owner of the store (co
 and console/runner) feeds a `LiveFeed` with the records it is already writing; the feed keeps a
 small `LiveSnapshot` (current plan/cell/run, counters, per-request rows, the last GPU samples,
 run metrics so far) and writes it as `<db path>.live.json` atomically (tmp file + os.replace) at
-most `max_hz` times a second, from its own thread. The TUI polls that file (DESIGN.md §9: the UI
+most `max_hz` times a second, from its own thread. The TUI polls that file (docs/timing.md: the UI
 renders from snapshots at a few Hz; nothing the UI does can slow the driver, which runs in its
 own process anyway).
 

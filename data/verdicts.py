@@ -1,4 +1,4 @@
-"""Verdict storage: insert-only (DESIGN.md §7, contract 8).
+"""Verdict storage: insert-only (docs/statistics.md).
 
 A new analysis adds a verdict; nothing here (or anywhere: tests scan the code base) updates or
 deletes one. Inserting an id that already exists is refused, and every verdict is announced in the

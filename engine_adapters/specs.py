@@ -1,6 +1,6 @@
 """Engine specs (one plan `engines[]` entry) and the per-engine adapters that turn a spec into a
 launch argv. An explicit `argv` in the plan always wins; adapters only supply the documented
-default command line of each engine (DESIGN.md §4).
+default command line of each engine (docs/engines.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Playback-stall simulation (DESIGN.md §3), a pure function over one request's audio chunks.
+"""Playback-stall simulation (docs/metrics.md, "Playback stalls"), a pure function over one request's audio chunks.
 
 A player starts at the arrival of the first audio chunk (TTFA) plus an optional pre-roll delay
 and plays in real time. Whenever it has played everything received while the stream is still

@@ -1,4 +1,4 @@
-"""Throughput decision rules, e.g. "candidate exceeds peer at C16 and C32" (DESIGN.md §7).
+"""Throughput decision rules, e.g. "candidate exceeds peer at C16 and C32" (docs/statistics.md).
 
 Over the plan's repeated, interleaved measured runs (`data.queries.aggregate_runs`: complete, not
 excluded, not profiled/exploratory/warmup) every repeat is reported with its spread, repeats are

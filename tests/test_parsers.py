@@ -1,4 +1,4 @@
-"""Stream parsers against fixture streams written from the wire facts in DESIGN.md §4."""
+"""Stream parsers against fixture streams written from the wire facts in docs/engines.md."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Shared pieces of the wire dialects: stream events, the incremental SSE framer and the parser
 state machine that turns response bytes into events and one final outcome.
 
-Timing rule (DESIGN.md §3): the caller stamps `perf_counter_ns()` right after each read returns,
+Timing rule (docs/metrics.md, "Clocks"): the caller stamps `perf_counter_ns()` right after each read returns,
 before any parsing, and passes that stamp with the bytes; an event's arrival is the stamp of the
 read that delivered its FIRST byte. Parsing cost therefore never shifts a timestamp.
 """

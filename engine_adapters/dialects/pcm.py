@@ -4,7 +4,7 @@ the body is the end marker; an odd trailing byte at the end is a decode error.
 
 The request body is chat-completions shaped; where the voice prompt goes is configured
 (`voice_prompt`: audio_url | ref_audio | none), since a peer engine's wire format is whatever its
-plan entry says (DESIGN.md §4).
+plan entry says (docs/engines.md).
 """
 
 from __future__ import annotations

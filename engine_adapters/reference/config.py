@@ -35,7 +35,7 @@ class EngineConfig:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the engine's options to ``parser``."""
     parser.add_argument("--dialect", required=True, choices=DIALECTS,
-                        help="wire dialect to speak (DESIGN.md §4)")
+                        help="wire dialect to speak (docs/engines.md)")
     parser.add_argument("--profile", default="baseline",
                         help="behaviour profile from profiles.toml or --profiles-file (default: baseline)")
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default: {DEFAULT_HOST})")

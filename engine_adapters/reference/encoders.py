@@ -1,4 +1,4 @@
-"""Byte-level encoders for the three wire dialects the reference engine speaks (DESIGN.md §4).
+"""Byte-level encoders for the three wire dialects the reference engine speaks (docs/engines.md).
 
 An encoder turns engine events (text, an audio chunk, the end, an error) into the
 exact bytes a real engine of that dialect would write. JSON events are encoded
