@@ -117,14 +117,17 @@ class Exported:
 def load_exported(path: str | Path) -> Exported:
     """An anchor file, an exported verdict document or a runs export (data/anchor.py)."""
     head = read_head(path)
-    doc = None
+    return Exported(str(path), head, _verdict_document(path))
+
+
+def _verdict_document(path: str | Path) -> dict[str, Any] | None:
+    """The exported verdict document in `path`, or None (a Parquet or CSV export, an anchor file:
+    the head is all those carry)."""
     try:
         parsed = json.loads(Path(path).read_text(encoding="utf-8"))
-        if isinstance(parsed, dict) and "verdict_id" in parsed and "audit_head" in parsed:
-            doc = parsed
     except (OSError, ValueError, UnicodeDecodeError):
-        pass  # a Parquet export: the anchor is all it carries
-    return Exported(str(path), head, doc)
+        return None
+    return parsed if isinstance(parsed, dict) and "verdict_id" in parsed and "audit_head" in parsed else None
 
 
 def check_anchors(store: Store, against: Sequence[Exported]) -> Check:

@@ -16,7 +16,8 @@ class Pane(Vertical):
         """Start (or restart) this tab's loader; called when the tab is first shown and on r."""
 
     def show_error(self, text: str) -> None:
-        raise NotImplementedError
+        """Where a failed load says why; panes with a status line override this to show it there."""
+        self.app.notify(text, title="load failed", severity="error")
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.state != WorkerState.ERROR:
