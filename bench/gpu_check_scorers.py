@@ -1,6 +1,6 @@
 """CPU vs CUDA agreement of the protocol scorers' own implementations (seedtts-sim, utmos22):
 the same random weights (tiny, or full-size without --quick) and clips on CPU fp32 and on the
-device (fp32, plus fp16 for seedtts-sim), printing the max abs difference of embeddings, SIM x100
+device (fp32, tf32 and fp16), printing the max abs difference of embeddings, SIM x100
 and MOS, and the one-at-a-time vs batched difference on the device.
 
     python bench/gpu_check_scorers.py --device cuda
@@ -37,7 +37,7 @@ def main() -> int:
     size = "tiny" if args.quick else "full-size"
     cpu = scorer_models.seedtts_sim("cpu", args.quick, 8)
     ref = cpu.embed(wavs)
-    for dtype in ("float32", "float16") if args.device.startswith("cuda") else ("float32",):
+    for dtype in ("float32", "tf32", "float16") if args.device.startswith("cuda") else ("float32",):
         dev = scorer_models.seedtts_sim(args.device, args.quick, 8, dtype=dtype)
         got = dev.embed(wavs)
         single = [dev.embed([w])[0] for w in wavs]
@@ -49,11 +49,15 @@ def main() -> int:
         dev.close()
     cpu.close()
     cpu = scorer_models.utmos22("cpu", args.quick, 8)
-    dev = scorer_models.utmos22(args.device, args.quick, 8)
-    a, b = np.array(cpu.score_waves(wavs)), np.array(dev.score_waves(wavs))
-    single = np.array([dev.score_waves([w])[0] for w in wavs])
-    print(f"utmos22 {size} {args.device} float32 vs cpu float32: max |MOS diff| {np.abs(a - b).max():.3g}; "
-          f"on {args.device}: batched vs one-at-a-time {np.abs(single - b).max():.3g}")
+    a = np.array(cpu.score_waves(wavs))
+    for dtype in ("float32", "tf32", "float16") if args.device.startswith("cuda") else ("float32",):
+        dev = scorer_models.utmos22(args.device, args.quick, 8)
+        dev.dtype = dtype
+        b = np.array(dev.score_waves(wavs))
+        single = np.array([dev.score_waves([w])[0] for w in wavs])
+        print(f"utmos22 {size} {args.device} {dtype} vs cpu float32: max |MOS diff| {np.abs(a - b).max():.3g}; "
+              f"on {args.device}: batched vs one-at-a-time {np.abs(single - b).max():.3g}")
+        dev.close()
     return 0
 
 

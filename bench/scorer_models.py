@@ -71,7 +71,7 @@ def utmos22(device: str, quick: bool, batch: int, seed: int = 0):
     return s
 
 
-def whisper(device: str, quick: bool, batch: int, max_new_tokens: int = 40, seed: int = 0):
+def whisper(device: str, quick: bool, batch: int, max_new_tokens: int = 40, seed: int = 0, dtype: str = "float32"):
     """Whisper-large-v3 sizes (quick: tiny) with the tiny byte-level tokenizer; decoding is capped
     at `max_new_tokens` (random weights never stop on their own; ~40 tokens is a 4 s sentence)."""
     from stats.quality.tiny_checkpoints import build_tiny_whisper
@@ -83,6 +83,6 @@ def whisper(device: str, quick: bool, batch: int, max_new_tokens: int = 40, seed
     else:
         build_tiny_whisper(folder, seed=seed, d_model=1280, layers=32, heads=20, ffn=5120, mel_bins=128,
                            max_new_tokens=max_new_tokens)
-    s = WhisperScorer(folder, device=device, batch_size=batch)
+    s = WhisperScorer(folder, device=device, batch_size=batch, dtype=dtype)
     s.ensure_loaded()
     return s

@@ -144,7 +144,7 @@ class QualitySpec:
     pool: str | None = "holdout"
     scorers: dict[str, str] = field(default_factory=lambda: {"wer": "pocketsphinx", "sim": "resemblyzer", "mos": "dnsmos"})
     model_paths: dict[str, str] = field(default_factory=dict)
-    dtypes: dict[str, str] = field(default_factory=dict)  # scorer name -> 'float32' | 'float16' (docs/quality.md)
+    dtypes: dict[str, str] = field(default_factory=dict)  # scorer name -> 'float32' | 'tf32' | 'float16' (docs/quality.md)
     margins: dict[str, float] = field(default_factory=lambda: {"wer_pp": 0.20, "sim": 0.50, "mos": 0.05})
     allow_truncated: bool = False  # truncated outputs (finish_reason "length") count as covered
 

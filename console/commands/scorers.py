@@ -42,7 +42,7 @@ def register(sub) -> None:
     run.add_argument("--items", dest="items_csv", metavar="FILE.csv", help="WER items: a CSV with columns audio,text")
     run.add_argument("--model-dir", help="model folder (default: $CAMPAIGN_<SCORER>_DIR)")
     run.add_argument("--device", choices=("cpu", "cuda"), help="torch device (default: cuda if available)")
-    run.add_argument("--dtype", choices=("float32", "float16"), help="compute dtype where the scorer offers it")
+    run.add_argument("--dtype", choices=("float32", "tf32", "float16"), help="compute dtype where the scorer offers it")
     run.add_argument("--batch-size", type=int, help="items per scorer batch (default: per scorer)")
     run.add_argument("--json", action="store_true", help="one JSON object per item")
     run.set_defaults(func=cmd_run)

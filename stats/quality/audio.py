@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextvars
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import soundfile as sf
@@ -26,6 +29,13 @@ def load_audio(path: Path, rate: int = SCORER_RATE, resampler: str = "soxr") -> 
     resampler the protocol's reference scripts use (stats.quality.resample), not clipped, so a
     protocol scorer sees the samples seed-tts-eval / SpeechMOS would. `fft`: scipy.signal.resample
     to int(n * rate / sr) samples in float64, as seed-tts-eval's run_wer.py feeds Whisper."""
+    ahead = _PREFETCH.get()
+    if ahead is not None and (loaded := ahead.take(path, rate, resampler)) is not None:
+        return loaded.result()  # an AudioError raised on the worker re-raises here
+    return _read(path, rate, resampler)
+
+
+def _read(path: Path, rate: int, resampler: str) -> np.ndarray:
     try:
         data, sr = sf.read(str(path), dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError, OSError) as exc:
@@ -57,3 +67,51 @@ def load_each(paths: Sequence[Path], rate: int = SCORER_RATE,
         except AudioError as exc:
             out.append(str(exc))
     return out, [i for i, w in enumerate(out) if not isinstance(w, str)]
+
+
+_PREFETCH: contextvars.ContextVar["Prefetcher | None"] = contextvars.ContextVar("audio_prefetch", default=None)
+
+
+class Prefetcher:
+    """Reads and resamples the next batch's WAVs on one worker thread while the model scores the
+    current batch, so the device does not wait on file I/O (soundfile and torch's conv release the
+    GIL). `load_audio` takes a prefetched result when one is pending for the same file, rate and
+    resampler; the samples are exactly those `load_audio` would read itself."""
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="audio-prefetch")
+        self._pending: dict[tuple[str, int, str], Future[np.ndarray]] = {}
+
+    def submit(self, paths: Sequence[Path | None], rate: int = SCORER_RATE, resampler: str = "soxr") -> None:
+        for path in paths:
+            key = (str(path), rate, resampler)
+            if path is not None and key not in self._pending:
+                self._pending[key] = self._pool.submit(_read, Path(path), rate, resampler)
+
+    def take(self, path: Path, rate: int, resampler: str) -> Future[np.ndarray] | None:
+        return self._pending.pop((str(path), rate, resampler), None)
+
+    def forget(self, paths: Sequence[Path | None], rate: int = SCORER_RATE, resampler: str = "soxr") -> None:
+        """Drop what a batch did not take (a file the scorer skipped), so nothing piles up."""
+        for path in paths:
+            fut = self._pending.pop((str(path), rate, resampler), None)
+            if fut is not None:
+                fut.cancel()
+
+    def close(self) -> None:
+        for fut in self._pending.values():
+            fut.cancel()
+        self._pending.clear()
+        self._pool.shutdown(wait=True)
+
+
+@contextmanager
+def prefetching() -> Iterator[Prefetcher]:
+    """Make a Prefetcher the one `load_audio` consults in this context (not in other threads)."""
+    ahead = Prefetcher()
+    token = _PREFETCH.set(ahead)
+    try:
+        yield ahead
+    finally:
+        _PREFETCH.reset(token)
+        ahead.close()

@@ -22,7 +22,6 @@ from data.workload import sha256_file
 from stats.quality.wer import WerCounts
 
 METRICS = ("wer", "sim", "mos")
-DTYPES = ("float32", "float16")
 
 
 @dataclass(frozen=True)
@@ -117,6 +116,9 @@ class Scorer(ABC):
     label: ClassVar[str]       # what reports call the value, e.g. 'DNSMOS OVRL'
     default_batch: ClassVar[int] = 8
     dtypes: ClassVar[tuple[str, ...]] = ("float32",)  # compute dtypes the scorer offers; first = default
+    # device scorers read the next batch's WAVs while the model runs (stats.quality.audio.Prefetcher);
+    # they name the resampler their load_audio calls use
+    prefetch_resampler: ClassVar[str | None] = None
 
     def __init__(self, model_dir: Path | None = None, *, device: str | None = None,
                  batch_size: int | None = None, dtype: str | None = None):

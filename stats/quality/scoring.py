@@ -20,11 +20,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from data.errors import CampaignError
 from data.store import Store, utcnow
 from data.workload import sha256_file
+from stats.quality.audio import prefetching
 from stats.quality.base import METRICS, ScoreItem, ScoreResult, Scorer
 from stats.quality.registry import (UnknownScorer, make_scorer, plan_quality, plan_scorers, scorer_class,
                                     scorer_status)
@@ -304,9 +305,9 @@ def score_expected(store: Store, expected: Sequence[Expected], scorer: Scorer, *
         on_progress(0, total)
     if keys:
         scorer.ensure_loaded()
-    for start in range(0, total, scorer.batch_size):
-        batch = keys[start:start + scorer.batch_size]
-        results = scorer.score_batch([groups[k][0][1] for k in batch])
+    batches = [keys[s:s + scorer.batch_size] for s in range(0, total, scorer.batch_size)]
+    scored = scored_in_batches(scorer, [[groups[k][0][1] for k in batch] for batch in batches])
+    for results, start, batch in zip(scored, range(0, total, scorer.batch_size), batches):  # scored first: it runs to its end
         rows = [_row(e, scorer, res, sha) for k, res in zip(batch, results) for e, _, sha in groups[k]]
         with store.transaction():
             for row in rows:
@@ -330,9 +331,27 @@ def score_files(scorer: Scorer, items: Sequence[ScoreItem]) -> list[ScoreResult]
         raise CampaignError(f"scorer {scorer.name}: unavailable: {why}")
     scorer.ensure_loaded()
     out: list[ScoreResult] = []
-    for start in range(0, len(items), scorer.batch_size):
-        out += scorer.score_batch(list(items[start:start + scorer.batch_size]))
+    for results in scored_in_batches(scorer, [list(items[s:s + scorer.batch_size])
+                                              for s in range(0, len(items), scorer.batch_size)]):
+        out += results
     return out
+
+
+def scored_in_batches(scorer: Scorer, batches: Sequence[list[ScoreItem]]) -> Iterator[list[ScoreResult]]:
+    """`score_batch` per batch, in order; a device scorer's next batch of WAVs is read on a worker
+    thread while the model scores the current one (stats.quality.audio.Prefetcher)."""
+    resampler = scorer.prefetch_resampler
+    if resampler is None:
+        for batch in batches:
+            yield scorer.score_batch(batch)
+        return
+    with prefetching() as ahead:
+        for k, batch in enumerate(batches):
+            if k + 1 < len(batches):
+                ahead.submit([it.audio_path for it in batches[k + 1]], resampler=resampler)
+            results = scorer.score_batch(batch)
+            ahead.forget([it.audio_path for it in batch], resampler=resampler)
+            yield results
 
 
 def _count(summary: ScoreSummary, rows: Sequence[dict]) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 from data.errors import CampaignError
 from stats.quality.audio import AudioError, load_audio, load_each
 from stats.quality.base import ScoreItem, ScoreResult, Scorer, one_line
+from stats.quality.precision import DTYPES, precision
 
 
 def cosine100(a: np.ndarray, b: np.ndarray) -> float:
@@ -227,14 +228,15 @@ class SeedTtsSimScorer(SimScorer):
     from a folder holding `wavlm_large.pt` and `wavlm_large_finetune.pth` exactly as published
     (stats.quality.sv_checkpoint). Inputs reach 16 kHz through the reference scripts' sinc
     resampler; clips are batched by length with per-clip masks (stats.quality.wavlm / ecapa);
-    fp32 unless the plan asks for float16 (quality.dtypes), which then shows in scorer_version
-    and model_hash. docs/quality.md ("seedtts-sim") has the details and what was verified."""
+    fp32 unless the plan asks for tf32 or float16 (quality.dtypes; stats.quality.precision), which
+    then shows in scorer_version and model_hash. docs/quality.md ("seedtts-sim") has the details and what was verified."""
     name = "seedtts-sim"
     scorer_id = "seedtts-sim"
     label = "SIM x100 (seed-tts-eval WavLM-large ECAPA-TDNN)"
     default_batch = 16
-    dtypes = ("float32", "float16")
+    dtypes = DTYPES
     resampler = "sinc"
+    prefetch_resampler = "sinc"
 
     def __init__(self, model_dir: Path | None = None, **kw):
         super().__init__(model_dir, **kw)
@@ -273,8 +275,8 @@ class SeedTtsSimScorer(SimScorer):
         from stats.quality.sv_checkpoint import read_folder
         from stats.quality.wavlm import WavLM, WavLMConfig
 
-        if self.dtype == "float16" and not str(self.device).startswith("cuda"):
-            raise CampaignError(f"{self.name}: float16 needs a CUDA device (device is {self.device})")
+        if self.dtype != "float32" and not str(self.device).startswith("cuda"):
+            raise CampaignError(f"{self.name}: {self.dtype} needs a CUDA device (device is {self.device})")
         ck = read_folder(self.model_dir, mmap=True)
         ssl = WavLM(WavLMConfig.from_cfg(ck.cfg))
         ssl.load_state_dict(ck.ssl_state, strict=True)
@@ -310,8 +312,7 @@ class SeedTtsSimScorer(SimScorer):
         for j, w in enumerate(wavs):
             wave[j, : len(w)] = torch.from_numpy(np.asarray(w, dtype=np.float32))
         wave, lengths = wave.to(self.device), lengths.to(self.device)
-        half = self.dtype == "float16"
-        with torch.inference_mode(), torch.autocast(device_type="cuda", dtype=torch.float16, enabled=half):
+        with torch.inference_mode(), precision(self.dtype, self.device):
             states, frames = self._ssl(wave, lengths)
             emb = self._head(states, frame_mask(frames, states[0].shape[1]))
         return emb.float().cpu().numpy()

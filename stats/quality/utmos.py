@@ -38,6 +38,7 @@ from data.errors import CampaignError
 from data.workload import sha256_file
 from stats.quality.audio import SCORER_RATE, load_each
 from stats.quality.base import ScoreItem, ScoreResult, Scorer, one_line
+from stats.quality.precision import DTYPES, precision
 from stats.quality.utmos_model import STATE_FILE
 
 EXPORT_NAME = "utmos22_strong.torchscript.pt"   # the one file name the scorer loads
@@ -205,6 +206,7 @@ class Utmos22Scorer(Scorer):
     metric = "mos"
     label = "UTMOS22 strong"
     default_batch = 16
+    dtypes = DTYPES  # stats.quality.precision
 
     def __init__(self, model_dir: Path | None = None, **kw):
         super().__init__(model_dir, **kw)
@@ -228,6 +230,10 @@ class Utmos22Scorer(Scorer):
     @property
     def resampler(self) -> str:
         return "sinc" if self.mode == "state" else "soxr"
+
+    @property
+    def prefetch_resampler(self) -> str:  # type: ignore[override]  # depends on which file the folder holds
+        return self.resampler
 
     @property
     def export_path(self) -> Path | None:
@@ -255,7 +261,8 @@ class Utmos22Scorer(Scorer):
         if self._file_sha is None:
             self._file_sha = sha256_file(p)
         src = f" {self.meta['source']}" if self.meta.get("source") else ""
-        return f"{EXPORT_NAME} sha256:{self._file_sha[:12]}{src}"
+        dtype = "" if self.dtype == self.dtypes[0] else f" {self.dtype}"
+        return f"{EXPORT_NAME} sha256:{self._file_sha[:12]}{src}{dtype}"
 
     def model_files(self) -> list[Path]:
         p = self.state_path if self.mode == "state" else self.export_path
@@ -317,6 +324,8 @@ class Utmos22Scorer(Scorer):
     def load(self) -> None:
         import torch
 
+        if self.dtype != "float32" and not str(self.device).startswith("cuda"):
+            raise CampaignError(f"{self.name}: {self.dtype} needs a CUDA device (device is {self.device})")
         if self.mode == "state":
             from stats.quality.sv_checkpoint import load_checkpoint
             from stats.quality.utmos_model import load_state
@@ -343,7 +352,7 @@ class Utmos22Scorer(Scorer):
         import torch
 
         wave = torch.from_numpy(np.ascontiguousarray(batch, dtype=np.float32)).to(self.device)
-        with torch.inference_mode():
+        with torch.inference_mode(), precision(self.dtype, self.device):
             out = self._module(wave, SCORER_RATE) if self._takes_sr else self._module(wave)
         return out.detach().float().reshape(-1).cpu().numpy()
 
@@ -364,7 +373,7 @@ class Utmos22Scorer(Scorer):
             wave = torch.zeros(len(idx), int(lengths.max()), dtype=torch.float32)
             for j, i in enumerate(idx):
                 wave[j, : len(wavs[i])] = torch.from_numpy(np.asarray(wavs[i], dtype=np.float32))
-            with torch.inference_mode():
+            with torch.inference_mode(), precision(self.dtype, self.device):
                 vals = self._native(wave.to(self.device), lengths.to(self.device)).float().cpu().numpy()
             for i, v in zip(idx, vals):
                 out[i] = float(v) if math.isfinite(float(v)) else f"utmos22 gave a non-finite score ({v})"

@@ -14,6 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from stats.quality.asr import AsrScorer
+from stats.quality.precision import DTYPES, precision
 from stats.quality.sim import hf_dir_problems
 
 WHISPER_WINDOW_S = 30.0
@@ -26,8 +27,9 @@ class WhisperScorer(AsrScorer):
     scorer_id = "whisper"
     label = "WER (Whisper)"
     default_batch = 16
-    dtypes = ("float32", "float16")
+    dtypes = DTYPES  # stats.quality.precision; float16 loads fp16 weights
     resampler = "fft"
+    prefetch_resampler = "fft"
 
     def __init__(self, model_dir: Path | None = None, **kw):
         super().__init__(model_dir, **kw)
@@ -61,9 +63,9 @@ class WhisperScorer(AsrScorer):
         transformers.logging.set_verbosity_error()  # deprecation chatter would bury the progress bar
         from transformers import WhisperForConditionalGeneration, WhisperProcessor
         self._proc = WhisperProcessor.from_pretrained(self.model_dir, local_files_only=True)
-        if self.dtype == "float16" and not str(self.device).startswith("cuda"):
+        if self.dtype != "float32" and not str(self.device).startswith("cuda"):
             from data.errors import CampaignError
-            raise CampaignError(f"{self.name}: float16 needs a CUDA device (device is {self.device})")
+            raise CampaignError(f"{self.name}: {self.dtype} needs a CUDA device (device is {self.device})")
         dtype = torch.float16 if self.dtype == "float16" else torch.float32
         self._model = WhisperForConditionalGeneration.from_pretrained(
             self.model_dir, local_files_only=True, dtype=dtype)
@@ -78,7 +80,8 @@ class WhisperScorer(AsrScorer):
         feats = fe(wavs, **kw)
         inputs = feats.input_features.to(self.device, self._model.dtype)
         mask = feats.attention_mask.to(self.device) if long_form else None
-        with torch.inference_mode():
+        compute = "float32" if self.dtype == "float16" else self.dtype  # fp16 is in the weights, not autocast
+        with torch.inference_mode(), precision(compute, self.device):
             ids = self._model.generate(inputs, attention_mask=mask, language="en", task="transcribe",
                                        do_sample=False, num_beams=1)
         seqs = ids["sequences"] if isinstance(ids, dict) else ids

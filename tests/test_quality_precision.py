@@ -1,0 +1,58 @@
+"""Compute precision is set for each model call, not inherited from process-wide flags
+(stats.quality.precision; docs/quality.md "Compute precision")."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from stats.quality.precision import DTYPES, precision
+from stats.quality.registry import make_scorer
+from stats.quality.tiny_checkpoints import build_tiny_seedtts_sim
+
+
+def test_float32_call_ignores_a_tf32_flag_set_elsewhere_and_restores_it():
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("high")  # another library asked for TF32 matmuls
+        with precision("float32", "cpu"):
+            assert torch.get_float32_matmul_precision() == "highest"
+        assert torch.get_float32_matmul_precision() == "high"
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+def test_flags_are_restored_when_the_call_raises():
+    before = torch.get_float32_matmul_precision()
+    with pytest.raises(RuntimeError):
+        with precision("float32", "cpu"):
+            raise RuntimeError("model failed")
+    assert torch.get_float32_matmul_precision() == before
+
+
+@pytest.mark.parametrize("dtype", ["tf32", "float16"])
+def test_reduced_precision_needs_cuda(dtype):
+    with pytest.raises(ValueError, match=f"{dtype} needs a CUDA device"):
+        with precision(dtype, "cpu"):
+            pass
+
+
+def test_unknown_dtype_is_named():
+    with pytest.raises(ValueError, match="unknown compute dtype 'bf16'"):
+        with precision("bf16", "cpu"):
+            pass
+
+
+@pytest.mark.parametrize("name", ["seedtts-sim", "utmos22", "whisper"])
+def test_protocol_scorers_offer_every_precision_with_float32_first(name):
+    cls = type(make_scorer(name, {}, device="cpu"))
+    assert cls.dtypes == DTYPES and cls.dtypes[0] == "float32"
+
+
+def test_tf32_rows_never_share_a_model_hash_with_fp32(tmp_path):
+    folder = build_tiny_seedtts_sim(tmp_path / "sim", seed=3)
+    fp32 = make_scorer("seedtts-sim", {"seedtts-sim": folder}, device="cpu")
+    tf32 = make_scorer("seedtts-sim", {"seedtts-sim": folder}, device="cpu", dtype="tf32")
+    assert fp32.model_hash != tf32.model_hash and "tf32" in tf32.version
+    with pytest.raises(Exception, match="tf32 needs a CUDA device"):
+        tf32.ensure_loaded()

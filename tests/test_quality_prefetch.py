@@ -1,0 +1,56 @@
+"""Reading the next batch's WAVs while the model runs changes no number and no error row
+(stats.quality.audio.Prefetcher, stats.quality.scoring.scored_in_batches)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+from stats.quality import audio
+from stats.quality.base import ScoreItem
+from stats.quality.registry import make_scorer
+from stats.quality.scoring import score_files
+from stats.quality.tiny_checkpoints import build_tiny_utmos22
+
+
+def _items(tmp_path: Path) -> list[ScoreItem]:
+    rng = np.random.default_rng(5)
+    items = []
+    for i in range(7):
+        p = tmp_path / f"out{i}.wav"
+        if i == 3:
+            p.write_bytes(b"not a wav at all")
+        else:
+            sf.write(p, (0.1 * rng.standard_normal(int(24000 * (0.6 + 0.1 * i)))).astype(np.float32), 24000)
+        items.append(ScoreItem("run", i, f"u{i}", p, "text", None))
+    return items
+
+
+def test_prefetched_batches_score_exactly_as_one_at_a_time(tmp_path, monkeypatch):
+    items = _items(tmp_path)
+    folder = build_tiny_utmos22(tmp_path / "utmos", seed=2)
+    reads: list[str] = []
+    real_read = audio._read
+    monkeypatch.setattr(audio, "_read", lambda p, r, s: (reads.append(str(p)), real_read(p, r, s))[1])
+    batched = score_files(make_scorer("utmos22", {"utmos22": folder}, device="cpu", batch_size=2), items)
+    alone = make_scorer("utmos22", {"utmos22": folder}, device="cpu", batch_size=1)
+    alone.ensure_loaded()
+    single = [alone.score_batch([it])[0] for it in items]
+    assert [r.status for r in batched] == [r.status for r in single]
+    assert "unreadable audio" in (batched[3].error or "") and batched[3].error == single[3].error
+    for b, s in zip(batched, single):
+        if b.status == "ok":
+            assert abs(b.value - s.value) < 1e-5
+    # each file read once by the batched pass (the prefetcher's read was taken, not repeated)
+    assert sorted(reads[: len(items)]) == sorted(str(it.audio_path) for it in items)
+    assert audio._PREFETCH.get() is None
+
+
+def test_untaken_reads_are_dropped(tmp_path):
+    items = _items(tmp_path)
+    with audio.prefetching() as ahead:
+        ahead.submit([it.audio_path for it in items], resampler="sinc")
+        ahead.forget([it.audio_path for it in items], resampler="sinc")
+        assert ahead.take(items[0].audio_path, audio.SCORER_RATE, "sinc") is None
