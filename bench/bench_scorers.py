@@ -159,7 +159,11 @@ def script_loops(device: str, dtype: str):
 def run_files(name: str, make, loop, outs: list[Path], prompts: list[Path], audio_s: float, device: str,
               batches) -> dict[str, float]:
     from stats.quality.base import ScoreItem
-    from stats.quality.scoring import score_files
+    from stats.quality.scoring import scored_in_batches
+
+    def score_files(s, items):  # campaign score's batching (the in-memory models have no folder to check)
+        return [r for batch in scored_in_batches(s, [items[i:i + s.batch_size] for i in range(0, len(items), s.batch_size)])
+                for r in batch]
 
     items = [ScoreItem("bench", i, f"u{i}", p, "text", q) for i, (p, q) in enumerate(zip(outs, prompts))]
     rates = {}
