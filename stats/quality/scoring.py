@@ -346,6 +346,8 @@ def scored_in_batches(scorer: Scorer, batches: Sequence[list[ScoreItem]]) -> Ite
             yield scorer.score_batch(batch)
         return
     with prefetching() as ahead:
+        if batches:
+            ahead.submit([it.audio_path for it in batches[0]], resampler=resampler)
         for k, batch in enumerate(batches):
             if k + 1 < len(batches):
                 ahead.submit([it.audio_path for it in batches[k + 1]], resampler=resampler)
