@@ -189,7 +189,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--quick", action="store_true", help="tiny architectures and few clips (CPU smoke run)")
-    ap.add_argument("--n", type=int, help="clips per measurement (default 64, --quick 8)")
+    ap.add_argument("--n", type=int, help="clips per in-memory measurement (default 64, --quick 8)")
+    ap.add_argument("--file-n", type=int, help="WAV files per file measurement (default 256, --quick 8): enough "
+                    "batches that the first one, read before the model can start, weighs as little as in a campaign")
     ap.add_argument("--only", nargs="*", choices=("whisper", "seedtts-sim", "utmos22"))
     ap.add_argument("--dtype", default="float32", choices=("float32", "tf32", "float16"),
                     help="compute precision of every measured call (stats.quality.precision)")
@@ -201,8 +203,13 @@ def main() -> int:
     prompts = [prompts[i % len(prompts)] for i in range(n)]  # outputs share prompts, as in a campaign
     print(f"device {args.device}, {'tiny' if args.quick else 'full-size'} random-weight models, {n} clips "
           f"({sum(len(w) for w in wavs) / 16000:.0f} audio-s), dtype {args.dtype}", flush=True)
-    audio_s = sum(len(w) for w in wavs) / 16000
-    files = write_files(Path(tempfile.mkdtemp()), wavs, prompts) if args.source != "memory" else None
+    fn = args.file_n or (8 if args.quick else 256)
+    fwavs, fprompts = clips(fn, 3), clips(max(1, fn // 8), 4)
+    fprompts = [fprompts[i % len(fprompts)] for i in range(fn)]
+    audio_s = sum(len(w) for w in fwavs) / 16000
+    files = write_files(Path(tempfile.mkdtemp()), fwavs, fprompts) if args.source != "memory" else None
+    if files:
+        print(f"file measurements: {fn} WAVs at {ENGINE_RATE} Hz ({audio_s:.0f} audio-s)", flush=True)
     loops = script_loops(args.device, args.dtype) if files else {}
     memory = args.source != "files"
     ratios: dict[str, float] = {}
