@@ -7,9 +7,12 @@ own functions; the measurement rows are fixed numbers so the rendered screens ar
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Iterator
 
+import pytest
 from plans_helpers import make_workload, plan_dict
 
 from data.audit import append_event
@@ -65,6 +68,36 @@ def _run(store: Store, plan_hash: str, run_id: str, engine: str, c: int, kind: s
     append_event(store, "run_ended", plan_hash=plan_hash, subject=run_id, payload={"status": "complete"})
 
 
+FIXTURE_START = datetime(2025, 11, 30, 9, 58, 0, tzinfo=timezone.utc)
+
+
+@contextmanager
+def fixture_clock(start: datetime = FIXTURE_START) -> Iterator[None]:
+    """The store's own clock reads (plan freeze, audit events, exclusions) tick one second per
+    read from `start`, so the times the Plan and Audit screens show are the same in every test
+    run (their SVG snapshots pin them). The audit chain hashes these times like any others."""
+    import data.audit
+    import data.plans
+    import data.store
+
+    now = [start]
+
+    def tick() -> datetime:
+        now[0] += timedelta(seconds=1)
+        return now[0]
+
+    class Clock(datetime):
+        @classmethod
+        def now(cls, tz=None):  # type: ignore[override]
+            return tick() if tz is not None else tick().replace(tzinfo=None)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(data.audit, "datetime", Clock)
+        mp.setattr(data.plans, "utcnow", tick)
+        mp.setattr(data.store, "utcnow", tick)  # exclusions (data.queries imports it when called)
+        yield
+
+
 def populate(root: Path) -> Path:
     """Build `root/campaign.duckdb`; call with the working directory at `root` (the plan names
     its workload by a relative path so the plan hash is the same in every test run)."""
@@ -73,7 +106,7 @@ def populate(root: Path) -> Path:
     plan_path = root / "plan.json"
     plan_path.write_text(json.dumps(doc, indent=2))
     db = root / "campaign.duckdb"
-    with Store(db) as store:
+    with Store(db) as store, fixture_clock():
         plan_hash = freeze(store, "plan.json").hash
         minute = 0
         for c in (1, 2):
