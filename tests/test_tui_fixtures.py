@@ -73,28 +73,29 @@ FIXTURE_START = datetime(2025, 11, 30, 9, 58, 0, tzinfo=timezone.utc)
 
 @contextmanager
 def fixture_clock(start: datetime = FIXTURE_START) -> Iterator[None]:
-    """The store's own clock reads (plan freeze, audit events, exclusions) tick one second per
-    read from `start`, so the times the Plan and Audit screens show are the same in every test
-    run (their SVG snapshots pin them). The audit chain hashes these times like any others."""
+    """Fixed times for the store's own clock reads, so the times the Plan and Audit screens show
+    are the same in every test run (their SVG snapshots pin them): each audit event is one
+    second after the one before it, from `start`; other stamps (plan freeze, exclusions) read
+    the time of the last event. The audit chain hashes these times like any others."""
     import data.audit
     import data.plans
     import data.store
 
     now = [start]
 
-    def tick() -> datetime:
+    def event_time() -> datetime:  # called once per audit event (data.audit.append_event)
         now[0] += timedelta(seconds=1)
         return now[0]
 
     class Clock(datetime):
         @classmethod
         def now(cls, tz=None):  # type: ignore[override]
-            return tick() if tz is not None else tick().replace(tzinfo=None)
+            return event_time() if tz is not None else event_time().replace(tzinfo=None)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(data.audit, "datetime", Clock)
-        mp.setattr(data.plans, "utcnow", tick)
-        mp.setattr(data.store, "utcnow", tick)  # exclusions (data.queries imports it when called)
+        mp.setattr(data.plans, "utcnow", lambda: now[0])
+        mp.setattr(data.store, "utcnow", lambda: now[0])  # exclusions (data.queries imports it when called)
         yield
 
 

@@ -260,6 +260,7 @@ def test_snapshot_sql(campaign_db, monkeypatch, snap_compare):
         await _loaded(pilot)
         await _tab(pilot, "6")
         box = pilot.app.query_one("#sql-input", Input)
+        box.cursor_blink = False  # a blinking cursor is drawn or not depending on the instant of the screenshot
         box.value = "SELECT engine, concurrency, count(*) AS runs FROM runs GROUP BY ALL ORDER BY ALL"
         await _submit(pilot)
     assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=before)
