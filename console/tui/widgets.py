@@ -191,7 +191,9 @@ class LiveView(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static("No live snapshot yet.", id="live-head")
-        yield ProgressBar(total=None, show_eta=False, id="live-progress")
+        # a total from the start: an indeterminate bar animates at the frame rate, which kept
+        # the console busy on half a core while it waited for a campaign (docs/performance.md)
+        yield ProgressBar(total=1, show_eta=False, id="live-progress")
         yield Static("", id="live-counts")
         yield Static("", id="live-metrics")
         yield GpuPanel(id="live-gpu")
