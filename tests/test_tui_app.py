@@ -57,6 +57,27 @@ async def settle(pilot, app):
     await pilot.pause()
 
 
+async def until(pilot, condition, timeout_s: float = 60.0, what: str = "condition"):
+    """Process the app's messages until `condition()` holds (a real condition: a worker's end,
+    a widget's content), failing after `timeout_s`; never a fixed sleep."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout_s:.0f} s waiting for {what}"
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+
+
+async def panes_settled(pilot):
+    """Every tab component's loads have ended and their results are rendered (Pane.busy), and
+    the app's own loaders too; then one more round of messages for what the results trigger
+    (a table's first highlighted row)."""
+    panes = list(pilot.app.query("GatesPane, PlanPane, SqlPane, LivePane"))
+    await until(pilot, lambda: not any(p.busy for p in panes), what="the tab loaders")
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+    await pilot.wait_for_scheduled_animations()
+
+
 def names(seen) -> list[str]:
     return [type(m).__name__ for m in seen]
 
@@ -241,20 +262,26 @@ def test_snapshot_run_detail_with_gpu(campaign_db, monkeypatch, snap_compare):
     assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=before)
 
 
-def test_snapshot_live_with_streaming_requests(campaign_db, monkeypatch, snap_compare, tmp_path):
-    """The Live tab while a cell runs: three requests streaming (playing, stalled, waiting for
-    audio) above two that ended, GPU sparklines, counters; a fixed snapshot, so the SVG is stable."""
+def live_snapshot_app(campaign_db, monkeypatch, tmp_path):
+    """The Live tab while a cell of the fixture plan runs: the grid (two cells done, one running),
+    the event log, three requests streaming (playing, stalled, waiting for audio) above two that
+    ended, GPU sparklines, counters. A fixed snapshot of the fixture store's own plan, so the SVG
+    is stable; returns the app and the wait for it to show everything."""
     import os
 
     from console.live import LiveGpu, LiveInflight, LiveRequest, LiveRun, LiveSnapshot, live_path
 
     db = tmp_path / "live.duckdb"
     db.write_bytes(campaign_db.read_bytes())
-    run = LiveRun("run-fast-c4-m1", "ref-fast", 4, "measured", 16, completed=6, failed={"timeout": 1},
+    with Store(db, read_only=True) as s:
+        plan_hash = s.scalar("SELECT plan_hash FROM plans")
+        done = s.query("SELECT run_id, cell_key AS cell, status FROM runs WHERE engine = 'ref-fast' AND kind = 'measured' "
+                       "AND concurrency = 1 ORDER BY started_at")
+    run = LiveRun("run-fast-c2-m0", "ref-fast", 2, "measured", 16, completed=6, failed={"timeout": 1},
                   metrics={"throughput": 926.3, "ttfa_p50_s": 0.16, "ttfa_p95_s": 0.19, "rtf_mean": 0.10,
                            "stall_count": 1, "continuity_ok_rate": 0.857})
-    snap = LiveSnapshot(pid=os.getpid(), seq=7, plan_name="demo-reference-ab", plan_hash="d13154552ece" + "0" * 52,
-                        cell_index=5, cells_total=48, cell_key="ref-fast/c4/measured/1", run=run,
+    snap = LiveSnapshot(pid=os.getpid(), seq=7, plan_name="plan-test", plan_hash=plan_hash,
+                        cell_index=3, cells_total=8, cell_key="ref-fast/c2/measured/0", run=run, runs_done=done,
                         requests=[LiveRequest(6, "spk02-0006", False, "ok", 0.158, 0.101, 4, 3.6, 0, 0.0, 2.41),
                                   LiveRequest(5, "spk01-0005", False, "timeout", None, None, 1, 0.9, 1, 0.35, 2.20,
                                               "no completion within 5 s")],
@@ -266,11 +293,21 @@ def test_snapshot_live_with_streaming_requests(campaign_db, monkeypatch, snap_co
     live_path(db).write_text(snap.to_json())
     monkeypatch.chdir(tmp_path)
 
-    async def before(pilot):
-        deadline = time.monotonic() + 5
-        table = pilot.app.query_one("#live-requests", DataTable)
-        while table.row_count < 5 and time.monotonic() < deadline:
-            await pilot.pause(0.05)
-        await pilot.pause()
+    async def shown(pilot):
+        app = pilot.app
+        grid, table = app.query_one("#live-grid", DataTable), app.query_one("#live-requests", DataTable)
+        await until(pilot, lambda: grid.row_count == 2 and table.row_count >= 1
+                    and "10 runs" in str(app.query_one("#status", Static).render()), what="the live snapshot and the store")
+        await panes_settled(pilot)
 
-    assert snap_compare(CampaignApp(Path(db.name), live=True, poll_s=0.05), terminal_size=SIZE, run_before=before)
+    return CampaignApp(Path(db.name), live=True, poll_s=0.05), shown
+
+
+def test_snapshot_live_with_streaming_requests(campaign_db, monkeypatch, snap_compare, tmp_path):
+    app, shown = live_snapshot_app(campaign_db, monkeypatch, tmp_path)
+    assert snap_compare(app, terminal_size=SIZE, run_before=shown)
+
+
+def test_snapshot_live_at_80x24(campaign_db, monkeypatch, snap_compare, tmp_path):
+    app, shown = live_snapshot_app(campaign_db, monkeypatch, tmp_path)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=shown)

@@ -7,9 +7,12 @@ own functions; the measurement rows are fixed numbers so the rendered screens ar
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Iterator
 
+import pytest
 from plans_helpers import make_workload, plan_dict
 
 from data.audit import append_event
@@ -65,6 +68,37 @@ def _run(store: Store, plan_hash: str, run_id: str, engine: str, c: int, kind: s
     append_event(store, "run_ended", plan_hash=plan_hash, subject=run_id, payload={"status": "complete"})
 
 
+FIXTURE_START = datetime(2025, 11, 30, 9, 58, 0, tzinfo=timezone.utc)
+
+
+@contextmanager
+def fixture_clock(start: datetime = FIXTURE_START) -> Iterator[None]:
+    """Fixed times for the store's own clock reads, so the times the Plan and Audit screens show
+    are the same in every test run (their SVG snapshots pin them): each audit event is one
+    second after the one before it, from `start`; other stamps (plan freeze, exclusions) read
+    the time of the last event. The audit chain hashes these times like any others."""
+    import data.audit
+    import data.plans
+    import data.store
+
+    now = [start]
+
+    def event_time() -> datetime:  # called once per audit event (data.audit.append_event)
+        now[0] += timedelta(seconds=1)
+        return now[0]
+
+    class Clock(datetime):
+        @classmethod
+        def now(cls, tz=None):  # type: ignore[override]
+            return event_time() if tz is not None else event_time().replace(tzinfo=None)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(data.audit, "datetime", Clock)
+        mp.setattr(data.plans, "utcnow", lambda: now[0])
+        mp.setattr(data.store, "utcnow", lambda: now[0])  # exclusions (data.queries imports it when called)
+        yield
+
+
 def populate(root: Path) -> Path:
     """Build `root/campaign.duckdb`; call with the working directory at `root` (the plan names
     its workload by a relative path so the plan hash is the same in every test run)."""
@@ -73,7 +107,7 @@ def populate(root: Path) -> Path:
     plan_path = root / "plan.json"
     plan_path.write_text(json.dumps(doc, indent=2))
     db = root / "campaign.duckdb"
-    with Store(db) as store:
+    with Store(db) as store, fixture_clock():
         plan_hash = freeze(store, "plan.json").hash
         minute = 0
         for c in (1, 2):

@@ -14,12 +14,13 @@ import time
 from pathlib import Path
 
 import pytest
-from test_tui_app import SIZE, _app_in, _loaded, campaign_db, settle, sync  # noqa: F401 - fixture
+from test_tui_app import SIZE, _app_in, _loaded, campaign_db, panes_settled, settle, sync, until  # noqa: F401 - fixture
 from textual.widgets import DataTable, Input, Log, OptionList, Static, TabbedContent, Tree
 
 from console.live import LiveRun, LiveSnapshot, live_path
 from console.tui.app import CampaignApp
 from console.tui.panes.live import ConfirmStop
+from console.tui.panes.sql import SqlPane
 from data.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,12 +65,28 @@ def test_quick_demo_tells_the_whole_story(quick_demo):
     assert evidence == ["reserved", "reserved"]
 
 
+TAB_OF_KEY = dict(zip("12345678", ("runs", "report", "verdicts", "gates", "plan", "sql", "live", "audit")))
+
+
 async def _tab(pilot, key):
+    """Switch tabs with a number key and wait until the tab shows its loaded content: the tab is
+    active, its component's load has started (the app starts it on the TabActivated message,
+    which can trail the key press on a loaded box) and ended, and the result is rendered."""
+    app = pilot.app
+    tab = TAB_OF_KEY[key]
     await pilot.press(key)
-    await settle(pilot, pilot.app)
-    for pane in pilot.app.query("GatesPane, PlanPane, SqlPane, LivePane"):
-        await pane.workers.wait_for_complete()
-    await pilot.pause()
+    await until(pilot, lambda: app.query_one(TabbedContent).active == tab
+                and (tab not in app.PANES or tab in app.panes_loaded), what=f"the {tab} tab")
+    await panes_settled(pilot)
+
+
+async def _submit(pilot):
+    """Enter in the SQL box, then wait for that query's result (or error) to be shown."""
+    pane = pilot.app.query_one(SqlPane)
+    ended = pane.ended
+    await pilot.press("enter")
+    await until(pilot, lambda: pane.ended > ended and not pane.busy, what="the query")
+    await panes_settled(pilot)
 
 
 @sync
@@ -128,21 +145,18 @@ async def test_sql_tab_runs_queries_and_keeps_history(quick_demo):
         box.value = ""
         await pilot.press(*"SELECT 1 + 41 AS answer")  # digits type into the box, they do not switch tabs
         assert app.query_one(TabbedContent).active == "sql" and box.value == "SELECT 1 + 41 AS answer"
-        await pilot.press("enter")
-        await _tab(pilot, "f13")  # no binding: only waits for the query
+        await _submit(pilot)
         table = app.query_one("#sql-results", DataTable)
         assert table.row_count == 1 and str(table.get_row_at(0)[0]) == "42"
         box.value = "SELECT engine, count(*) AS runs FROM runs GROUP BY ALL ORDER BY ALL"
         box.focus()
-        await pilot.press("enter")
-        await _tab(pilot, "f13")
+        await _submit(pilot)
         assert [str(table.get_row_at(i)[0]) for i in range(table.row_count)] == [
             "ref-baseline", "ref-fast", "ref-lossy", "ref-peer"]
         assert app.query_one("#sql-history", OptionList).option_count == 2
         box.value = "DELETE FROM runs"  # read-only: refused, shown, nothing changes
         box.focus()
-        await pilot.press("enter")
-        await _tab(pilot, "f13")
+        await _submit(pilot)
         assert "read-only" in str(app.query_one("#sql-info", Static).render()).lower()
     with Store(db, read_only=True) as s:
         assert s.scalar("SELECT count(*) FROM runs") > 0
@@ -221,12 +235,20 @@ async def test_every_tab_at_80x24(quick_demo):
             assert app.query_one(TabbedContent).active == tab
 
 
-# -- SVG snapshots of the new tabs (fixture store: fixed data) ------------------------------------
+# -- SVG snapshots of the new tabs (fixture store: fixed data, fixed clock) -----------------------
 def _snap_tab(key):
     async def before(pilot):
         await _loaded(pilot)
         await _tab(pilot, key)
     return before
+
+
+def test_snapshot_plan(campaign_db, monkeypatch, snap_compare):
+    assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=_snap_tab("5"))
+
+
+def test_snapshot_plan_at_80x24(campaign_db, monkeypatch, snap_compare):
+    assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=(80, 24), run_before=_snap_tab("5"))
 
 
 def test_snapshot_gates(campaign_db, monkeypatch, snap_compare):
@@ -238,9 +260,9 @@ def test_snapshot_sql(campaign_db, monkeypatch, snap_compare):
         await _loaded(pilot)
         await _tab(pilot, "6")
         box = pilot.app.query_one("#sql-input", Input)
+        box.cursor_blink = False  # a blinking cursor is drawn or not depending on the instant of the screenshot
         box.value = "SELECT engine, concurrency, count(*) AS runs FROM runs GROUP BY ALL ORDER BY ALL"
-        await pilot.press("enter")
-        await _tab(pilot, "f13")
+        await _submit(pilot)
     assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=before)
 
 

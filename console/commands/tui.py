@@ -21,12 +21,13 @@ def register(sub) -> None:
 
 def cmd_tui(args) -> int:
     from console.live import live_path
-    from console.tui.app import CampaignApp
+    from console.tui.app import CampaignApp, lower_priority
 
     path = resolve_db_path(args.db)
     if path.is_dir():
         raise CampaignError(f"{path}: is a directory, not a DuckDB database")
     if not path.exists() and not (args.live and live_path(path).exists()):
         raise CampaignError(f"{path}: no such database (give --db PATH or set $CAMPAIGN_DB)")
+    lower_priority()  # the console never competes with the campaign it watches for a core
     CampaignApp(path, live=args.live).run()
     return 0

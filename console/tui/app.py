@@ -8,6 +8,7 @@ owns the DuckDB file. Loading happens in named thread workers that post custom m
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from console.tui.panes.plan import PlanPane
 from console.tui.panes.sql import SqlPane
 from console.tui.screens import RunDetailScreen
 from console.tui.widgets import (
-    FAIL_STYLE, PASS_STYLE, STALL_STYLE, failed_cell, fmt, header, num, spread_cell, stalls_cell,
+    FAIL_STYLE, PASS_STYLE, STALL_STYLE, display_path, failed_cell, fmt, header, num, spread_cell, stalls_cell,
     status_text, truncated_cell, verdict_text,
 )
 from data.errors import CampaignError
@@ -41,7 +42,10 @@ from stats.results.report import column_label as report_label
 from stats.results.report import concurrency_label
 
 LOCK_MARK = "in use by another process"
-LIVE_POLL_S = 0.25
+# how often the console looks at the live snapshot file: a stat on the UI thread, the file read
+# and parsed only when the campaign has written a new one (it writes at most 4 a second)
+LIVE_POLL_S = 0.5
+CONSOLE_NICE = 19  # the console process's nice value while it runs (lower_priority)
 
 RUN_COLUMNS = ("engine", "C", "kind", "pool", "rep", "status", "excluded",
                METRICS_BY_NAME["throughput"].label, header(METRICS_BY_NAME["ttfa_p50_s"]),
@@ -94,8 +98,9 @@ class CampaignApp(App):
         self.verdicts: list[Any] = []
         self.locked = False
         self.finished_seen = False
-        self._live_timer = None
+        self._live_timer: Any = None
         self._last_seq: tuple[int, float] | None = None
+        self._last_stat: tuple[int, int, int] | None = None  # (inode, mtime ns, size) of the file last read
         self.db_label = display_path(self.db_path)
         self.sub_title = self.db_label
 
@@ -165,7 +170,7 @@ class CampaignApp(App):
             self.post_message(StoreLocked(text) if LOCK_MARK in text else StoreUnavailable(text))
             return
         self.post_message(RunsLoaded(data.runs))
-        self.post_message(ReportsLoaded(data.reports))
+        self.post_message(ReportsLoaded(data.reports))  # also gives the Live grid its plans (no store read later)
         self.post_message(VerdictsLoaded(data.verdicts))
         self.post_message(AuditLoaded(data.audit))
         if data.snapshot_of is not None:
@@ -246,6 +251,7 @@ class CampaignApp(App):
     def on_reports_loaded(self, msg: ReportsLoaded) -> None:
         if not self.query("#report-body"):  # a load that ends while the app closes
             return
+        self.query_one(LivePane).remember_plans(rep.plan for rep in msg.reports)
         body = self.query_one("#report-body", VerticalScroll)
         body.remove_children()
         if not msg.reports:
@@ -394,6 +400,7 @@ class CampaignApp(App):
         if active in self.PANES and active not in self.panes_loaded:
             self.panes_loaded.add(active)
             self.query_one(self.PANES[active]).load()
+        self.query_one(LivePane).set_visible(active == "live")
         if active == "live" and self._live_timer is None and not self.live_requested:
             self.peek_live()
 
@@ -413,8 +420,25 @@ class CampaignApp(App):
     # -- live -------------------------------------------------------------------------------
     def start_live(self) -> None:
         if self._live_timer is None:
-            self._live_timer = self.set_interval(self.poll_s, self.poll_live)
+            self._live_timer = self.set_interval(self.poll_s, self.poll_tick)
+            self.poll_tick()
+
+    def poll_tick(self) -> None:
+        """One look at the snapshot file, on the UI thread: a stat, so a file the campaign has
+        not rewritten since the last read costs nothing more (docs/performance.md, "An attached
+        console"); a new file is read and parsed by the poll worker."""
+        try:
+            st = os.stat(self.live_file)
+        except OSError:
+            return  # no snapshot yet
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if key != self._last_stat:
+            self._last_stat = key
             self.poll_live()
+            return
+        snap = self.query_one(LivePane).snapshot
+        if snap is not None and snap.state == "running" and not writer_alive(snap):
+            self.post_message(CampaignFinished(f"campaign process {snap.pid} is gone; its last snapshot is shown"))
 
     @work(thread=True, exclusive=True, group="live-peek", name="peek-live", exit_on_error=False)
     def peek_live(self) -> None:
@@ -435,9 +459,7 @@ class CampaignApp(App):
             return
         key = (snap.seq, snap.updated_wall)
         if key == self._last_seq:
-            if snap.state == "running" and not writer_alive(snap):
-                self.post_message(CampaignFinished(f"campaign process {snap.pid} is gone; its last snapshot is shown"))
-            return
+            return  # the file was replaced by the same snapshot: nothing to render
         self._last_seq = key
         self.post_message(LiveSnapshotUpdated(snap, writer_alive(snap)))
 
@@ -462,12 +484,26 @@ class CampaignApp(App):
         self.load_store()
 
 
-def display_path(path: Path) -> str:
-    """The database path as the user would type it: relative when under the working directory."""
+def lower_priority(nice: int = CONSOLE_NICE) -> str:
+    """Make the console process give way to the campaign it watches: every thread it has (Linux
+    keeps the nice value per thread; threads started later inherit it) goes to `nice`. The
+    campaign's driver and engines run at normal priority, so on a box whose cores they keep busy
+    the console gets what they leave (a nice-19 thread weighs 15 against a normal one's 1024) and
+    still answers keys; SCHED_IDLE, used for the campaign's own side work (docs/timing.md), would
+    freeze the screen while scoring saturates the cores. Call it once, before `App.run`; not in
+    tests, where it would slow every later test in the process. Returns what it set."""
     try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        tids = [0]  # not Linux: the calling thread (the process, where the nice value is per process)
+    done = False
+    for tid in tids:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, max(nice, os.getpriority(os.PRIO_PROCESS, tid)))
+            done = True
+        except (AttributeError, OSError):
+            continue
+    return f"nice {nice}" if done else "normal"
 
 
 def plain(value: Any) -> str:

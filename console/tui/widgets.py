@@ -8,6 +8,7 @@ Colour carries meaning only: failures red, stalls yellow, PASS green.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from rich.text import Text
@@ -33,6 +34,14 @@ GPU_DEFS: dict[str, MetricDef] = {
 TIME_DEF = MetricDef("t", "time", "s", ".1f", None, False)
 COUNT_DEF = MetricDef("n", "count", "", "d", None, False)
 SECONDS_DEF = MetricDef("s", "seconds", "s", ".2f", None, False)
+
+
+def display_path(path: str | Path) -> str:
+    """A path as the user would type it: relative when under the working directory."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def fmt(name: str, value: Any) -> str:
@@ -171,12 +180,20 @@ LIVE_REQUEST_COLUMNS = ("#", "utterance", "outcome", header(METRICS_BY_NAME["ttf
                         header(METRICS_BY_NAME["stall_total_s"], "stall"), "done at (s)")
 
 
+# the stream table holds at least this many rows, more when the terminal shows more: every
+# snapshot rebuilds it, so it holds what can be seen rather than the whole run (the run detail
+# screen lists every request once the run is stored)
+LIVE_ROWS_MIN = 20
+
+
 class LiveView(Vertical):
     """The running campaign: plan/cell/run, progress, counters, metrics so far, GPU, stream."""
 
     def compose(self) -> ComposeResult:
         yield Static("No live snapshot yet.", id="live-head")
-        yield ProgressBar(total=None, show_eta=False, id="live-progress")
+        # a total from the start: an indeterminate bar animates at the frame rate, which kept
+        # the console busy on half a core while it waited for a campaign (docs/performance.md)
+        yield ProgressBar(total=1, show_eta=False, id="live-progress")
         yield Static("", id="live-counts")
         yield Static("", id="live-metrics")
         yield GpuPanel(id="live-gpu")
@@ -231,12 +248,14 @@ class LiveView(Vertical):
         self.query_one(GpuPanel).show({k: [getattr(g, k) for g in g0] for k in GPU_DEFS}, note)
         table = self.query_one("#live-requests", DataTable)
         table.clear()
-        for f in snap.inflight or ():  # streaming now, oldest first
+        room = max(LIVE_ROWS_MIN, table.size.height)  # rows a re-render builds: what fits, not the whole run
+        inflight = (snap.inflight or [])[:room]
+        for f in inflight:  # streaming now, oldest first
             table.add_row(num(str(f.index) + ("w" if f.warmup else "")), f.utt_id, inflight_state(f),
                           num(fmt("ttfa_p50_s", f.ttfa_s)), num("-"), num(fmt("chunks_min", f.chunks)),
                           num(fmt("audio_s_ok", f.audio_s)), stalls_cell(f.stalls),
                           num(fmt("stall_total_s", f.stall_total_s), STALL_STYLE if f.stalls else None), num("-"))
-        for r in snap.requests:
+        for r in snap.requests[:room - len(inflight)]:  # newest first
             table.add_row(
                 num(str(r.index) + ("w" if r.warmup else "")), r.utt_id, outcome_text(r.outcome),
                 num(fmt("ttfa_p50_s", r.ttfa_s)), num(fmt("rtf_mean", r.rtf)), num(fmt("chunks_min", r.chunks)),

@@ -199,7 +199,7 @@ class GatesPane(Pane):
 
     def load(self) -> None:
         self.query_one("#gates-head", Static).update("running the gates on the current store (dry run) ...")
-        self.dry_run()
+        self.started(self.dry_run())
 
     @work(thread=True, exclusive=True, group="gates", name="gates-dry-run", exit_on_error=False)
     def dry_run(self) -> None:

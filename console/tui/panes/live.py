@@ -10,10 +10,10 @@ import os
 import signal
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -29,6 +29,9 @@ STATE_GLYPH = {"pending": ("·", "dim"), "running": ("▶", "bold"), "complete":
                "incomplete": ("✗", STALL_STYLE), "failed": ("✗", FAIL_STYLE), "skipped": ("-", STALL_STYLE)}
 HOLDOUT = "@holdout"
 
+if TYPE_CHECKING:
+    from data.plans import Plan
+
 
 @dataclass(frozen=True)
 class GridCell:
@@ -39,14 +42,21 @@ class GridCell:
     repeat: int
 
 
-def load_cells(db_path: Path, plan_hash: str, phase: str) -> list[GridCell]:
+def grid_cells(plan: Plan, phase: str) -> list[GridCell]:
     from console.runner import plan_cells
+
+    return [GridCell(c.key, c.engine, c.concurrency, c.kind, c.repeat) for c in plan_cells(plan, phase)]
+
+
+def load_cells(db_path: Path, plan_hash: str, phase: str) -> list[GridCell]:
+    """The plan's cells read from the store: only for a plan the console has not read yet, since
+    while a campaign runs this costs the campaign's process a snapshot copy (data/snapshot.py)."""
     from console.tui.data import open_read_only
     from data.plans import plan_from_store
 
     with open_read_only(db_path) as store:
         plan = plan_from_store(store, plan_hash)
-    return [GridCell(c.key, c.engine, c.concurrency, c.kind, c.repeat) for c in plan_cells(plan, phase)]
+    return grid_cells(plan, phase)
 
 
 def cell_states(cells: list[GridCell], snap: LiveSnapshot) -> dict[str, str]:
@@ -151,7 +161,12 @@ class LivePane(Pane):
     LivePane #live-top { height: auto; max-height: 10; }
     LivePane #live-grid { width: 1fr; height: auto; max-height: 10; }
     LivePane #live-log { width: 1fr; height: 8; border-left: solid $panel-lighten-2; }
+    LivePane.-short #live-top, LivePane.-short #live-grid { max-height: 4; }
+    LivePane.-short #live-log { height: 4; }
+    LivePane.-short GpuPanel { display: none; }
+    LivePane.-short #live-progress, LivePane.-short #live-metrics { margin: 0; }
     """
+    SHORT_ROWS = 30  # below this height (an 80x24 terminal) the streams keep the room: smaller top, no GPU panel
 
     def __init__(self, db_path: Path, **kw: Any) -> None:
         super().__init__(**kw)
@@ -161,6 +176,10 @@ class LivePane(Pane):
         self.snapshot: LiveSnapshot | None = None
         self.alive = False
         self.events = EventTracker()
+        self.plans: dict[str, Plan] = {}  # frozen plans the console has read (their cells need no store read)
+        self.tab_shown = False  # the Live tab is shown: render snapshots; else only note the newest
+        self._stale = False  # a snapshot arrived while hidden
+        self._grid: tuple[list[str], list[tuple[str, list[Text]]]] | None = None  # what the grid shows now
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="live-top"):
@@ -171,31 +190,67 @@ class LivePane(Pane):
     def load(self) -> None:
         """The snapshot poller (the app's) feeds this pane; nothing to load on activation."""
 
+    def on_resize(self, event: events.Resize) -> None:
+        self.set_class(event.size.height < self.SHORT_ROWS, "-short")
+        self.query_one("#live-log", Log).scroll_end(animate=False)  # the newest events stay in view
+
+    def remember_plans(self, plans: Iterable[Plan]) -> None:
+        """Plans the console read from the store (the Report tab's): a campaign of one of them
+        gets its grid without reading the store again."""
+        self.plans.update((p.hash, p) for p in plans)
+
     def show(self, snap: LiveSnapshot, writer_alive: bool) -> None:
+        """A new snapshot: the event log always takes it (events must not be missed); the views
+        render it only while the tab is shown, so a hidden Live tab costs the campaign nothing."""
         self.snapshot, self.alive = snap, writer_alive
-        self.query_one(LiveView).show(snap, writer_alive)
-        phase = "holdout" if (snap.cell_key or "").endswith(HOLDOUT) else "sweep"
-        if snap.plan_hash and self.cells_for != (snap.plan_hash, phase):
-            self.cells_for = (snap.plan_hash, phase)
-            self.load_cells(snap.plan_hash, phase)
-        self.render_grid()
         log = self.query_one("#live-log", Log)
         for line in self.events.lines(snap):
             log.write_line(line)
+        phase = "holdout" if (snap.cell_key or "").endswith(HOLDOUT) else "sweep"
+        if snap.plan_hash and self.cells_for != (snap.plan_hash, phase):
+            self.cells_for = (snap.plan_hash, phase)
+            plan = self.plans.get(snap.plan_hash)
+            if plan is not None:
+                self.cells = grid_cells(plan, phase)
+            else:
+                self.started(self.load_cells(snap.plan_hash, phase))
+        self._stale = True
+        if self.tab_shown:
+            self.render_snapshot()
+
+    def set_visible(self, visible: bool) -> None:
+        self.tab_shown = visible
+        if visible and self._stale:
+            self.render_snapshot()
+
+    def render_snapshot(self) -> None:
+        if self.snapshot is None:
+            return
+        self._stale = False
+        self.query_one(LiveView).show(self.snapshot, self.alive)
+        self.render_grid()
+        self.query_one("#live-log", Log).scroll_end(animate=False)  # lines written while hidden or before a resize
 
     @work(thread=True, exclusive=True, group="live-cells", name="load-live-cells", exit_on_error=False)
     def load_cells(self, plan_hash: str, phase: str) -> None:
         self.post_message(self.CellsLoaded(plan_hash, phase, load_cells(self.db_path, plan_hash, phase)))
 
     def on_live_pane_cells_loaded(self, msg: "LivePane.CellsLoaded") -> None:
+        if (msg.plan_hash, msg.phase) != self.cells_for:
+            return  # the campaign moved on to another plan or phase meanwhile
         self.cells = msg.cells
-        self.render_grid()
+        if self.tab_shown:
+            self.render_grid()
 
     def render_grid(self) -> None:
         table = self.query_one("#live-grid", DataTable)
         if not self.cells or self.snapshot is None:
             return
-        columns, rows = grid_rows(self.cells, cell_states(self.cells, self.snapshot))
+        grid = grid_rows(self.cells, cell_states(self.cells, self.snapshot))
+        if grid == self._grid:
+            return  # cells change state a few times a minute; snapshots come a few times a second
+        self._grid = grid
+        columns, rows = grid
         table.clear(columns=True)
         table.add_column("engine", key="engine")
         for c in columns:

@@ -17,7 +17,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Static, Tree
 
 from console.tui.panes.base import Pane
-from console.tui.widgets import FAIL_STYLE, PASS_STYLE, STALL_STYLE, num
+from console.tui.widgets import FAIL_STYLE, PASS_STYLE, STALL_STYLE, display_path, num
 
 
 @dataclass
@@ -50,13 +50,14 @@ def load_plan_view(store, plan_hash: str | None = None) -> PlanView | None:
     r = row[0]
     plan = plan_from_store(store, r["plan_hash"])
     src = r["source_path"]
+    shown = display_path(src) if src else "no source path"  # as the user types it (relative under the cwd)
     if src and Path(src).is_file():
         v = verify_plan_file(store, src)
         check = "verified" if v.ok else "altered"
-        detail = (f"{src} matches {plan.hash[:12]}" if v.ok else f"{src} differs from {(v.frozen_hash or '?')[:12]}: "
+        detail = (f"{shown} matches {plan.hash[:12]}" if v.ok else f"{shown} differs from {(v.frozen_hash or '?')[:12]}: "
                   + ", ".join(p for p, _, _ in v.differences))
     else:
-        check, detail = "file missing", f"{src or 'no source path'}: not on this machine; the stored copy is shown"
+        check, detail = "file missing", f"{shown}: not on this machine; the stored copy is shown"
     chain = store.query("SELECT plan_hash, kind, name, parent_hash, strftime(frozen_at AT TIME ZONE 'UTC', "
                         "'%Y-%m-%d %H:%M:%S') AS at FROM plans ORDER BY frozen_at")
     holdout = []
@@ -136,7 +137,7 @@ class PlanPane(Pane):
             t.add_column(c, key=c)
 
     def load(self) -> None:
-        self.load_plan()
+        self.started(self.load_plan())
 
     @work(thread=True, exclusive=True, group="plan", name="load-plan", exit_on_error=False)
     def load_plan(self) -> None:

@@ -96,7 +96,7 @@ class SqlPane(Pane):
         sql = event.value.strip()
         if sql:
             self.query_one("#sql-info", Static).update(f"running: {sql[:100]}")
-            self.execute(sql)
+            self.started(self.execute(sql))
 
     @work(thread=True, exclusive=True, group="sql", name="sql-query", exit_on_error=False)
     def execute(self, sql: str) -> None:
