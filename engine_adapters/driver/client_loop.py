@@ -17,6 +17,7 @@ from engine_adapters.driver.answers import error_text, what_arrived
 from engine_adapters.driver.decode import decode_batch
 from engine_adapters.driver.overhead import GcPauses, summarise_ns
 from engine_adapters.driver.results import DriveSummary, RawResult
+from engine_adapters.driver.shards import PEER_STOPPED, ShardRole
 from engine_adapters.driver.spec import DriveSpec, RequestSpec
 from engine_adapters.transport import DEFAULT_TRANSPORT, TRANSPORTS, TransportError
 
@@ -26,6 +27,7 @@ INFLIGHT_S = 0.5  # how often the child reports the requests still streaming (wh
 GC_VALVE = 1_000_000  # net new GC-tracked objects that trigger one collection while the collector is off
 # an SSE end-marker event closing the bytes read so far (checked on the last 64 bytes only)
 _DONE_TAIL = re.compile(rb"(?:\A|\n)data: ?\[DONE\]\r?\n\r?\n\Z")
+_DONE_ENDS = (b"]\n\n", b"]\r\n\r\n", b"]\n\r\n", b"]\r\n\n")  # every ending _DONE_TAIL accepts
 
 Item = tuple[int, RequestSpec, bool]  # (request index, request, is_warmup)
 
@@ -34,8 +36,9 @@ class DriveLoop:
     """State of one drive inside the driver process."""
 
     def __init__(self, spec: DriveSpec, emit: Callable[[list[RawResult]], None],
-                 emit_inflight: Callable[[list[RawResult]], None] | None = None):
+                 emit_inflight: Callable[[list[RawResult]], None] | None = None, shard: ShardRole | None = None):
         self.spec = spec
+        self.shard = shard  # this process's part of a sharded drive (shards.py), else the whole drive
         self.emit = emit
         self.emit_inflight = emit_inflight
         self.inflight: dict[int, RawResult] = {}
@@ -53,7 +56,8 @@ class DriveLoop:
         self.expected_type = self.dialect.response_content_type(opts)
         # bodies built before the clock starts: JSON-encoding a base64 prompt is not send lag
         self._bodies: dict[str, bytes] = {}
-        for r in spec.requests:
+        own = spec.requests if shard is None else [r for _, r, _ in self.own_items()]
+        for r in own:
             if r.utt_id not in self._bodies:
                 body = self.dialect.build_body(r.text, str(r.prompt_wav) if r.prompt_wav else None, r.prompt_text,
                                                sampling=spec.sampling, options=opts)
@@ -64,6 +68,20 @@ class DriveLoop:
         w = self.spec.warmup_requests if reqs else 0
         warm = [(i, reqs[i % len(reqs)], True) for i in range(w)]
         return warm + [(w + i, r, False) for i, r in enumerate(reqs)]
+
+    def phases(self) -> tuple[tuple[list[Item], int], tuple[list[Item], int]]:
+        """((warmup items, workers), (measured items, workers)) this process runs."""
+        items = self.schedule()
+        warm = [x for x in items if x[2]]
+        measured = [x for x in items if not x[2]]
+        c = self.spec.concurrency
+        if self.shard is None:
+            return (warm, min(c, len(warm))), (measured, min(c, len(measured)))
+        return self.shard.take(warm, c), self.shard.take(measured, c)
+
+    def own_items(self) -> list[Item]:
+        (warm, _), (measured, _) = self.phases()
+        return warm + measured
 
     def _sink(self, raw: RawResult) -> Callable[[int, bytes], bool]:
         """The hot path, called with each body read and its stamp (inside the protocol callback
@@ -88,7 +106,9 @@ class DriveLoop:
                 raw.overflow = f"SSE event exceeds {limit} bytes"
                 return True
             tail = data[-64:] if len(data) >= 64 else (tail + data)[-64:]
-            return tail[-1] == 10 and _DONE_TAIL.search(tail) is not None
+            # the endswith pre-check (C, ~0.1 us) keeps the regex (~1.3 us) to the few reads that
+            # could end with the marker: an audio event ends with "}" then the blank line
+            return tail.endswith(_DONE_ENDS) and _DONE_TAIL.search(tail) is not None
         return sink
 
     async def one(self, transport: Any, index: int, req: RequestSpec, warm: bool) -> None:
@@ -134,7 +154,7 @@ class DriveLoop:
             del self.inflight[index]
             self.pending.append(raw)
 
-    async def phase(self, transport: Any, items: list[Item]) -> None:
+    async def phase(self, transport: Any, items: list[Item], workers: int) -> None:
         it = iter(items)
 
         async def worker() -> None:
@@ -145,13 +165,13 @@ class DriveLoop:
                 await self.one(transport, index, req, warm)
                 freed = time.perf_counter_ns()
 
-        workers = [asyncio.ensure_future(worker()) for _ in range(min(self.spec.concurrency, len(items)))]
+        tasks = [asyncio.ensure_future(worker()) for _ in range(workers)]
         try:
-            await asyncio.gather(*workers)
+            await asyncio.gather(*tasks)
         except asyncio.CancelledError:
-            for w in workers:
+            for w in tasks:
                 w.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
             raise
 
     async def ticker(self) -> None:
@@ -190,8 +210,13 @@ class DriveLoop:
         anchor_perf = time.perf_counter_ns()
         anchor_wall = time.time_ns()
         transport_cls = TRANSPORTS[spec.request_options.get("client", DEFAULT_TRANSPORT)]
-        transport: Any = transport_cls(spec.concurrency, spec.request_options.get("headers"))
-        items = self.schedule()
+        shard = self.shard
+        slots = spec.concurrency if shard is None else shard.slots(spec.concurrency)
+        transport: Any = transport_cls(slots, spec.request_options.get("headers"))
+        (warm, warm_workers), (measured, measured_workers) = self.phases()
+        # every shard of a sharded drive runs the warmup phase: they all meet between the phases
+        meet = shard is not None and spec.warmup_requests > 0 and bool(spec.requests)
+        passed = False
         if freeze_gc:
             # Everything built so far (modules, client, request bodies) lives to the end. Collected
             # and frozen here, no collection walks it again: unfrozen, one full pass walked every
@@ -204,17 +229,24 @@ class DriveLoop:
             gc.collect()
             gc.freeze()
             gc.disable()
-        warm = [x for x in items if x[2]]
-        measured = [x for x in items if not x[2]]
+        ready = shard.wait_ready() if shard is not None else True  # the run's shared start instant
+        started_ns = time.perf_counter_ns()
         aux = [asyncio.ensure_future(self.ticker()), asyncio.ensure_future(self.flusher())]
         pauses = GcPauses()
         gc.callbacks.append(pauses)
         cpu0 = time.process_time()
 
         async def drive() -> None:
+            nonlocal passed
+            if not ready:
+                raise PeerStopped(f"{PEER_STOPPED} before the start")
             if warm:
-                await self.phase(transport, warm)
-            await self.phase(transport, measured)
+                await self.phase(transport, warm, warm_workers)
+            if meet and shard is not None:
+                if not await shard.wait_phase():
+                    raise PeerStopped(f"{PEER_STOPPED} during the warmup")
+                passed = True
+            await self.phase(transport, measured, measured_workers)
 
         task = asyncio.ensure_future(drive())
 
@@ -231,9 +263,13 @@ class DriveLoop:
             await task
         except asyncio.CancelledError:
             self.cancelled = True
+        except PeerStopped as exc:  # the peer's own cause reaches the parent from the peer
+            error = str(exc)
         except Exception as exc:  # a driver bug must still ship the records it has
             error = f"{type(exc).__name__}: {exc}"
         finally:
+            if meet and not passed and shard is not None:  # leaving before the phases met: no peer waits for it
+                shard.abort()
             watcher.cancel()
             for a in aux:
                 a.cancel()
@@ -249,7 +285,13 @@ class DriveLoop:
             overhead={"send_lag": summarise_ns(self.send_lag_ns), "loop_lag": summarise_ns(self.loop_lag_ns),
                       "tick_ms": TICK_S * 1000, "cpu_s": round(cpu_s, 4), "gc": pauses.summary()},
             error=error,
+            samples_ns={} if shard is None else {"send_lag": self.send_lag_ns, "loop_lag": self.loop_lag_ns,
+                                                 "start": [started_ns]},
         )
+
+
+class PeerStopped(Exception):
+    """Another shard of the drive stopped (its cause reaches the parent from that shard)."""
 
 
 def loop_impl() -> str:
@@ -274,14 +316,15 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 def drive_raw(spec: DriveSpec, emit_raw: Callable[[list[RawResult]], None],
               cancel: Callable[[], bool] = lambda: False,
               emit_inflight: Callable[[list[RawResult]], None] | None = None,
-              freeze_gc: bool = False) -> DriveSummary:
+              freeze_gc: bool = False, shard: ShardRole | None = None) -> DriveSummary:
     """Run a drive on a fresh event loop in the calling thread (what the driver process runs);
     `emit_raw` receives batches of undecoded RawResults, `emit_inflight` (at every flush) the
-    results still streaming, which their requests keep appending to."""
+    results still streaming, which their requests keep appending to. Without `shard` this runs
+    the whole drive (`spec.shards` is for DriverProcess); with it, that shard's part."""
     spec.validate()
     loop = new_event_loop()
     try:
-        return loop.run_until_complete(DriveLoop(spec, emit_raw, emit_inflight).main(cancel, freeze_gc))
+        return loop.run_until_complete(DriveLoop(spec, emit_raw, emit_inflight, shard).main(cancel, freeze_gc))
     finally:
         try:  # finalise any async generator a library left open, while the loop still runs
             loop.run_until_complete(loop.shutdown_asyncgens())

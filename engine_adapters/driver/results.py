@@ -18,6 +18,9 @@ class DriveSummary:
     cancelled: bool
     overhead: dict[str, Any]
     error: str | None = None
+    # a shard's raw send / loop lag samples and its start instant, for the parent to merge
+    # (shards.merge_summaries); empty for an unsharded drive
+    samples_ns: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass

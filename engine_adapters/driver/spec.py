@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from engine_adapters.dialects import get_dialect
+from engine_adapters.driver.shards import check_shards
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class DriveSpec:
     artifacts_dir: Path = Path("artifacts")
     sampling: dict[str, Any] = field(default_factory=dict)
     request_options: dict[str, Any] = field(default_factory=dict)
+    # driver processes the drive is spread over: an integer, or "auto" (driver/shards.py)
+    shards: int | str = 1
 
     def validate(self) -> None:
         if self.concurrency < 1:
@@ -38,6 +41,7 @@ class DriveSpec:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
         if self.warmup_requests < 0:
             raise ValueError(f"warmup_requests must be >= 0, got {self.warmup_requests}")
+        check_shards(self.shards)
         for name, value in (self.request_options.get("headers") or {}).items():
             try:  # HTTP/1.1 header fields are latin-1 on the wire
                 f"{name}: {value}".encode("latin-1")
