@@ -174,3 +174,11 @@ def test_a_dead_shard_fails_the_run_naming_it(store, engine, tmp_path, prompt):
     stored = store.query("SELECT request_index, outcome FROM requests WHERE run_id = 'shdead'")
     assert stored and len(stored) < 40  # what arrived is kept; the survivor stopped early
     assert {r["outcome"] for r in stored if r["request_index"] % 2 == 0} <= {"ok", "cancelled"}
+
+
+def test_no_more_shards_than_a_phase_keeps_busy(prompt, tmp_path):
+    """Two requests at C=8 with shards=4: two driver processes, not four (nothing is started)."""
+    spec = DriveSpec("cap", "http://127.0.0.1:1", "vllm-omni", 8, _requests(prompt, 2), shards=4)
+    assert DriverProcess(spec).shards == 2 and len(DriverProcess(spec).pids) == 2
+    assert DriverProcess(DriveSpec("cap", "http://127.0.0.1:1", "vllm-omni", 8, _requests(prompt, 2),
+                                   warmup_requests=3, shards=4)).shards == 3

@@ -46,7 +46,9 @@ class DriverProcess:
                  on_inflight: Callable[[list[InflightRow], int], None] | None = None):
         spec.validate()
         self.spec = spec
-        self.shards = resolve_shards(spec.shards, spec.concurrency)
+        # never more shards than a phase can keep busy: an idle shard would only cost a spawn
+        busy = max(len(spec.requests), spec.warmup_requests if spec.requests else 0)
+        self.shards = resolve_shards(spec.shards, min(spec.concurrency, max(1, busy)))
         report = on_inflight is not None
         ctx = mp.get_context("spawn")
         self._warm = take_warm() if self.shards == 1 else None
