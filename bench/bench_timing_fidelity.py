@@ -7,13 +7,15 @@ at once, the audio-event rate, and the engine's own schedule slip over the same 
 so client delay can be told from engine delay (docs/performance.md).
 
     python bench/bench_timing_fidelity.py [--profile wide] [--concurrencies 64 256 1024] [--repeats N]
-        [--clients stamped,aiohttp] [--live] [--waves 2] [--json PATH]
+        [--clients stamped,aiohttp] [--shards 1,4,8] [--live] [--waves 2] [--json PATH]
 
 Without --profile the engine runs the synthetic `fidelity` profile (every sequence decodes
 together, one 1 s chunk per step, C = 1, 8, 32, 128 by default). Each repeat measures every C,
 the driver client(s) then the plain client; the table shows the median of each figure over the
 repeats (max skew and loop lag: the highest), and the last line the worst paired p99 ratio
-(driver / plain within one repeat).
+(driver / plain within one repeat). With several --shards values every driver client runs once per
+value (labelled CLIENT/kK), so one call compares one driver process with K of them
+(engine_adapters/driver/shards.py); the first client at the first value is the one paired with plain.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from console.recording import record_run  # noqa: E402
 from data.store import open_store  # noqa: E402
 from engine_adapters.dialects import get_dialect  # noqa: E402
 from engine_adapters.driver import DriveSpec, RequestSpec  # noqa: E402
+from engine_adapters.driver.shards import check_shards  # noqa: E402
 from engine_adapters.lifecycle import EngineProcess  # noqa: E402
 from engine_adapters.specs import EngineSpec  # noqa: E402
 from engine_adapters.transport import DEFAULT_TRANSPORT, TRANSPORTS  # noqa: E402
@@ -104,16 +107,19 @@ class Side:
     t1: int
     loop_lag_max_ms: float | None = None
     gc: dict | None = None
+    shards: int = 1  # driver processes the drive ran in
+    start_spread_ms: float | None = None  # between the shards' first sends' start instants
     engine: dict = field(default_factory=dict)  # the engine's schedule over [t0, t1]
 
 
-def driver_side(url: str, c: int, reqs: list[RequestSpec], tmp: Path, client: str, live: bool = False) -> Side:
+def driver_side(url: str, c: int, reqs: list[RequestSpec], tmp: Path, client: str, live: bool = False,
+                shards: int | str = 1) -> Side:
     """The driver as the console runs it: `record_run` into a DuckDB file (decoding, WAV writing
-    and store writes in this process while the driver process stamps), figures read back by SQL;
+    and store writes in this process while the driver process(es) stamp), figures read back by SQL;
     with `live`, a LiveFeed follows the run as under `campaign run` (in-flight reports included)."""
-    run_id = f"fid-c{c}-{client}-{time.monotonic_ns()}"
+    run_id = f"fid-c{c}-{client}-k{shards}-{time.monotonic_ns()}"
     spec = DriveSpec(run_id, url, "vllm-omni", c, reqs, timeout_s=300, artifacts_dir=tmp / "art",
-                     request_options={"client": client})
+                     request_options={"client": client}, shards=shards)
     t0 = time.perf_counter_ns()
     with open_store(tmp / "fidelity.duckdb") as store, (LiveFeed(tmp / "fidelity.duckdb") if live else nullcontext()) as feed:
         record_run(store, spec, engine="reference", kind="exploratory", telemetry=False, live=feed)
@@ -122,8 +128,13 @@ def driver_side(url: str, c: int, reqs: list[RequestSpec], tmp: Path, client: st
                                  "AND kind = 'audio' AND server_emit_ns IS NOT NULL", [run_id]).fetchall()
         spans = store.con.execute("SELECT t_send_ns, t_end_ns FROM requests WHERE run_id = ?", [run_id]).fetchall()
         overhead = json.loads(store.scalar("SELECT driver_overhead_json FROM runs WHERE run_id = ?", [run_id]) or "{}")
+        status = store.scalar("SELECT status FROM runs WHERE run_id = ?", [run_id])
+    if status != "complete":  # figures from a failed drive would pass for the driver's
+        raise SystemExit(f"driver run {run_id} ended {status}: "
+                         f"{overhead.get('fatal') or overhead.get('error') or 'see driver_overhead_json'}")
     return Side([d for _, d in rows], [a for a, _ in rows], [tuple(s) for s in spans], overhead.get("cpu_s", float("nan")),
-                t0, t1, (overhead.get("loop_lag") or {}).get("max_ms"), overhead.get("gc"))
+                t0, t1, (overhead.get("loop_lag") or {}).get("max_ms"), overhead.get("gc"),
+                len(overhead.get("shards") or [None]), overhead.get("start_spread_ms"))
 
 
 async def _plain(url: str, c: int, bodies: list[bytes]) -> dict:
@@ -211,15 +222,29 @@ def figures(side: Side) -> dict:
         out["loop_lag_max_ms"] = side.loop_lag_max_ms
     if side.gc is not None:
         out["gc"] = side.gc
+    out["shards"] = side.shards
+    if side.start_spread_ms is not None:
+        out["start_spread_ms"] = side.start_spread_ms
+    return out
+
+
+def variants(clients: list[str], shards: list[int | str]) -> list[tuple[str, str, str, int | str]]:
+    """(result key, label, client, shards) per driver variant: every client at every shard count; the first
+    is "driver". Labels are the client's name, with /kK when several shard counts are compared."""
+    out: list[tuple[str, str, str, int | str]] = []
+    for cl in clients:
+        for k in shards:
+            label = cl if len(shards) == 1 else f"{cl}/k{k}"
+            out.append(("driver" if not out else f"driver:{label}", label, cl, k))
     return out
 
 
 def measure(concurrencies: list[int], clients: str | list[str] = DEFAULT_TRANSPORT, *, profile: str | None = None,
             profiles_file: Path | None = None, requests_per_c: dict[int, int] | None = None, waves: int = 2,
-            plain: bool = True, repeats: int = 1, live: bool = False,
+            plain: bool = True, repeats: int = 1, live: bool = False, shards: list[int | str] | None = None,
             log=lambda line: None) -> dict[int, dict[str, list[dict]]]:
-    """Per C: {"driver": [figures per repeat], "driver:<name>": ..., "plain": ...}; the first client
-    is "driver". The engine runs `profile` (built-in or from `profiles_file`), else `fidelity`."""
+    """Per C: {"driver": [figures per repeat], "driver:<label>": ..., "plain": ...} (see `variants`).
+    The engine runs `profile` (built-in or from `profiles_file`), else `fidelity`."""
     clients = [clients] if isinstance(clients, str) else list(clients)
     runs: dict[int, dict[str, list[dict]]] = {}
     with tempfile.TemporaryDirectory() as td:
@@ -237,9 +262,8 @@ def measure(concurrencies: list[int], clients: str | list[str] = DEFAULT_TRANSPO
                     reqs = [RequestSpec(f"s{i % 2}-{i}", TEXTS[i % 2], prompt) for i in range(n)]
                     got = runs.setdefault(c, {})
                     sides: list[tuple[str, Side]] = []
-                    for k, cl in enumerate(clients):
-                        sides.append(("driver" if k == 0 else f"driver:{cl}",
-                                      driver_side(eng.spec.url, c, reqs, tmp, cl, live)))
+                    for key, _, cl, k in variants(clients, shards or [1]):
+                        sides.append((key, driver_side(eng.spec.url, c, reqs, tmp, cl, live, k)))
                         sides[-1][1].engine = engine_schedule(eng.spec.url, sides[-1][1].t0, sides[-1][1].t1)
                     if plain:
                         bodies = [json.dumps(d.build_body(r.text, str(prompt), None)).encode() for r in reqs]
@@ -299,10 +323,12 @@ def summarise(runs: dict[int, dict[str, list[dict]]]) -> dict:
     return {"per_concurrency": table, "worst_pair": worst, "ceiling": ceiling}
 
 
-def print_table(summary: dict, clients: list[str]) -> None:
+def print_table(summary: dict, clients: list[str], shards: list[int | str] | None = None) -> None:
     print("arrival - emit skew (ms) over audio events; median of the repeats (max, loop lag and slip max: "
           "the highest); engine slip = the engine's own write time - its step's due time, same run")
-    cols = ["driver"] + [f"driver:{cl}" for cl in clients[1:]] + ["plain"]
+    vs = variants(clients, shards or [1])
+    cols = [key for key, *_ in vs] + ["plain"]
+    labels = {key: label for key, label, *_ in vs}
     head = (f"{'C':>5} {'client':>16} {'live max':>8} {'live med':>8} {'events/s':>9} {'p50':>7} {'p99':>7} "
             f"{'max':>7} {'CPU us/ev':>9} {'loop lag':>8} {'slip p50':>8} {'slip p99':>8} {'slip max':>8} {'breaks':>6}")
     print(head)
@@ -311,7 +337,7 @@ def print_table(summary: dict, clients: list[str]) -> None:
             if who not in row:
                 continue
             r = row[who]
-            name = clients[0] if who == "driver" else who.removeprefix("driver:")
+            name = labels.get(who, who)
             print(f"{c:>5} {name:>16} {r['live_max']:>8.0f} {r['live_median']:>8.1f} {r['event_rate']:>9.0f} "
                   f"{r['p50_ms']:>7.3f} {r['p99_ms']:>7.3f} {r['max_ms']:>7.3f} {r['cpu_us_per_event']:>9.1f} "
                   f"{r['loop_lag_max_ms']:>8.3f} {r['engine_slip_p50_ms']:>8.3f} {r['engine_slip_p99_ms']:>8.3f} "
@@ -345,6 +371,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrencies", nargs="+", default=None, help="e.g. 64 256 1024 (or 64,256,1024)")
     ap.add_argument("--clients", default=DEFAULT_TRANSPORT,
                     help=f"comma-separated driver transports from {', '.join(TRANSPORTS)}; the first is compared with plain")
+    ap.add_argument("--shards", default="1",
+                    help="comma-separated driver process counts per drive (integers or auto), e.g. 1,4,8; "
+                         "each driver client runs once per value")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--waves", type=int, default=2, help="requests per C = max(32, waves x C)")
     ap.add_argument("--live", action="store_true", help="drive with a LiveFeed attached, as `campaign run` does")
@@ -355,15 +384,26 @@ def main(argv: list[str] | None = None) -> int:
     bad = [x for x in clients if x not in TRANSPORTS]
     if bad or not clients:
         ap.error(f"--clients: unknown transport {bad[0] if bad else '(none)'!r}; choose from {', '.join(TRANSPORTS)}")
+    shards: list[int | str] = []
+    for x in (v.strip() for v in args.shards.split(",")):
+        if x:
+            try:
+                shards.append(x if x == "auto" else int(x))
+                check_shards(shards[-1])
+            except ValueError:
+                ap.error(f"--shards: {x!r} is not an integer >= 1 or 'auto'")
+    if not shards:
+        ap.error("--shards: give at least one value")
     if args.repeats < 1 or any(c < 1 for c in cs):
         ap.error("--repeats and every concurrency must be >= 1")
     started = time.time()
     runs = measure(cs, clients, profile=args.profile, profiles_file=args.profiles_file, repeats=args.repeats,
-                   waves=args.waves, live=args.live, log=lambda line: print(line, file=sys.stderr, flush=True))
+                   waves=args.waves, live=args.live, shards=shards, log=lambda line: print(line, file=sys.stderr, flush=True))
     summary = summarise(runs)
     print(f"profile {args.profile or 'fidelity'}; {args.repeats} repeat(s); clients {', '.join(clients)} vs plain aiohttp"
-          f"{'; live feed attached' if args.live else ''}; {os.cpu_count()} CPUs")
-    print_table(summary, clients)
+          f"{'; live feed attached' if args.live else ''}; driver shards {', '.join(map(str, shards))}; "
+          f"{os.cpu_count()} CPUs")
+    print_table(summary, clients, shards)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
@@ -372,6 +412,7 @@ def main(argv: list[str] | None = None) -> int:
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
                         "processor": platform.processor()},
             "wall_s": round(time.time() - started, 1), "profile": args.profile or "fidelity", "clients": clients,
+            "shards": shards,
             "summary": {str(c): v for c, v in summary["per_concurrency"].items()},
             "worst_pair": summary["worst_pair"], "ceiling": summary["ceiling"],
             "runs": {str(c): got for c, got in runs.items()},

@@ -1,0 +1,74 @@
+"""Undecoded results into records: SSE framing, JSON, base64 and WAV decoding, outcome
+classification, and the request's audio saved as a WAV with its SHA-256. This runs in the parent
+process (DriverProcess's decode thread), never on the timing path (docs/timing.md)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from data.records import AudioFileRecord, ChunkRecord, RequestRecord
+from engine_adapters.dialects import get_dialect
+from engine_adapters.dialects.base import cut_detail
+from engine_adapters.dialects.wav import encode_wav
+from engine_adapters.driver.results import RawResult
+from engine_adapters.driver.spec import DriveSpec
+
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def decode_result(spec: DriveSpec, raw: RawResult) -> list[Any]:
+    """Records for one sent request: decode its frames, classify its outcome (the first cause
+    wins; an HTTP error status always wins), save its audio WAV with SHA-256."""
+    parser = get_dialect(spec.dialect).new_parser(spec.request_options)
+    events = parser.feed_reads(raw.stamps, raw.chunks)
+    if raw.overflow:
+        parser.fail("decode_error", raw.overflow)
+    if raw.clean_eof:
+        events += parser.eof()
+    st = parser.state
+    outcome, detail = parser.outcome()
+    if raw.failure is not None and (st.failure is None or raw.failure[0] == "http_status"):
+        outcome, detail = raw.failure
+        if outcome == "transport" and raw.stamps:  # the body broke after bytes had arrived
+            detail = cut_detail(st.events, f"the connection ended after {sum(map(len, raw.chunks))} bytes ({detail})")
+    rec = RequestRecord(
+        run_id=spec.run_id, request_index=raw.index, utt_id=raw.utt_id, is_warmup=raw.is_warmup,
+        outcome=outcome, t_send_ns=raw.t_send_ns, error_detail=detail, http_status=raw.http_status,
+        t_first_byte_ns=raw.stamps[0] if raw.stamps else None, t_first_audio_ns=st.t_first_audio_ns,
+        t_last_audio_ns=st.t_last_audio_ns, t_end_ns=raw.t_end_ns, audio_samples=st.samples,
+        sample_rate=st.sample_rate, audio_chunks=st.audio_chunks, events=st.events,
+        bytes_received=sum(map(len, raw.chunks)), text=st.text, finish_reason=st.finish_reason,
+    )
+    out: list[Any] = [rec]
+    out += [ChunkRecord(spec.run_id, raw.index, k, e.t_arrival_ns, e.kind, e.samples, e.payload_bytes, e.server_emit_ns)
+            for k, e in enumerate(events)]
+    if st.samples and st.sample_rate:
+        rel = audio_relpath(spec.run_id, raw.index, raw.utt_id)
+        sha = _write_wav(Path(spec.artifacts_dir) / rel, b"".join(e.pcm for e in events if e.pcm), st.sample_rate)
+        rec.audio_path, rec.audio_sha256 = rel, sha
+        out.append(AudioFileRecord(sha, rel, spec.run_id, raw.index, st.sample_rate, st.samples))
+    return out
+
+
+def decode_batch(spec: DriveSpec, raws: list[RawResult]) -> list[Any]:
+    out: list[Any] = []
+    for r in raws:
+        out += decode_result(spec, r)
+    return out
+
+
+def audio_relpath(run_id: str, request_index: int, utt_id: str) -> str:
+    return f"{_SAFE.sub('_', run_id)}/{request_index}-{_SAFE.sub('_', utt_id)}.wav"
+
+
+def _write_wav(path: Path, pcm: bytes, rate: int) -> str:
+    data = encode_wav(pcm, rate)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".wav.part")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return hashlib.sha256(data).hexdigest()

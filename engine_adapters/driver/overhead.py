@@ -1,0 +1,43 @@
+"""The driver's measurement of itself: send lag and loop lag summaries and the collector's pauses
+during a drive (runs.driver_overhead_json; docs/timing.md, docs/performance.md)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+
+def summarise_ns(values: list[int]) -> dict[str, float | int | None]:
+    """n, p50, p99 and max in ms of nanosecond durations (all None when there are none)."""
+    import numpy as np
+
+    if not values:
+        return {"n": 0, "p50_ms": None, "p99_ms": None, "max_ms": None}
+    arr = np.asarray(values, dtype=float) / 1e6
+    return {"n": int(arr.size), "p50_ms": float(np.percentile(arr, 50, method="linear")),
+            "p99_ms": float(np.percentile(arr, 99, method="linear")), "max_ms": float(arr.max())}
+
+
+class GcPauses:
+    """gc.callbacks hook: how many collections of each generation ran during the drive and how
+    long the longest one stopped the process (a collector pause delays every stamp behind it; in
+    the driver process the collector is off, so these count only GC_VALVE's)."""
+
+    def __init__(self) -> None:
+        self.count = [0, 0, 0]
+        self.max_ns = [0, 0, 0]
+        self.total_ns = 0
+        self._t0 = 0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter_ns()
+            return
+        gen, dt = info["generation"], time.perf_counter_ns() - self._t0
+        self.count[gen] += 1
+        self.max_ns[gen] = max(self.max_ns[gen], dt)
+        self.total_ns += dt
+
+    def summary(self) -> dict[str, Any]:
+        return {"collections": self.count, "max_ms": [round(x / 1e6, 3) for x in self.max_ns],
+                "total_ms": round(self.total_ns / 1e6, 3)}

@@ -1,0 +1,50 @@
+"""What a drive is asked to do: the ordered requests and the run's settings (docs/timing.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine_adapters.dialects import get_dialect
+from engine_adapters.driver.shards import check_shards
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    utt_id: str
+    text: str
+    prompt_wav: Path | None
+    prompt_text: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()  # per-request extra headers (e.g. fault injection in tests)
+
+
+@dataclass
+class DriveSpec:
+    run_id: str
+    url: str  # base URL, e.g. http://127.0.0.1:8091
+    dialect: str
+    concurrency: int
+    requests: list[RequestSpec]
+    warmup_requests: int = 0
+    timeout_s: float = 120.0
+    artifacts_dir: Path = Path("artifacts")
+    sampling: dict[str, Any] = field(default_factory=dict)
+    request_options: dict[str, Any] = field(default_factory=dict)
+    # driver processes the drive is spread over: an integer, or "auto" (driver/shards.py)
+    shards: int | str = 1
+
+    def validate(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
+        if self.warmup_requests < 0:
+            raise ValueError(f"warmup_requests must be >= 0, got {self.warmup_requests}")
+        check_shards(self.shards)
+        for name, value in (self.request_options.get("headers") or {}).items():
+            try:  # HTTP/1.1 header fields are latin-1 on the wire
+                f"{name}: {value}".encode("latin-1")
+            except UnicodeEncodeError:
+                raise ValueError(f"request header {name!r}: value {value!r} is not latin-1 text") from None
+        get_dialect(self.dialect).request_config(self.request_options)
