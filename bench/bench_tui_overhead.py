@@ -52,7 +52,7 @@ from stats.metrics.compute import run_metrics  # noqa: E402
 SOCKET = f"omni-bench-tui-{os.getpid()}"
 TARGET_MS = 1.0
 BOOT_DRAWS = 10_000
-ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}  # keep a wheel dir
 
 
 def tmux(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -69,7 +69,7 @@ def campaign(*args: str, db: Path) -> None:
 def attach_console(name: str, db: Path, timeout_s: float = 60.0) -> None:
     """`campaign tui --live` in tmux; returns once it shows the Live tab and has read the store
     (so its read-only open cannot race the campaign's own)."""
-    cmd = (f"cd {shlex.quote(str(REPO))} && exec env PYTHONPATH={shlex.quote(str(REPO))} TERM=xterm-256color "
+    cmd = (f"cd {shlex.quote(str(REPO))} && exec env PYTHONPATH={shlex.quote(ENV['PYTHONPATH'])} TERM=xterm-256color "
            f"{shlex.quote(sys.executable)} -m console.cli tui --live --db {shlex.quote(str(db))}")
     tmux("new-session", "-d", "-s", name, "-x", "100", "-y", "30", cmd)
     deadline = time.monotonic() + timeout_s
