@@ -79,7 +79,8 @@ def attach_console(name: str, db: Path, timeout_s: float = 60.0) -> None:
             time.sleep(1.0)
             return
         time.sleep(0.3)
-    raise SystemExit(f"the console did not come up in tmux within {timeout_s:.0f} s")
+    shown = " | ".join(line.strip() for line in pane.splitlines() if line.strip())[-400:]
+    raise SystemExit(f"the console did not come up in tmux within {timeout_s:.0f} s; the pane shows: {shown or '(nothing)'}")
 
 
 def console_cpu_s(name: str) -> float | None:
