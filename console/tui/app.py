@@ -109,7 +109,7 @@ class CampaignApp(App):
         yield Header()
         yield Static("", id="status")
         yield Input(placeholder="filter rows (substring, space = and); escape clears", id="filter")
-        with TabbedContent(id="tabs", initial="runs"):
+        with TabbedContent(id="tabs", initial="live" if self.live_requested else "runs"):
             with TabPane("Runs", id="runs"):
                 yield DataTable(id="runs-table", cursor_type="row")
             with TabPane("Report", id="report"):
@@ -137,11 +137,12 @@ class CampaignApp(App):
         self._columns("checks-table", CHECK_COLUMNS, {"C", "ids", "estimate", "bound", "margin", "baseline", "candidate"})
         self._columns("audit-table", AUDIT_COLUMNS, {"seq"})
         self.query_one("#filter", Input).disabled = True
-        self.query_one("#runs-table", DataTable).focus()
         self.set_status(f"reading {self.db_label} ...")
-        if self.live_requested:
+        if self.live_requested:  # composed on the Live tab: focusing the runs table first would pull it back
             self.start_live()
             self.show_tab("live")
+        else:
+            self.query_one("#runs-table", DataTable).focus()
         self.load_store()
 
     def _columns(self, table_id: str, columns: tuple[str, ...], numeric: set[str]) -> None:
