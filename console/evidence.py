@@ -30,8 +30,8 @@ from typing import Any, Callable, Iterable
 
 from data.anchor import current_head
 from data.audit import canonical_json, verify_chain
-from data.errors import CampaignError
-from data.store import Store, first_line
+from data.errors import CampaignError, first_line
+from data.store import Store
 from data.verdicts import document_sha256
 
 MANIFEST = "MANIFEST.sha256"

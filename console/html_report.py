@@ -16,8 +16,8 @@ import matplotlib
 
 from console import figures as F
 from data.anchor import current_head
-from data.errors import CampaignError
-from data.store import Store, first_line
+from data.errors import CampaignError, first_line
+from data.store import Store
 from stats.metrics import METRICS, METRICS_VERSION
 from stats.results.plan_results import PlanResults, VerdictResult, load_verdicts
 from stats.results.replicates import CheckReplicates, document_replicates

@@ -22,7 +22,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from data.errors import CampaignError
+from data.errors import CampaignError, first_line
 
 DEEP_MERGE_KEYS = ("default_sampling_params", "default_pooling_params", "subtalker_sampling_params",
                    "engine_extras", "engine_args")
@@ -74,7 +74,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise CampaignError(f"deploy config {path}: cannot read ({exc.strerror})") from None
     except yaml.YAMLError as exc:
-        raise CampaignError(f"deploy config {path}: invalid YAML ({str(exc).splitlines()[0]})") from None
+        raise CampaignError(f"deploy config {path}: invalid YAML ({first_line(exc)})") from None
     if not isinstance(doc, dict):
         raise CampaignError(f"deploy config {path}: expected a mapping at the top level")
     return doc

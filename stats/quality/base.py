@@ -58,11 +58,6 @@ def offline_env() -> None:
     os.environ["HF_DATASETS_OFFLINE"] = "1"
 
 
-def one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
-
-
 _HASH_CACHE: dict[tuple, str] = {}
 _DISK_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "omni-campaign" / "model-hashes.json"
 

@@ -25,7 +25,8 @@ from typing import Sequence
 import numpy as np
 
 from stats.quality.audio import AudioError, load_audio
-from stats.quality.base import ScoreItem, ScoreResult, Scorer, one_line
+from data.errors import one_line
+from stats.quality.base import ScoreItem, ScoreResult, Scorer
 from stats.quality.pool import ProcessPoolMixin
 
 SR = 16000

@@ -13,7 +13,8 @@ import numpy as np
 
 from data.errors import CampaignError
 from stats.quality.audio import AudioError, load_audio, load_each
-from stats.quality.base import ScoreItem, ScoreResult, Scorer, one_line
+from data.errors import one_line
+from stats.quality.base import ScoreItem, ScoreResult, Scorer
 
 
 def cosine100(a: np.ndarray, b: np.ndarray) -> float:

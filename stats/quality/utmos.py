@@ -37,7 +37,8 @@ import numpy as np
 from data.errors import CampaignError
 from data.workload import sha256_file
 from stats.quality.audio import SCORER_RATE, load_each
-from stats.quality.base import ScoreItem, ScoreResult, Scorer, one_line
+from data.errors import one_line
+from stats.quality.base import ScoreItem, ScoreResult, Scorer
 from stats.quality.utmos_model import STATE_FILE
 
 EXPORT_NAME = "utmos22_strong.torchscript.pt"   # the one file name the scorer loads

@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.containers import Vertical
 from textual.worker import Worker, WorkerState
 
-from data.store import first_line
+from data.errors import first_line
 
 
 class Pane(Vertical):
