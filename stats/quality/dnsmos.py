@@ -24,8 +24,8 @@ from typing import Sequence
 
 import numpy as np
 
-from stats.quality.audio import AudioError, load_audio
 from data.errors import one_line
+from stats.quality.audio import AudioError, load_audio
 from stats.quality.base import ScoreItem, ScoreResult, Scorer
 from stats.quality.pool import ProcessPoolMixin
 
