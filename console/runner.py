@@ -27,9 +27,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from data.audit import append_event, atomic, canonical_json
+from data.audit import append_event, atomic
 from data.digest import run_digest
 from data.errors import CampaignError
+from data.hashing import canonical_json
 from data.manifest import build_manifest, holdout_opened, load_plan_workload
 from data.plans import EngineSpec, Plan, engine_environment, plan_secrets
 from data.store import Store, utcnow
