@@ -33,6 +33,7 @@ from data.hashing import cached_sha256_files, sha256_file
 from data.secrets import redact_env, scrub
 from engine_adapters import ports
 from engine_adapters.identity import LAUNCH_ID_ENV, reported_identity
+from engine_adapters.process_group import stop_group
 from engine_adapters.deploy_config import deploy_record
 from engine_adapters.specs import EngineSpec
 
@@ -218,15 +219,7 @@ class EngineProcess:
         if self.proc is None:
             return
         crashed = self.proc.poll() is not None and self.row.get("status") == "ready"
-        if self.proc.poll() is None:
-            _signal_group(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                _signal_group(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        _signal_group(self.proc.pid, signal.SIGKILL)  # stragglers the engine forked and left behind
-        _wait_group_gone(self.proc.pid)  # so the port is free for the next launch
+        stop_group(self.proc.pid, main=self.proc, grace_s=grace_s)  # engine_adapters/process_group.py
         self.row.update(stopped_ns=time.perf_counter_ns(), exit_code=self.proc.returncode,
                         log_tail=self._log_tail())
         if self.row.get("status") == "ready":
@@ -272,15 +265,3 @@ def port_in_use(host: str, port: int) -> str | None:
     who = f"held by {holders[0]}" if holders else "held by a process that could not be identified"
     return f"port {port} on {host} is already in use ({who}); refusing to launch an engine that would not own it"
 
-
-def _wait_group_gone(pgid: int, timeout_s: float = 2.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while ports.group_alive(pgid) and time.monotonic() < deadline:
-        time.sleep(0.02)
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        return
