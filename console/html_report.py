@@ -35,14 +35,13 @@ def build_figures(store: Store, res: PlanResults, verdicts: list[VerdictResult])
     run_ids = [rid for c in res.cells for rid in c.run_ids]
     reps: dict[str, list[CheckReplicates]] = {v.verdict_id: document_replicates(v.document)
                                               for v in verdicts if v.kind == "quality" and v.document}
-    labels = {r.run_id: f"{c.engine} C{c.concurrency} r{r.repeat}" for c in res.cells for r in c.runs}
     with matplotlib.rc_context(F.STYLE):
         return [
             F.throughput_figure(res),
             F.latency_figure(res),
             F.rtf_figure(res, request_rtfs(store, run_ids)),
             F.stalls_failures_figure(res),
-            F.gpu_figure(res, gpu_series(store, run_ids), labels),
+            F.gpu_figure(res, gpu_series(store, run_ids)),
             F.forest_figure(verdicts),
             F.replicates_figure(verdicts, reps),
             F.ratios_figure(verdicts),

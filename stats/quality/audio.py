@@ -18,9 +18,6 @@ class AudioError(Exception):
     """A WAV cannot be read or holds no samples; becomes a scorer-error row, not a crash."""
 
 
-RESAMPLERS = ("soxr", "sinc", "fft")
-
-
 def load_audio(path: Path, rate: int = SCORER_RATE, resampler: str = "soxr") -> np.ndarray:
     """Read a WAV, mix to mono, resample to `rate`; float32.
 

@@ -20,7 +20,6 @@ from data.hashing import cached_sha256_files, sha256_text
 from stats.quality.wer import WerCounts
 
 METRICS = ("wer", "sim", "mos")
-DTYPES = ("float32", "float16")
 
 
 @dataclass(frozen=True)
