@@ -33,8 +33,8 @@ from data.hashing import cached_sha256_files, sha256_file
 from data.secrets import redact_env, scrub
 from engine_adapters import ports
 from engine_adapters.identity import LAUNCH_ID_ENV, reported_identity
-from engine_adapters.process_group import stop_group
 from engine_adapters.deploy_config import deploy_record
+from engine_adapters.process_group import stop_group
 from engine_adapters.specs import EngineSpec
 
 LOG_TAIL_LINES = 40
