@@ -15,7 +15,7 @@ import sys
 import duckdb
 
 import console.commands as commands_pkg
-from data.errors import CampaignError
+from data.errors import CampaignError, first_line
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,8 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"campaign: error: {exc}", file=sys.stderr)
         return 2
     except duckdb.Error as exc:
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"campaign: database error: {msg}", file=sys.stderr)
+        print(f"campaign: database error: {first_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("campaign: interrupted", file=sys.stderr)

@@ -20,7 +20,6 @@ bit for bit with the verdict documents. The first mismatch names the file or ver
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import tempfile
@@ -29,9 +28,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from data.anchor import current_head
-from data.audit import canonical_json, verify_chain
-from data.errors import CampaignError
-from data.store import Store, first_line
+from data.audit import verify_chain
+from data.errors import CampaignError, first_line
+from data.hashing import canonical_json, sha256_file
+from data.store import Store
 from data.verdicts import document_sha256
 
 MANIFEST = "MANIFEST.sha256"
@@ -44,14 +44,6 @@ RULE_FIELDS = ("status", "n_pairs", "geo_mean_ratio", "lower_bound_ratio", "min_
 
 class EvidenceMismatch(CampaignError):
     """A bundled file or verdict does not match what its data re-derives."""
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 # -- export -----------------------------------------------------------------------------------

@@ -183,7 +183,7 @@ def stalls_failures_figure(res: PlanResults) -> FigureOut:
                      "aggregate runs of each cell.", fig)
 
 
-def gpu_figure(res: PlanResults, series: list[GpuRunSeries], run_label: dict[str, str]) -> FigureOut:
+def gpu_figure(res: PlanResults, series: list[GpuRunSeries]) -> FigureOut:
     title = "GPU utilisation and power over time per run"
     fig, axes = _figure(title, ncols=2, width=12.0, height=3.8)
     engines = [e.name for e in res.plan.engines]

@@ -16,8 +16,8 @@ import matplotlib
 
 from console import figures as F
 from data.anchor import current_head
-from data.errors import CampaignError
-from data.store import Store, first_line
+from data.errors import CampaignError, first_line
+from data.store import Store
 from stats.metrics import METRICS, METRICS_VERSION
 from stats.results.plan_results import PlanResults, VerdictResult, load_verdicts
 from stats.results.replicates import CheckReplicates, document_replicates
@@ -35,14 +35,13 @@ def build_figures(store: Store, res: PlanResults, verdicts: list[VerdictResult])
     run_ids = [rid for c in res.cells for rid in c.run_ids]
     reps: dict[str, list[CheckReplicates]] = {v.verdict_id: document_replicates(v.document)
                                               for v in verdicts if v.kind == "quality" and v.document}
-    labels = {r.run_id: f"{c.engine} C{c.concurrency} r{r.repeat}" for c in res.cells for r in c.runs}
     with matplotlib.rc_context(F.STYLE):
         return [
             F.throughput_figure(res),
             F.latency_figure(res),
             F.rtf_figure(res, request_rtfs(store, run_ids)),
             F.stalls_failures_figure(res),
-            F.gpu_figure(res, gpu_series(store, run_ids), labels),
+            F.gpu_figure(res, gpu_series(store, run_ids)),
             F.forest_figure(verdicts),
             F.replicates_figure(verdicts, reps),
             F.ratios_figure(verdicts),

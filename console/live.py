@@ -209,8 +209,8 @@ def writer_alive(snap: LiveSnapshot) -> bool:
 class LiveFeed:
     """Collects what the store's owner records and publishes it as a LiveSnapshot file.
 
-    Wiring: `run_started` when a run's row is inserted, `records(batch)` with every driver batch,
-    `gpu_samples(samples)` with every drained sampler list, `run_ended` with the final status;
+    Wiring: `run_started` when a run's row is inserted, `records(batch)` with every driver batch
+    (with the GPU samples drained so far, console/recording.py), `run_ended` with the final status;
     `cell(i, total, cell, state)` fits `RunnerOptions.on_cell`; `finished()` at the end.
     """
 
@@ -338,11 +338,6 @@ class LiveFeed:
         row.ttfa_s, row.audio_s, row.chunks = m.ttfa_s, m.audio_s, m.audio_chunks
         row.stalls, row.stall_total_s = m.playback.stall_count, m.playback.stall_total_s
         row.buffer_s = m.playback.buffer_s if audio else None
-
-    def gpu_samples(self, samples: Iterable[GpuSample]) -> None:
-        with self._lock:
-            self._add_gpu(samples)
-            self._touch()
 
     def run_ended(self, run_id: str, status: str) -> None:
         with self._lock:

@@ -4,13 +4,16 @@ run's stored rows (data/digest.py) that `audit verify` recomputes.
 
 The driver runs in its own process and ships record batches; this process owns the DuckDB file
 and commits each batch as it arrives, so an interruption loses nothing already received and the
-run is marked 'incomplete' rather than silently short.
+run is marked 'incomplete' rather than silently short. `record_run` is three steps, each its own
+piece: `open_run` (the row, telemetry, the live view), a `BatchSink` the driver feeds while
+`receive_batches` counts what arrived, and `close_run` (last records, status, run_ended).
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -132,6 +135,108 @@ def finish_run(store: Store, run_id: str, *, plan_hash: str | None, note: str | 
     return status
 
 
+@dataclass
+class OpenRun:
+    """A run whose `runs` row is stored as 'running': what consuming its batches and closing it
+    need."""
+    spec: DriveSpec
+    plan_hash: str | None
+    note: str | None
+    total: int  # requests planned, warm-ups included
+    sampler: Any  # engine_adapters.telemetry.GpuSampler, None without telemetry
+    live: Any  # console.live.LiveFeed or None
+
+
+def open_run(store: Store, spec: DriveSpec, *, engine: str, kind: str, plan_hash: str | None, cell_key: str | None,
+             launch_id: str | None, pool: str | None, repeat_index: int, note: str | None, params: dict | None,
+             telemetry: bool, live: Any) -> OpenRun:
+    """Check the request options (a bad one fails before anything is stored), start GPU
+    telemetry, store the `runs` row and run_started (`begin_run`), create the artifacts folder
+    and tell the live view."""
+    get_dialect(spec.dialect).request_config(spec.request_options)
+    gpus, tstatus, sampler = _telemetry(spec.run_id, telemetry)
+    begin_run(store, spec, engine=engine, kind=kind, plan_hash=plan_hash, cell_key=cell_key, launch_id=launch_id,
+              pool=pool, repeat_index=repeat_index, note=note, params=params, gpus=gpus, telemetry_status=tstatus,
+              placement=local_placement(gpus))
+    Path(spec.artifacts_dir).mkdir(parents=True, exist_ok=True)
+    total = len(spec.requests) + spec.warmup_requests
+    if live:  # console.live.LiveFeed: the TUI follows the run through its snapshot file
+        live.run_started(spec.run_id, engine, spec.concurrency, kind, total, spec.dialect, spec.request_options)
+    return OpenRun(spec, plan_hash, note, total, sampler, live)
+
+
+class BatchSink:
+    """The driver's `consume`: stores each decoded batch (with the GPU samples so far) and feeds
+    the live view. It runs on the driver's decode thread at idle priority, so storing never
+    competes with the driver for a core (engine_adapters/driver.py, DriverProcess)."""
+
+    def __init__(self, store: Store, run: OpenRun) -> None:
+        self.writer = BatchWriter(store)
+        self.sampler = run.sampler
+        self.live = run.live
+        self.transport_failures = 0  # requests that failed as `transport`: a sign the engine died
+
+    def __call__(self, batch: list[Any]) -> list[Any]:
+        drained = self.sampler.drain() if self.sampler else []
+        self.transport_failures += sum(1 for r in batch if isinstance(r, RequestRecord) and r.outcome == "transport")
+        self.writer.add(batch)
+        self.writer.add(drained)
+        self.writer.flush()
+        batch = batch + drained
+        if self.live:
+            self.live.records(batch)
+        return batch
+
+    def finish(self) -> None:
+        """Once the driver has joined (its decode thread is done with the writer): store what is
+        pending and the sampler's last GPU samples."""
+        self.writer.flush()
+        samples = self.sampler.stop() if self.sampler else []
+        if samples:
+            self.writer.add(samples)
+            self.writer.flush()
+
+
+@dataclass
+class Progress:
+    """Requests stored so far and whether the user interrupted, kept current so that a run
+    that fails mid-way is closed with what arrived."""
+    total: int
+    on_progress: Callable[[int, int], None] | None = None
+    stored: int = 0
+    interrupted: bool = False
+
+
+def receive_batches(proc: DriverProcess, progress: Progress) -> None:
+    """Wait for the driver's batches, counting the stored requests. Ctrl-C asks the driver to
+    cancel its in-flight requests, then the draining of its records goes on."""
+    while True:
+        try:
+            for batch in proc.batches():
+                done = sum(1 for r in batch if isinstance(r, RequestRecord))
+                progress.stored += done
+                if progress.on_progress and done:
+                    progress.on_progress(progress.stored, progress.total)
+            return
+        except KeyboardInterrupt:
+            progress.interrupted = True
+            proc.cancel()
+
+
+def close_run(store: Store, run: OpenRun, sink: BatchSink, proc: DriverProcess, progress: Progress,
+              engine_process: EngineProcess | None) -> str:
+    """Join the driver, store the last records and GPU samples, and close the run row with its
+    status (`finish_run`); returns the status."""
+    proc.join()  # the decode thread has finished with the writer once this returns
+    sink.finish()
+    # an engine that died makes its requests fail as `transport` at once; its orphan guard
+    # ends a moment later, so give it that moment before deciding the engine is still up
+    engine_exit = engine_process.exit_cause(0.5 if sink.transport_failures else 0.0) if engine_process else None
+    return finish_run(store, run.spec.run_id, plan_hash=run.plan_hash, note=run.note, summary=proc.summary,
+                      fatal=proc.fatal, engine_exit=engine_exit, stored=progress.stored,
+                      interrupted=progress.interrupted)
+
+
 def record_run(
     store: Store,
     spec: DriveSpec,
@@ -154,67 +259,21 @@ def record_run(
     marking the run incomplete and storing what arrived. With `engine_process`, a run during
     which that engine exited or crashed is 'failed' with the cause in `note` (its requests stay
     stored; no aggregate uses a failed run, docs/engines.md)."""
-    run_id = spec.run_id
-    total = len(spec.requests) + spec.warmup_requests
-    get_dialect(spec.dialect).request_config(spec.request_options)  # a bad option fails before anything is stored
-    gpus, tstatus, sampler = _telemetry(run_id, telemetry)
-    begin_run(store, spec, engine=engine, kind=kind, plan_hash=plan_hash, cell_key=cell_key, launch_id=launch_id,
-              pool=pool, repeat_index=repeat_index, note=note, params=params, gpus=gpus, telemetry_status=tstatus,
-              placement=local_placement(gpus))
-    Path(spec.artifacts_dir).mkdir(parents=True, exist_ok=True)
-    if live:  # console.live.LiveFeed: the TUI follows the run through its snapshot file
-        live.run_started(run_id, engine, spec.concurrency, kind, total, spec.dialect, spec.request_options)
-    writer = BatchWriter(store)
-    transport_failures = 0
-
-    def consume(batch: list[Any]) -> list[Any]:
-        """Store a decoded batch (with the GPU samples so far) and feed the live view; this runs
-        on the driver's decode thread at idle priority, so storing never competes with the
-        driver for a core (engine_adapters/driver.py, DriverProcess)."""
-        nonlocal transport_failures
-        drained = sampler.drain() if sampler else []
-        transport_failures += sum(1 for r in batch if isinstance(r, RequestRecord) and r.outcome == "transport")
-        writer.add(batch)
-        writer.add(drained)
-        writer.flush()
-        batch = batch + drained
-        if live:
-            live.records(batch)
-        return batch
-
-    proc = DriverProcess(spec, consume, live.inflight if live else None).start()
-    stored = 0
-    interrupted = False
+    run = open_run(store, spec, engine=engine, kind=kind, plan_hash=plan_hash, cell_key=cell_key,
+                   launch_id=launch_id, pool=pool, repeat_index=repeat_index, note=note, params=params,
+                   telemetry=telemetry, live=live)
+    sink = BatchSink(store, run)
+    proc = DriverProcess(spec, sink, live.inflight if live else None).start()
+    progress = Progress(run.total, on_progress)
     try:
-        while True:
-            try:
-                for batch in proc.batches():
-                    done = sum(1 for r in batch if isinstance(r, RequestRecord))
-                    stored += done
-                    if on_progress and done:
-                        on_progress(stored, total)
-                break
-            except KeyboardInterrupt:
-                # ask the driver to cancel in-flight requests, then keep draining its records
-                interrupted = True
-                proc.cancel()
+        receive_batches(proc, progress)
     finally:
-        proc.join()  # the decode thread has finished with the writer once this returns
-        writer.flush()
-        samples = sampler.stop() if sampler else []
-        if samples:
-            writer.add(samples)
-            writer.flush()
-        # an engine that died makes its requests fail as `transport` at once; its orphan guard
-        # ends a moment later, so give it that moment before deciding the engine is still up
-        engine_exit = engine_process.exit_cause(0.5 if transport_failures else 0.0) if engine_process else None
-        status = finish_run(store, run_id, plan_hash=plan_hash, note=note, summary=proc.summary, fatal=proc.fatal,
-                            engine_exit=engine_exit, stored=stored, interrupted=interrupted)
+        status = close_run(store, run, sink, proc, progress, engine_process)
     if live:
-        live.run_ended(run_id, status)
-    if interrupted:
+        live.run_ended(spec.run_id, status)
+    if progress.interrupted:
         raise KeyboardInterrupt
-    return run_id
+    return spec.run_id
 
 
 _LAUNCH_STORED = ("status", "ready_ns", "stopped_ns", "failure_reason", "log_tail", "exit_code", "pid")

@@ -19,21 +19,20 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import time
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from data.audit import append_event, atomic, canonical_json
+from data.audit import append_event, atomic
 from data.digest import run_digest
 from data.errors import CampaignError
+from data.hashing import canonical_json
 from data.manifest import build_manifest, holdout_opened, load_plan_workload
 from data.plans import EngineSpec, Plan, engine_environment, plan_secrets
 from data.store import Store, utcnow
 from data.workload import Utterance
+from engine_adapters.process_group import stop_group
 
 HOLDOUT_SUFFIX = "@holdout"
 EXPLORATORY_NOTE = "exploratory: no restart between cells"
@@ -196,29 +195,6 @@ def _pid_matches(pid: int, argv: list[str]) -> bool:
     return [c.decode(errors="replace") for c in cmdline if c] == argv
 
 
-def _alive(pid: int) -> bool:
-    """Running and not a zombie (an orphan's zombie is reaped by init, not by us)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
-def _stop_orphan(pgid: int, grace_s: float = 10.0) -> None:
-    """SIGTERM an engine's process group, SIGKILL it after the grace period; return once it is gone
-    so its port is free for the relaunch."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            if not _alive(pgid):
-                return
-            time.sleep(0.05)
-
-
 def recover_interrupted(store: Store, plan: Plan, log: Callable[[str], None]) -> list[str]:
     """Mark runs a dead runner left 'running' as 'incomplete' (an audit event each) and stop any
     engine it left up. Safe: the DuckDB file lock means no live runner holds this store."""
@@ -236,7 +212,9 @@ def recover_interrupted(store: Store, plan: Plan, log: Callable[[str], None]) ->
         [plan.hash])
     for o in orphans:
         if o["pid"] and _pid_matches(o["pid"], json.loads(o["argv_json"])):
-            _stop_orphan(o["pid"])
+            # not our child: its end is seen in /proc; returns once the group is gone, so the
+            # port is free for the relaunch (engine_adapters/process_group.py)
+            stop_group(o["pid"], grace_s=10.0, kill_wait_s=5.0)
             log(f"stopped engine {o['engine']} (pid {o['pid']}) left running by the interrupted runner")
         store.con.execute("UPDATE engine_launches SET status = 'crashed', failure_reason = coalesce(failure_reason, ?) "
                           "WHERE launch_id = ?", ["runner died while the engine was up", o["launch_id"]])

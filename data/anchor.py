@@ -19,8 +19,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from data.errors import CampaignError
-from data.store import Store, first_line
+from data.errors import CampaignError, first_line
+from data.store import Store
 
 ANCHOR_SCHEMA = "omni-campaign-audit-head/1"
 SUFFIX = ".audit-head.json"

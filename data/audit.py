@@ -11,7 +11,6 @@ canonical JSON; microseconds because that is what a DuckDB TIMESTAMPTZ round-tri
 from __future__ import annotations
 
 import getpass
-import hashlib
 import json
 import socket
 from dataclasses import dataclass
@@ -20,6 +19,8 @@ from typing import Any
 
 from data.anchor import advance_anchor, current_head
 from data.errors import CampaignError
+from data.hashing import canonical_json as canonical_json  # re-exported: data/plans.py imports it from here
+from data.hashing import sha256_text as sha256_text
 from data.store import Store
 
 EVENT_KINDS = (
@@ -27,15 +28,6 @@ EVENT_KINDS = (
     "run_excluded", "holdout_opened", "verdict_issued", "scores_recorded", "attempt_recorded",
     "sql_write",
 )
-
-
-def canonical_json(obj: Any) -> str:
-    """The one canonical serialisation every hash in the project covers."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def whoami() -> str:

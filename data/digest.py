@@ -22,13 +22,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from data.hashing import sha256_bytes
 from data.schema import TABLES_BY_NAME
 from data.store import Store
 
 DIGEST_VERSION = 1
 _TEXT_TYPES = {"VARCHAR"}
 _EXACT_TYPES = {"BOOLEAN", "SMALLINT", "INTEGER", "BIGINT", "UBIGINT"}
-EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+EMPTY_SHA256 = sha256_bytes(b"")
 
 # What a run's digest covers: its runs row, then requests and chunks in their natural order.
 RUN_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (

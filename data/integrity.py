@@ -18,11 +18,12 @@ from typing import Any, Callable, Sequence
 import duckdb
 
 from data.anchor import Head, anchor_path, holds, read_head
-from data.audit import events, sha256_text, verify_chain
+from data.audit import events, verify_chain
 from data.digest import RUN_TABLES, run_digests, table_digests
-from data.errors import CampaignError
+from data.errors import CampaignError, first_line
+from data.hashing import sha256_text
 from data.schema import SCHEMA_VERSION, TABLES
-from data.store import Store, first_line, is_corruption
+from data.store import Store, is_corruption
 from data.verdicts import document_sha256, stored_json_sha256
 
 OK, FAILED, NOT_CHECKED = "ok", "FAILED", "not checked"

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from data.audit import append_event, atomic, canonical_json, events, sha256_text
+from data.audit import append_event, atomic, events
 from data.errors import CampaignError
+from data.hashing import canonical_json, sha256_file, sha256_text
 from data.store import Store, utcnow
-from data.workload import Workload, load_workload, pool_error_message, sha256_file
+from data.workload import Workload, load_workload, pool_error_message
 
 if TYPE_CHECKING:
     from data.plans import Plan

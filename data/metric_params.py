@@ -9,11 +9,12 @@ type), a run records them in `runs.params_json`, and the stored per-run metrics
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
+
+from data import hashing
 
 
 @dataclass(frozen=True)
@@ -26,12 +27,12 @@ class MetricParams:
         return {k: float(v) for k, v in asdict(self).items()}
 
     def canonical_json(self) -> str:
-        return json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
+        return hashing.canonical_json(self.as_dict())
 
     @property
     def sha256(self) -> str:
         """What the stored metrics are keyed by (with the metrics version)."""
-        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+        return hashing.sha256_text(self.canonical_json())
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any] | None) -> "MetricParams":

@@ -42,10 +42,6 @@ def plan_runs(store: Store, plan_hash: str) -> list[dict[str, Any]]:
     )
 
 
-def is_excluded(store: Store, run_id: str) -> bool:
-    return bool(store.scalar("SELECT count(*) FROM exclusions WHERE run_id = ?", [run_id]))
-
-
 def exclude_run(store: Store, run_id: str, reason: str) -> int:
     """Exclude a run from every aggregate (it stays in the store); returns the audit seq."""
     from data.audit import append_event, atomic

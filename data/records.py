@@ -14,7 +14,6 @@ FAILURE_CLASSES = (
 )
 OUTCOMES = ("ok",) + FAILURE_CLASSES
 CHUNK_KINDS = ("audio", "text", "usage", "error", "other")
-RUN_KINDS = ("warmup", "measured", "exploratory", "profiled")
 
 
 @dataclass(slots=True)

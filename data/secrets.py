@@ -13,11 +13,11 @@ the plan lineage was frozen from.
 from __future__ import annotations
 
 import copy
-import hashlib
 import re
 from typing import Any, Iterable, Mapping
 
 from data.errors import CampaignError
+from data.hashing import sha256_text
 
 HASH_PREFIX = "sha256:"
 _HASHED = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -27,7 +27,7 @@ SCRUBBED = "<redacted>"
 
 def value_hash(value: str) -> str:
     """The stored stand-in for an env value."""
-    return HASH_PREFIX + hashlib.sha256(value.encode("utf-8")).hexdigest()
+    return HASH_PREFIX + sha256_text(value)
 
 
 def is_hashed(value: Any) -> bool:

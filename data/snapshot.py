@@ -13,7 +13,6 @@ A snapshot younger than `max_age_s` is reused, so many readers cost one copy.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import socket
@@ -23,6 +22,7 @@ import time
 from pathlib import Path
 
 from data.errors import StoreError, StoreLocked
+from data.hashing import sha256_text
 from data.store import Store
 
 SNAPSHOT_SUFFIX = ".snapshot.duckdb"
@@ -31,7 +31,7 @@ REQUEST = b"snapshot\n"
 
 def socket_path(db_path: str | os.PathLike) -> Path:
     """Short and per user (a Unix socket path holds at most 107 bytes), keyed by the resolved path."""
-    key = hashlib.sha256(str(Path(db_path).resolve()).encode()).hexdigest()[:16]
+    key = sha256_text(str(Path(db_path).resolve()))[:16]
     return Path(tempfile.gettempdir()) / f"omni-campaign-{os.getuid()}-{key}.sock"
 
 

@@ -17,7 +17,7 @@ from typing import Any, Iterator, Sequence
 
 import duckdb
 
-from data.errors import StoreCorrupt, StoreError, StoreLocked
+from data.errors import StoreCorrupt, StoreError, StoreLocked, first_line
 from data.schema import MIGRATIONS, SCHEMA_VERSION, TABLES, TABLES_BY_NAME
 
 DEFAULT_DB = "campaign.duckdb"
@@ -36,11 +36,6 @@ FILE_HEADER_BYTES = 3 * 4096
 def resolve_db_path(arg: str | os.PathLike | None = None) -> Path:
     """--db flag, then $CAMPAIGN_DB, then ./campaign.duckdb."""
     return Path(arg or os.environ.get(ENV_DB) or DEFAULT_DB)
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def utcnow() -> datetime:

@@ -7,16 +7,16 @@ audit chain (`verdict_issued`) in the same transaction as its row.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from data.audit import append_event, atomic, canonical_json
+from data.audit import append_event, atomic
 from data.digest import row_sha256
 from data.errors import CampaignError
+from data.hashing import sha256_json, sha256_text
 from data.store import Store, utcnow
 
 VERDICT_VALUES = ("PASS", "FAIL", "INCONCLUSIVE")
@@ -48,7 +48,7 @@ class VerdictRow:
 def new_verdict_id(kind: str, content: Any, when: datetime | None = None) -> str:
     """`<kind>-<UTC time>-<8 hex of the content hash>`: sortable, readable, unique in practice."""
     when = when or utcnow()
-    digest = hashlib.sha256(canonical_json([kind, when.isoformat(), content]).encode()).hexdigest()[:8]
+    digest = sha256_json([kind, when.isoformat(), content])[:8]
     return f"{kind}-{when.strftime('%Y%m%dT%H%M%S')}Z-{digest}"
 
 
@@ -69,7 +69,7 @@ def _json(obj: Any) -> str:
 
 def stored_json_sha256(text: str | None) -> str | None:
     """The hash a `verdict_issued` event records for a stored JSON column."""
-    return hashlib.sha256(text.encode()).hexdigest() if text is not None else None
+    return sha256_text(text) if text is not None else None
 
 
 def document_sha256(document: dict[str, Any]) -> str:

@@ -13,12 +13,12 @@ docs/plans.md, "Workload").
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from data.errors import CampaignError
+from data.hashing import sha256_file
 
 SAMPLE_WORKLOAD = Path(__file__).resolve().parent / "sample_workload"
 META_NAME = "meta.lst"
@@ -97,14 +97,6 @@ def pool_error_message(name: str | None, bad: list[LineError]) -> str:
     what = f"pool {name!r} includes" if name is not None else "the plan uses every utterance and meta.lst has"
     more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
     return f"{what} a malformed meta.lst line: {bad[0]}{more}"
-
-
-def sha256_file(path: Path, block: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(block):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _find_meta(root: Path, locale: str | None) -> tuple[str, Path]:

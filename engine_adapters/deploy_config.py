@@ -18,11 +18,11 @@ any `max_running_requests` / `max_num_seqs` among them bounds the admission limi
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
-from data.errors import CampaignError
+from data.errors import CampaignError, first_line
+from data.hashing import sha256_file
 
 DEEP_MERGE_KEYS = ("default_sampling_params", "default_pooling_params", "subtalker_sampling_params",
                    "engine_extras", "engine_args")
@@ -74,7 +74,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise CampaignError(f"deploy config {path}: cannot read ({exc.strerror})") from None
     except yaml.YAMLError as exc:
-        raise CampaignError(f"deploy config {path}: invalid YAML ({str(exc).splitlines()[0]})") from None
+        raise CampaignError(f"deploy config {path}: invalid YAML ({first_line(exc)})") from None
     if not isinstance(doc, dict):
         raise CampaignError(f"deploy config {path}: expected a mapping at the top level")
     return doc
@@ -92,7 +92,7 @@ def resolve_deploy_yaml(path: str | Path) -> tuple[dict[str, Any], list[dict[str
         seen.add(p)
         if not p.is_file():
             raise CampaignError(f"deploy config {p}: no such file")
-        files.append({"path": str(p), "sha256": hashlib.sha256(p.read_bytes()).hexdigest()})
+        files.append({"path": str(p), "sha256": sha256_file(p)})
         raw = _read_yaml(p)
         base_name = raw.pop("base_config", None)
         if base_name is None:

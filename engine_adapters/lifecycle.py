@@ -13,7 +13,6 @@ answer carries a launch identity (the reference engine's always does), it is thi
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -30,16 +29,17 @@ from typing import Any
 import httpx
 
 from data.errors import CampaignError
+from data.hashing import cached_sha256_files, sha256_file
 from data.secrets import redact_env, scrub
 from engine_adapters import ports
 from engine_adapters.identity import LAUNCH_ID_ENV, reported_identity
 from engine_adapters.deploy_config import deploy_record
+from engine_adapters.process_group import stop_group
 from engine_adapters.specs import EngineSpec
 
 LOG_TAIL_LINES = 40
 IDENTITY_REQUIRED = ("reference",)  # adapters whose engine must report the launch id
 ORPHAN_GUARD = Path(__file__).with_name("orphan_guard.py")
-HASH_CACHE = Path(os.environ.get("OMNI_CAMPAIGN_CACHE", Path.home() / ".cache" / "omni-campaign")) / "sha256-cache.json"
 
 
 class EngineStartError(CampaignError):
@@ -68,22 +68,10 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES, max_bytes: int = 64 * 1024
     return "\n".join(data.decode("utf-8", errors="replace").splitlines()[-lines:])
 
 
-def sha256_file(path: Path, block: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(block):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def hash_checkpoints(paths: list[str] | tuple[str, ...], cache_path: Path | None = None) -> dict[str, str]:
     """SHA-256 of every checkpoint file (directories expand to their files, sorted). A checkpoint
-    is many GB, so hashes are cached by (absolute path, size, mtime_ns) in a small JSON file."""
-    cache_path = cache_path or HASH_CACHE
-    try:
-        cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
-    except (OSError, ValueError):
-        cache = {}
+    is many GB, so digests come from the one digest cache (data/hashing.py; `cache_path` replaces
+    its default file)."""
     files: list[Path] = []
     for p in paths:
         path = Path(p).expanduser().resolve()
@@ -93,24 +81,7 @@ def hash_checkpoints(paths: list[str] | tuple[str, ...], cache_path: Path | None
             files.append(path)
         else:
             raise CampaignError(f"checkpoint path {p}: no such file or directory")
-    out: dict[str, str] = {}
-    dirty = False
-    for f in files:
-        st = f.stat()
-        key = f"{f}|{st.st_size}|{st.st_mtime_ns}"
-        if key not in cache:
-            cache[key] = sha256_file(f)
-            dirty = True
-        out[str(f)] = cache[key]
-    if dirty:
-        try:
-            cache_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache_path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(cache, sort_keys=True))
-            os.replace(tmp, cache_path)
-        except OSError:
-            return out  # an unwritable cache only costs re-hashing next time
-    return out
+    return dict(zip(map(str, files), cached_sha256_files(files, cache_path)))
 
 
 @dataclass
@@ -248,15 +219,7 @@ class EngineProcess:
         if self.proc is None:
             return
         crashed = self.proc.poll() is not None and self.row.get("status") == "ready"
-        if self.proc.poll() is None:
-            _signal_group(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                _signal_group(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        _signal_group(self.proc.pid, signal.SIGKILL)  # stragglers the engine forked and left behind
-        _wait_group_gone(self.proc.pid)  # so the port is free for the next launch
+        stop_group(self.proc.pid, main=self.proc, grace_s=grace_s)  # engine_adapters/process_group.py
         self.row.update(stopped_ns=time.perf_counter_ns(), exit_code=self.proc.returncode,
                         log_tail=self._log_tail())
         if self.row.get("status") == "ready":
@@ -302,15 +265,3 @@ def port_in_use(host: str, port: int) -> str | None:
     who = f"held by {holders[0]}" if holders else "held by a process that could not be identified"
     return f"port {port} on {host} is already in use ({who}); refusing to launch an engine that would not own it"
 
-
-def _wait_group_gone(pgid: int, timeout_s: float = 2.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while ports.group_alive(pgid) and time.monotonic() < deadline:
-        time.sleep(0.02)
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        return

@@ -25,21 +25,20 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
+
+if not __package__:  # run by path (lifecycle.ORPHAN_GUARD): find the package from this file, whatever the engine's env
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from engine_adapters.process_group import stop_group  # noqa: E402 - stdlib only, like this guard
 
 POLL_S = 0.5
 GRACE_S = 10.0
 
 
-def _stop_group(child: subprocess.Popen) -> None:
-    """SIGTERM the group (the guard ignores it), SIGKILL it after the grace period."""
-    try:
-        os.killpg(0, signal.SIGTERM)
-        child.wait(GRACE_S)
-    except subprocess.TimeoutExpired:
-        pass
-    except ProcessLookupError:
-        return
-    os.killpg(0, signal.SIGKILL)  # the guard too: nobody waits for its status any more
+def _stop_group(child: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the group (the guard ignores it), SIGKILL it after the grace period; the final
+    SIGKILL ends the guard too: nobody waits for its status any more."""
+    stop_group(0, main=child, grace_s=GRACE_S)
 
 
 def _exit_like(code: int) -> int:

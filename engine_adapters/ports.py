@@ -11,9 +11,10 @@ rest on this module:
   process tree (its process group or its descendants).
 
 Linux only, from /proc (`/proc/net/tcp{,6}` for listening sockets and their inodes,
-`/proc/<pid>/fd` for who holds an inode, `/proc/<pid>/stat` for parents and groups); no extra
-dependency. Where /proc cannot say (another OS, another network namespace), `foreign_holders`
-returns None and only the alive check and the engine's own identity remain.
+`/proc/<pid>/fd` for who holds an inode, `/proc/<pid>/stat` for parents and groups, read by
+engine_adapters/process_group.py); no extra dependency. Where /proc cannot say (another OS,
+another network namespace), `foreign_holders` returns None and only the alive check and the
+engine's own identity remain.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ import ipaddress
 import os
 import socket
 from dataclasses import dataclass
-from pathlib import Path
 
-PROC = Path("/proc")
+from engine_adapters.process_group import PROC, live_stat, proc_pids
+
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's `st` column
 _WILDCARDS = {"0.0.0.0", "::"}
 
@@ -90,22 +91,6 @@ def serving(found: list[Listener], host: str) -> list[Listener]:
     return [x for x in found if x.address in ips or x.address in _WILDCARDS]
 
 
-def _stat(pid: int) -> tuple[int, int] | None:
-    """(ppid, pgid) of a live (non-zombie) process, else None."""
-    try:
-        fields = (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return None if fields[0] == "Z" else (int(fields[1]), int(fields[2]))
-
-
-def _pids() -> list[int]:
-    try:
-        return [int(d.name) for d in PROC.iterdir() if d.name.isdigit()]
-    except OSError:
-        return []
-
-
 def command(pid: int, limit: int = 120) -> str:
     try:
         argv = (PROC / str(pid) / "cmdline").read_bytes().split(b"\0")
@@ -119,7 +104,7 @@ def socket_owners(inodes: set[int]) -> dict[int, set[int]]:
     """inode -> pids holding it, among the processes whose fds this user may read."""
     owners: dict[int, set[int]] = {}
     targets = {f"socket:[{i}]": i for i in inodes}
-    for pid in _pids():
+    for pid in proc_pids():
         fd_dir = PROC / str(pid) / "fd"
         try:
             names = os.listdir(fd_dir)
@@ -138,7 +123,7 @@ def socket_owners(inodes: set[int]) -> dict[int, set[int]]:
 def process_tree(root: int) -> set[int]:
     """`root`, the members of its process group and all their descendants (the launched engine:
     its orphan guard leads the group; a worker that calls setsid is still a descendant)."""
-    table = {pid: st for pid in _pids() if (st := _stat(pid)) is not None}
+    table = {pid: st for pid in proc_pids() if (st := live_stat(pid)) is not None}
     tree = {root} | {pid for pid, (_, pgid) in table.items() if pgid == root}
     grew = True
     while grew:
@@ -146,11 +131,6 @@ def process_tree(root: int) -> set[int]:
         tree |= more
         grew = bool(more)
     return tree
-
-
-def group_alive(pgid: int) -> bool:
-    """Does any live (non-zombie) process remain in process group `pgid`?"""
-    return any((st := _stat(pid)) is not None and st[1] == pgid for pid in _pids())
 
 
 def holders_of(found: list[Listener], exclude: set[int] = frozenset()) -> list[Holder]:

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from typing import AsyncIterator, Awaitable, Callable
 from urllib.parse import urlsplit
 
+from data.errors import one_line
+
 HEADERS = {"content-type": "application/json", "accept": "text/event-stream, audio/pcm, */*",
            "accept-encoding": "identity"}
 ERROR_BODY_LIMIT = 64 * 1024
@@ -79,7 +81,7 @@ async def _pump(read: Callable[[], Awaitable[bytes]], sink: Sink, errors: tuple[
             if sink(now(), data):
                 return False
     except errors as exc:
-        raise TransportError(describe(exc)) from None
+        raise TransportError(one_line(exc)) from None
     return True
 
 
@@ -105,7 +107,7 @@ class HttpxTransport:
         try:
             resp = await self.client.send(req, stream=True)
         except httpx.TransportError as exc:
-            raise TransportError(describe(exc)) from None
+            raise TransportError(one_line(exc)) from None
         # one generator per response, closed below whatever happens: an abandoned one would be
         # finalised by the loop later ("Task was destroyed but it is pending!")
         raw = resp.aiter_raw()
@@ -148,7 +150,7 @@ class AiohttpTransport:
         try:
             resp = await self.session.post(url, data=body, headers=headers)
         except aiohttp.ClientError as exc:
-            raise TransportError(describe(exc)) from None
+            raise TransportError(one_line(exc)) from None
 
         try:
             # StreamReader.readany: whatever the connection has delivered, straight from its buffer
@@ -245,7 +247,7 @@ class _Connection(asyncio.Protocol):
         if exc is None and ex.head.done() and not self.framed:
             ex.finish()  # a close-delimited body ends at EOF
             return
-        why = f": {describe(exc)}" if exc else ""
+        why = f": {one_line(exc)}" if exc else ""
         ex.fail(TransportError(f"connection closed before the response ended{why}"))
 
     # httptools callbacks
@@ -329,7 +331,7 @@ class StampedTransport:
         try:
             _, conn = await loop.create_connection(lambda: _Connection(idle, self.concurrency, self._open.discard), host, port, ssl=ctx)
         except OSError as exc:
-            raise TransportError(f"connect to {host}:{port} failed: {describe(exc)}") from None
+            raise TransportError(f"connect to {host}:{port} failed: {one_line(exc)}") from None
         self._open.add(conn)
         return conn
 
@@ -379,10 +381,3 @@ class StampedTransport:
 
 
 TRANSPORTS = {"stamped": StampedTransport, "aiohttp": AiohttpTransport, "httpx": HttpxTransport}
-
-
-def describe(exc: BaseException) -> str:
-    """One line naming the exception class and its first message line."""
-    text = str(exc).strip()
-    line = text.splitlines()[0] if text else ""
-    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__

@@ -13,7 +13,6 @@ byte-identical files; ``--check`` verifies the committed copy instead of writing
 from __future__ import annotations
 
 import argparse
-import hashlib
 import io
 import json
 import sys
@@ -27,6 +26,7 @@ import soxr
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from data.hashing import sha256_bytes  # noqa: E402
 from engine_adapters.reference.espeak import EspeakSynth, VoiceParams  # noqa: E402
 
 PROMPT_RATE = 16_000
@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
     total = sum(len(d) for d in files.values())
-    digest = hashlib.sha256(b"".join(files[k] for k in sorted(files))).hexdigest()[:16]
+    digest = sha256_bytes(b"".join(files[k] for k in sorted(files)))[:16]
     print(f"wrote {len(files)} files ({total / 1e6:.2f} MB, digest {digest}) under {args.out}")
     return 0
 

@@ -147,12 +147,6 @@ def replicates_many(cells: list[CellArrays], metrics: list[tuple[str, ...]], *, 
     return out
 
 
-def replicates_from_counts(counts: np.ndarray, cell: CellArrays, metrics=("wer", "sim", "utmos")) -> dict[str, np.ndarray]:
-    """Bootstrap replicates of each metric from one count matrix and one matrix product."""
-    cols, layout = _columns(cell, metrics)
-    return _from_sums(counts @ np.column_stack(cols).astype(np.float64), layout, cell.k)
-
-
 def jackknife(cell: CellArrays, metric: str) -> np.ndarray:
     """Leave-one-id-out statistics (closed form; used by BCa's acceleration)."""
     k = cell.k

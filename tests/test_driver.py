@@ -162,6 +162,33 @@ def test_every_fault_in_its_class_and_nothing_lost(server, prompt, tmp_path, sto
     assert m.audio_s_ok == pytest.approx(5 * 0.3)
 
 
+def test_ctrl_c_mid_run_stores_what_arrived_and_marks_the_run_incomplete(server, prompt, tmp_path, store):
+    """Ctrl-C during record_run (here: raised where the main thread waits, in its progress
+    callback): the driver cancels, every record that arrived is stored, the run is 'incomplete'
+    and run_ended says how many requests were stored; then KeyboardInterrupt goes on up."""
+    reqs = [RequestSpec(f"spk-{i}", "case:ok", prompt, "p") for i in range(40)]
+    spec = DriveSpec(run_id="run-interrupted", url=f"http://127.0.0.1:{server.port}", dialect="vllm-omni",
+                     concurrency=1, requests=reqs, timeout_s=5.0, artifacts_dir=tmp_path / "art")
+    seen = []
+
+    def ctrl_c(done, total):
+        seen.append(done)
+        if len(seen) == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        record_run(store, spec, engine="scripted", kind="exploratory", telemetry=False, on_progress=ctrl_c)
+    run = store.query("SELECT * FROM runs WHERE run_id = 'run-interrupted'")[0]
+    stored = store.scalar("SELECT count(*) FROM requests WHERE run_id = 'run-interrupted'")
+    assert run["status"] == "incomplete" and run["ended_at"] is None
+    assert 1 <= stored < 40 and seen[-1] == stored  # every batch that arrived was stored and counted
+    ended = store.query("SELECT payload_json FROM audit_events WHERE kind = 'run_ended' AND subject = 'run-interrupted'")
+    payload = json.loads(ended[0]["payload_json"])
+    assert payload["status"] == "incomplete" and payload["requests_stored"] == stored
+    assert payload["digest"]["tables"]["requests"]["rows"] == stored
+    assert verify_chain(store).ok
+
+
 def test_closed_loop_keeps_exactly_c_in_flight(server, prompt, tmp_path):
     before = server.requests
     server.max_inflight = 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from data.errors import CampaignError
+from data.errors import CampaignError, first_line
 
 
 class ClusterError(CampaignError):
@@ -45,6 +45,5 @@ def connect(address: str) -> Any:
         else:
             ray.init(address=address, **kwargs)
     except Exception as exc:  # ConnectionError, RuntimeError ... : one line, nothing ran
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ClusterError(f"--cluster {address}: cannot connect to Ray: {first}") from None
+        raise ClusterError(f"--cluster {address}: cannot connect to Ray: {first_line(exc)}") from None
     return ray

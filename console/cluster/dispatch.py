@@ -31,16 +31,12 @@ from console.runner import (
     Cell, EngineManager, RunnerOptions, RunnerResult, check_preconditions, completed_cells, drive_spec,
     new_cell_run_id, plan_cells, plan_requests, recover_interrupted, refuse_rerun, run_params,
 )
+from data.errors import one_line
 from data.plans import Plan, engine_environment, plan_secrets
 from data.store import Store
 from engine_adapters.cluster import NodeCell, NodeGroup, drive_group
 
 REQUEUES = 1  # a cell whose task was lost runs again this many times
-
-
-def one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
 def expected_checkpoints(store: Store, plan: Plan) -> dict[str, dict[str, str]]:

@@ -10,7 +10,6 @@ did not finish, for the dispatcher to re-queue once.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any, Callable
 
 from console.recording import begin_run, finish_run, update_launch
 from console.runner import EXPLORATORY_NOTE, Cell, cell_problem, record_attempt
+from data.hashing import sha256_bytes
 from data.store import Store
 from data.writer import BatchWriter
 
@@ -173,7 +173,7 @@ class Recorder:
         if audio_files is not None:
             expected = dict(zip(audio_files.column("path").to_pylist(), audio_files.column("sha256").to_pylist()))
         for rel, data in blobs.items():
-            sha = hashlib.sha256(data).hexdigest()
+            sha = sha256_bytes(data)
             if expected.get(rel) != sha:
                 raise ValueError(f"audio {rel}: sha256 {sha[:12]} does not match its record {str(expected.get(rel))[:12]}")
             path = self.artifacts_dir / rel

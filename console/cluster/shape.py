@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from console.cluster.connect import ClusterError
+from data.errors import one_line
 
 ACCELERATOR_PREFIX = "accelerator_type:"
 
@@ -81,8 +82,7 @@ def probe(ray: Any) -> ClusterShape:
     try:
         found = ray.get(refs, timeout=120)
     except Exception as exc:
-        raise ClusterError(f"cluster: probing the GPU nodes failed: {type(exc).__name__}: "
-                           f"{(str(exc).splitlines() or [''])[0]}") from None
+        raise ClusterError(f"cluster: probing the GPU nodes failed: {one_line(exc)}") from None
     return ClusterShape(tuple(node_shape(n, g) for n, g in zip(nodes, found)))
 
 

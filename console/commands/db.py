@@ -13,10 +13,11 @@ import sys
 import duckdb
 
 from console.output import FORMATS, print_rows
-from data.audit import append_event, sha256_text, whoami
-from data.errors import CampaignError
+from data.audit import append_event, whoami
+from data.errors import CampaignError, first_line
+from data.hashing import sha256_text
 from data.snapshot import open_reader
-from data.store import Store, first_line, open_store, resolve_db_path
+from data.store import Store, open_store, resolve_db_path
 
 
 def add_db_arg(p: argparse.ArgumentParser) -> None:

@@ -16,8 +16,8 @@ import jsonschema
 
 from console.commands.db import add_db_arg
 from data.anchor import PARQUET_KEY, anchor_path, current_head, write_anchor
-from data.errors import CampaignError
-from data.store import first_line, open_store
+from data.errors import CampaignError, first_line
+from data.store import open_store
 
 RUN_COLUMNS = ("plan_hash", "engine", "concurrency", "repeat_index", "kind", "status", "pool", "dialect",
                "metrics_version", "request_preset", "voice_placement", "body_template_sha256")

@@ -21,9 +21,9 @@ from rich.table import Table
 
 from console.commands.db import add_db_arg
 from console.output import FORMATS, print_rows
-from data.errors import CampaignError
+from data.errors import CampaignError, first_line
 from data.pool_status import external_status, pool_status
-from data.store import first_line, open_store
+from data.store import open_store
 from stats.controls import all_ok, run_controls
 from stats.gates import FAIL, INCONCLUSIVE, PASS, GateConfig, evaluate_gates, validate_long_frame
 from stats.results.checks import CheckRow

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable
 
 from data.errors import CampaignError
+from data.hashing import sha256_json
 from engine_adapters.dialects import pcm, sglang_omni, vllm_omni
 from engine_adapters.dialects.base import (MAX_EVENT_BYTES, Event, StreamParser, Unexpected, WholeJsonParser,
                                            prompt_data_uri, unexpected_response)
@@ -105,8 +104,7 @@ class Dialect:
 
     def body_template_sha256(self, sampling: dict[str, Any] | None = None, options: dict[str, Any] | None = None) -> str:
         """SHA-256 of the template's canonical JSON (sorted keys, compact): equal hashes, equal bodies."""
-        doc = json.dumps(self.body_template(sampling, options), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        return hashlib.sha256(doc.encode()).hexdigest()
+        return sha256_json(self.body_template(sampling, options))
 
     def new_parser(self, options: dict[str, Any] | None = None) -> StreamParser:
         options = options or {}

@@ -18,6 +18,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
+from data.errors import first_line
+
 MAX_EVENT_BYTES = 64 * 1024 * 1024  # one event larger than this ends the request (no memory blow-up)
 DEFAULT_SAMPLE_RATE = 24_000
 
@@ -249,11 +251,6 @@ def sse_data(raw: bytes) -> tuple[str | None, str | None]:
     return event, ("\n".join(data_lines) if data_lines else None)
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0][:160] if text else type(exc).__name__)
-
-
 def b64decode(s: Any) -> bytes:
     """Strict base64; raises ValueError (binascii.Error) on bad input."""
     if not isinstance(s, str):
@@ -335,7 +332,7 @@ class SSEJsonParser(StreamParser):
             try:
                 events.append(self.on_json(obj, arrival, wire, emit_ns))
             except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
-                self.fail("decode_error", f"bad {self.name} event: {_one_line(exc)}")
+                self.fail("decode_error", f"bad {self.name} event: {first_line(exc, 160)}")
                 events.append(Event(arrival, "other", wire, server_emit_ns=emit_ns))
         return events
 
@@ -379,7 +376,7 @@ class WholeJsonParser(StreamParser):
         try:
             obj = parse_json_event(b"".join(self.parts).decode("utf-8"))
         except (ValueError, UnicodeDecodeError) as exc:
-            self.fail("decode_error", f"response is not a JSON object: {_one_line(exc)}")
+            self.fail("decode_error", f"response is not a JSON object: {first_line(exc, 160)}")
             return [Event(t, "other", wire)]
         self.state.events += 1
         self.state.end_marker = True
@@ -389,7 +386,7 @@ class WholeJsonParser(StreamParser):
         try:
             return [self._message(obj, t, wire)]
         except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
-            self.fail("decode_error", f"bad {self.name} response: {_one_line(exc)}")
+            self.fail("decode_error", f"bad {self.name} response: {first_line(exc, 160)}")
             return [Event(t, "other", wire)]
 
     def _message(self, obj: dict[str, Any], t: int, wire: int) -> Event:

@@ -116,13 +116,6 @@ def _frames(x: np.ndarray, length: int) -> np.ndarray:
     return np.lib.stride_tricks.sliding_window_view(x, length)[::_HOP][:n]
 
 
-def frame_energy_db(x: np.ndarray) -> np.ndarray:
-    """Per-frame RMS level in dB relative to full scale."""
-    frames = _frames(x, _FRAME)
-    rms = np.sqrt(np.mean(frames**2, axis=1) + 1e-12)
-    return 20 * np.log10(rms)
-
-
 def yin_f0(x: np.ndarray) -> np.ndarray:
     """Per-10-ms-hop F0 in Hz (NaN where unvoiced) with the YIN difference function.
 

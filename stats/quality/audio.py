@@ -13,14 +13,13 @@ import numpy as np
 import soundfile as sf
 import soxr
 
+from data.errors import first_line
+
 SCORER_RATE = 16000
 
 
 class AudioError(Exception):
     """A WAV cannot be read or holds no samples; becomes a scorer-error row, not a crash."""
-
-
-RESAMPLERS = ("soxr", "sinc", "fft")
 
 
 def load_audio(path: Path, rate: int = SCORER_RATE, resampler: str = "soxr") -> np.ndarray:
@@ -40,7 +39,7 @@ def _read(path: Path, rate: int, resampler: str) -> np.ndarray:
     try:
         data, sr = sf.read(str(path), dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError, OSError) as exc:
-        raise AudioError(f"unreadable audio {path}: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from None
+        raise AudioError(f"unreadable audio {path}: {first_line(exc)}") from None
     if data.shape[0] == 0:
         raise AudioError(f"empty audio {path}")
     mono = data.mean(axis=1)

@@ -10,15 +10,13 @@ directories come from the plan or environment (`stats.quality.paths`), and a mis
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Sequence
 
-from data.workload import sha256_file
+from data.hashing import cached_sha256_files, sha256_text
 from stats.quality.wer import WerCounts
 
 METRICS = ("wer", "sim", "mos")
@@ -57,54 +55,17 @@ def offline_env() -> None:
     os.environ["HF_DATASETS_OFFLINE"] = "1"
 
 
-def one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
-
-
-_HASH_CACHE: dict[tuple, str] = {}
-_DISK_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "omni-campaign" / "model-hashes.json"
-
-
 def hash_model_files(files: Sequence[Path], root: Path | None = None) -> str:
     """SHA-256 over (relative name, file SHA-256) of every model file, in sorted order.
 
-    Multi-GB checkpoints take seconds to hash, so file digests are cached in memory and on
-    disk keyed by (path, size, mtime_ns); a changed file gets a new key and is re-hashed."""
-    disk: dict[str, str] = {}
-    try:
-        disk = json.loads(_DISK_CACHE.read_text())
-    except (OSError, ValueError):
-        disk = {}
-    dirty = False
-    outer = hashlib.sha256()
-    for f in sorted(Path(p) for p in files):
-        st = f.stat()
-        key = (str(f.resolve()), st.st_size, st.st_mtime_ns)
-        skey = json.dumps(key)
-        digest = _HASH_CACHE.get(key) or disk.get(skey)
-        if digest is None:
-            digest = sha256_file(f)
-            disk[skey] = digest
-            dirty = True
-        _HASH_CACHE[key] = digest
+    Multi-GB checkpoints take seconds to hash, so file digests come from the one digest cache
+    (data/hashing.py), keyed by (path, size, mtime_ns); a changed file is hashed again."""
+    ordered = sorted(Path(p) for p in files)
+    lines: list[str] = []
+    for f, digest in zip(ordered, cached_sha256_files(ordered)):
         name = str(f.relative_to(root)) if root and f.is_relative_to(root) else f.name
-        outer.update(f"{name}\0{digest}\n".encode())
-    if dirty:
-        _save_cache(disk)
-    return outer.hexdigest()
-
-
-def _save_cache(disk: dict[str, str]) -> bool:
-    """Best effort: the cache only saves time, so a read-only home is not an error."""
-    try:
-        _DISK_CACHE.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _DISK_CACHE.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(disk))
-        tmp.replace(_DISK_CACHE)
-        return True
-    except OSError:
-        return False
+        lines.append(f"{name}\0{digest}\n")
+    return sha256_text("".join(lines))
 
 
 class Scorer(ABC):
@@ -148,7 +109,7 @@ class Scorer(ABC):
         if self._model_hash is None:
             h = hash_model_files(self.model_files(), self.model_dir)
             if self.dtype != self.dtypes[0]:
-                h = hashlib.sha256(f"{h}\0dtype={self.dtype}".encode()).hexdigest()
+                h = sha256_text(f"{h}\0dtype={self.dtype}")
             self._model_hash = h
         return self._model_hash
 

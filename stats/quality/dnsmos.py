@@ -24,8 +24,9 @@ from typing import Sequence
 
 import numpy as np
 
+from data.errors import one_line
 from stats.quality.audio import AudioError, load_audio
-from stats.quality.base import ScoreItem, ScoreResult, Scorer, one_line
+from stats.quality.base import ScoreItem, ScoreResult, Scorer
 from stats.quality.pool import ProcessPoolMixin
 
 SR = 16000

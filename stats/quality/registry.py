@@ -26,7 +26,6 @@ SCORERS: dict[str, type[Scorer]] = {
 BY_SCORER_ID: dict[str, type[Scorer]] = {cls.scorer_id: cls for cls in SCORERS.values()}
 ENV_VARS = {"whisper": "CAMPAIGN_WHISPER_DIR", "wavlm-ecapa": "CAMPAIGN_WAVLM_DIR", "seedtts-sim": "CAMPAIGN_SEEDTTS_SIM_DIR",
             "utmos22": "CAMPAIGN_UTMOS_DIR"}
-PROTOCOL_SCORERS = {"wer": "whisper", "sim": "seedtts-sim", "mos": "utmos22"}  # the Seed-TTS protocol's
 DEFAULT_SCORERS = {"wer": "pocketsphinx", "sim": "resemblyzer", "mos": "dnsmos"}
 
 

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from data.errors import CampaignError
 from data.store import Store, utcnow
-from data.workload import sha256_file
+from data.hashing import sha256_file
 from stats.quality.audio import prefetching
 from stats.quality.base import METRICS, ScoreItem, ScoreResult, Scorer
 from stats.quality.registry import (UnknownScorer, make_scorer, plan_quality, plan_scorers, scorer_class,

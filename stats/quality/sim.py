@@ -11,9 +11,9 @@ from typing import Sequence
 
 import numpy as np
 
-from data.errors import CampaignError
+from data.errors import CampaignError, one_line
 from stats.quality.audio import AudioError, load_audio, load_each
-from stats.quality.base import ScoreItem, ScoreResult, Scorer, one_line
+from stats.quality.base import ScoreItem, ScoreResult, Scorer
 from stats.quality.precision import DTYPES, precision
 
 

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from data.errors import first_line, one_line
+
 SSL_FILE = "wavlm_large.pt"
 SV_FILE = "wavlm_large_finetune.pth"
 SSL_PREFIX = "feature_extract.model."
@@ -86,20 +88,15 @@ def load_checkpoint(path: Path, *, mmap: bool = True) -> Any:
             return torch.load(str(path), weights_only=True, **kw)
     except pickle.UnpicklingError as exc:
         if not _trusted():
-            why = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else "non-tensor objects"
+            why = first_line(exc, 160, default="non-tensor objects")
             raise CheckpointError(f"{path} holds Python objects that weights_only loading refuses ({why}); "
                                   f"set {TRUST_ENV}=1 to unpickle it fully if you trust the file") from None
     except Exception as exc:  # truncated archive, bad pickle...
-        raise CheckpointError(f"{path}: cannot be loaded ({type(exc).__name__}: {_first(exc)})") from None
+        raise CheckpointError(f"{path}: cannot be loaded ({one_line(exc, 200)})") from None
     try:
         return torch.load(str(path), weights_only=False, **kw)
     except Exception as exc:
-        raise CheckpointError(f"{path}: cannot be loaded ({type(exc).__name__}: {_first(exc)})") from None
-
-
-def _first(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:200] if text else ""
+        raise CheckpointError(f"{path}: cannot be loaded ({one_line(exc, 200)})") from None
 
 
 def _state(obj: Any, path: Path, what: str) -> dict:

@@ -34,10 +34,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from data.errors import CampaignError
-from data.workload import sha256_file
+from data.errors import CampaignError, one_line
+from data.hashing import sha256_file
 from stats.quality.audio import SCORER_RATE, load_each
-from stats.quality.base import ScoreItem, ScoreResult, Scorer, one_line
+from stats.quality.base import ScoreItem, ScoreResult, Scorer
 from stats.quality.precision import DTYPES, precision
 from stats.quality.utmos_model import STATE_FILE
 

@@ -12,7 +12,7 @@ from textual.containers import Vertical
 from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
-from data.store import first_line
+from data.errors import first_line
 
 FINAL_STATES = (WorkerState.SUCCESS, WorkerState.ERROR, WorkerState.CANCELLED)
 
