@@ -37,7 +37,7 @@ def generate(root: Path, n: int, repeats: int):
     from data.store import Store
     from data.workload import load_workload
     from engine_adapters.driver import DriveSpec, RequestSpec
-    from engine_adapters.specs import EngineSpec
+    from data.plans import EngineSpec
 
     store = Store(root / "bench.duckdb")
     utts = load_workload(None, "en").pool("holdout")[:n]

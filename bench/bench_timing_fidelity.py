@@ -48,7 +48,7 @@ from engine_adapters.dialects import get_dialect  # noqa: E402
 from engine_adapters.driver import DriveSpec, RequestSpec  # noqa: E402
 from engine_adapters.driver.shards import check_shards  # noqa: E402
 from engine_adapters.lifecycle import EngineProcess  # noqa: E402
-from engine_adapters.specs import EngineSpec  # noqa: E402
+from data.plans import EngineSpec  # noqa: E402
 from engine_adapters.transport import DEFAULT_TRANSPORT, TRANSPORTS  # noqa: E402
 
 # every sequence decodes together (no queueing), one 1 s chunk (48 KB WAV, ~64 KB base64) per step

@@ -359,7 +359,7 @@ def check_quality(root: Path, store: Store, doc: dict[str, Any]) -> str:
                                f"{frame_sha256(frame)[:16]}…, the document says {str(inputs.get('sha256'))[:16]}…")
     _scores_agree(store, frame, doc, vid)
     plan = judged_plan(store, doc["plan"]["hash"], doc)
-    cfg = GateConfig.from_plan(plan.raw)
+    cfg = GateConfig.from_plan(plan)
     result = evaluate_gates(frame, cfg, scorer_status=inputs.get("scorer_status") or {}, attribution=False,
                             source=inputs.get("source") or "scores")
     derived = result.checks_dicts()

@@ -19,13 +19,13 @@ from typing import Any, Callable
 
 from data.audit import append_event
 from data.digest import run_digest
+from data.plans import EngineSpec
 from data.records import RequestRecord
 from data.store import Store, utcnow
 from data.writer import BatchWriter
 from engine_adapters.dialects import get_dialect
 from engine_adapters.driver import DriverProcess, DriveSpec
 from engine_adapters.lifecycle import EngineProcess, EngineStartError
-from engine_adapters.specs import EngineSpec
 from stats.metrics import METRICS_VERSION
 
 

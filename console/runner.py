@@ -109,13 +109,9 @@ class EngineManager:
         self.env = env or {}  # engine name -> real environment (data.plans.engine_environment)
         self.up: dict[str, Launch] = {}
 
-    def adapter_spec(self, engine: EngineSpec) -> Any:
-        from engine_adapters.specs import spec_from_plan
-
-        index = [e.name for e in self.plan.engines].index(engine.name)
-        entry = {k: v for k, v in self.plan.raw["engines"][index].items() if not k.startswith("_")}
-        spec = spec_from_plan(entry, model=self.plan.model.id, where=f"engines[{index}]")
-        return replace(spec, env=self.env[engine.name]) if engine.name in self.env else spec
+    def adapter_spec(self, engine: EngineSpec) -> EngineSpec:
+        """The spec to launch: the plan's engine with its real environment (when it has one)."""
+        return replace(engine, env=self.env[engine.name]) if engine.name in self.env else engine
 
     def launch(self, engine: EngineSpec) -> Launch:
         """Spawn and wait for health; a startup failure is recorded and raised as EngineStartupFailed."""
@@ -157,12 +153,11 @@ class EngineStartupFailed(CampaignError):
     """An engine did not become healthy; recorded as data, the runner skips its cells."""
 
 
-def _argv_or_reason(engine: EngineSpec, plan: Plan) -> list[str]:
-    from engine_adapters.specs import spec_from_plan
+def _argv_or_reason(engine: EngineSpec) -> list[str]:
+    from engine_adapters.specs import launch_argv
 
     try:
-        entry = next(e for e in plan.raw["engines"] if e["name"] == engine.name)
-        return spec_from_plan({k: v for k, v in entry.items() if not k.startswith("_")}, model=plan.model.id).launch_argv()
+        return launch_argv(engine)
     except CampaignError as exc:
         return [f"<no argv: {exc}>"]
 
@@ -171,7 +166,7 @@ def record_attempt(store: Store, plan: Plan, engine: EngineSpec, outcome: str, *
                    launch_id: str | None = None, run_ids: list[str] | None = None) -> str:
     attempt_id = f"A-{uuid.uuid4().hex[:12]}"
     config = {"adapter": engine.adapter, "revision": engine.revision, "profile": engine.profile,
-              "argv": _argv_or_reason(engine, plan), "env": engine.env,  # names -> sha256 (data/secrets.py)
+              "argv": _argv_or_reason(engine), "env": engine.env,  # names -> sha256 (data/secrets.py)
               "env_passthrough": engine.env_passthrough}
     with atomic(store):
         store.insert("attempts", {
@@ -327,7 +322,8 @@ def plan_requests(plan: Plan, cells: list[Cell], phase: str) -> dict[int, list[A
     return out
 
 def plan_sampling(plan: Plan) -> dict[str, Any]:
-    return {k: v for k, v in plan.raw.get("sampling", {}).items() if not k.startswith("_")}
+    """The sampling fields every request sends and every run records, as the plan writes them."""
+    return dict(plan.sampling.fields)
 
 
 def run_params(plan: Plan, manifest_hash: str, phase: str) -> dict[str, Any]:
@@ -350,7 +346,7 @@ def drive_spec(plan: Plan, cell: Cell, run_id: str, requests: list[Any], artifac
     return DriveSpec(run_id=run_id, url=engine.url, dialect=engine.dialect, concurrency=cell.concurrency,
                      requests=requests, warmup_requests=plan.sweep.warmup_requests, timeout_s=plan.sweep.timeout_s,
                      artifacts_dir=artifacts_dir, sampling=plan_sampling(plan),
-                     request_options={k: v for k, v in engine.request.items() if not k.startswith("_")})
+                     request_options=dict(engine.request))
 
 
 def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:

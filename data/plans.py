@@ -17,6 +17,7 @@ the bounds data/plan_schema.json declares (docs/plans.md lists them).
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -24,7 +25,7 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, TypeVar
 
 import jsonschema
 
@@ -57,12 +58,20 @@ ADDENDUM_SCHEMA: dict[str, Any] = {
 }
 
 
-# -- dataclasses ------------------------------------------------------------------------------
+# -- the typed plan ---------------------------------------------------------------------------
+# Every section the code reads is a frozen dataclass, parsed once from the validated document by
+# plan_from_dict; nothing outside this module reads the document itself (Plan.document() gives a
+# copy for display and export). Sequences are tuples; mappings are plain dicts (JSON-serialisable),
+# never to be mutated.
+DEFAULT_MODEL = "openbmb/MiniCPM-o-4_5"  # an EngineSpec's model when built outside a plan (docs/engines.md)
+DEFAULT_QUALITY_CONCURRENCIES = (1, 16, 32)
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     id: str
     revision: str | None = None
-    checkpoint_paths: list[str] = field(default_factory=list)
+    checkpoint_paths: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -80,20 +89,27 @@ class ClusterSpec:
 
 @dataclass(frozen=True)
 class EngineSpec:
+    """One plan `engines[]` entry, which is also what the lifecycle launches (engine_adapters/specs.py
+    supplies each adapter's default command line when `argv` is empty, docs/engines.md). In a
+    loaded plan `env` values are "sha256:<hex>" (data/secrets.py); the runner puts the real values
+    in just before a launch. `model` is the plan's `model.id`."""
+
     name: str
     adapter: str
     dialect: str
-    port: int
+    port: int = 8091
     revision: str | None = None
     profile: str | None = None
-    argv: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)  # values are "sha256:<hex>" once loaded (data/secrets.py)
-    env_passthrough: list[str] = field(default_factory=list)
+    argv: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    env_passthrough: tuple[str, ...] = ()
     host: str = "127.0.0.1"
     health_timeout_s: float = 600.0
     config_path: str | None = None
-    checkpoint_paths: list[str] = field(default_factory=list)
-    request: dict[str, Any] = field(default_factory=dict)
+    checkpoint_paths: tuple[str, ...] = ()
+    request: dict[str, Any] = field(default_factory=dict)  # dialect request options (docs/engines.md), no comments
+    model: str = DEFAULT_MODEL
+    health_path: str = "/health"
 
     @property
     def url(self) -> str:
@@ -112,7 +128,7 @@ class WorkloadSpec:
 
 @dataclass(frozen=True)
 class SweepSpec:
-    concurrencies: list[int]
+    concurrencies: tuple[int, ...]
     requests_per_run: int
     measured_repeats: int
     requests_per_slot: int = 0  # at least this many requests per concurrency slot (docs/plans.md)
@@ -126,12 +142,35 @@ class SweepSpec:
 
 @dataclass(frozen=True)
 class SamplingSpec:
-    seed: int | None = 42
-    temperature: float | None = 0.0
-    max_tokens: int | None = None
+    """The plan's `sampling` section: request fields every request sends exactly as written, in the
+    plan's order (docs/engines.md); the schema types seed, temperature and max_tokens and admits
+    others. A field the plan leaves out is not sent (the engine's default applies)."""
+
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def seed(self) -> int | None:
+        return self.fields.get("seed")
+
+    @property
+    def temperature(self) -> float | None:
+        return self.fields.get("temperature")
+
+    @property
+    def max_tokens(self) -> int | None:
+        return self.fields.get("max_tokens")
 
 
 MetricsSpec = MetricParams  # the plan's `metrics` section (data/metric_params.py holds the defaults)
+
+
+@dataclass(frozen=True)
+class Margins:
+    """`quality.margins` (docs/quality.md). None where the plan sets none: a margin is the
+    campaign's decision, so the gate refuses a missing one rather than assume it."""
+    wer_pp: float | None = None
+    sim: float | None = None
+    mos: float | None = None
 
 
 @dataclass(frozen=True)
@@ -139,14 +178,27 @@ class QualitySpec:
     baseline: str | None = None
     candidate: str | None = None
     # several candidates, each judged against the baseline by its own quality verdict (docs/plans.md)
-    candidates: list[str] = field(default_factory=list)
-    concurrencies: list[int] = field(default_factory=lambda: [1, 16, 32])
-    pool: str | None = "holdout"
-    scorers: dict[str, str] = field(default_factory=lambda: {"wer": "pocketsphinx", "sim": "resemblyzer", "mos": "dnsmos"})
+    candidates: tuple[str, ...] = ()
+    concurrencies: tuple[int, ...] = DEFAULT_QUALITY_CONCURRENCIES  # of the holdout cells
+    pool: str | None = "holdout"  # of the holdout cells
+    scorers: dict[str, str] = field(default_factory=dict)  # metric -> scorer name (stats/quality/registry.py fills the rest)
     model_paths: dict[str, str] = field(default_factory=dict)
     dtypes: dict[str, str] = field(default_factory=dict)  # scorer name -> 'float32' | 'tf32' | 'float16' (docs/quality.md)
-    margins: dict[str, float] = field(default_factory=lambda: {"wer_pp": 0.20, "sim": 0.50, "mos": 0.05})
+    margins: Margins = field(default_factory=Margins)
     allow_truncated: bool = False  # truncated outputs (finish_reason "length") count as covered
+    named: frozenset[str] = frozenset()  # the fields the plan itself sets (the others hold the defaults above)
+
+    @property
+    def scored_concurrencies(self) -> tuple[int, ...]:
+        """The concurrencies the scores and the gate cover: only those the plan names (none when it
+        names none, where the holdout cells still run at the default concurrencies)."""
+        return self.concurrencies if "concurrencies" in self.named else ()
+
+    @property
+    def scored_pool(self) -> str | None:
+        """The pool the scores are read from: the plan's `quality.pool`, None (any pool) when the
+        plan names none, where the holdout cells still run on the default pool."""
+        return self.pool if "pool" in self.named else None
 
 
 @dataclass(frozen=True)
@@ -163,7 +215,7 @@ class DecisionRule:
     kind: str
     candidate: str
     reference: str
-    concurrencies: list[int]
+    concurrencies: tuple[int, ...]
     confidence: float = 0.95
     metric: str = "throughput"
     min_ratio: float = 1.0
@@ -172,18 +224,19 @@ class DecisionRule:
 @dataclass(frozen=True)
 class Validator:
     name: str
-    argv: list[str]
+    argv: tuple[str, ...]
 
 
 @dataclass(frozen=True)
 class Plan:
     """A validated plan. `hash` is the SHA-256 of the canonical JSON of the frozen document (for an
-    addendum: of the addendum document); `raw` is the effective plan dict (parent + changes)."""
+    addendum: of the addendum document); `raw` is the effective plan document (parent + changes,
+    redacted), read only here: elsewhere through the typed sections or `document()`."""
 
     schema: str
     name: str
     model: ModelSpec
-    engines: list[EngineSpec]
+    engines: tuple[EngineSpec, ...]
     workload: WorkloadSpec
     sweep: SweepSpec
     description: str = ""
@@ -193,14 +246,18 @@ class Plan:
     metrics: MetricsSpec = field(default_factory=MetricsSpec)
     quality: QualitySpec = field(default_factory=QualitySpec)
     bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)
-    decision_rules: list[DecisionRule] = field(default_factory=list)
-    validators: list[Validator] = field(default_factory=list)
+    decision_rules: tuple[DecisionRule, ...] = ()
+    validators: tuple[Validator, ...] = ()
     hash: str = ""
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
     kind: str = "plan"
     parent_hash: str | None = None
     source_path: str | None = None
     secrets: dict[str, str] = field(default_factory=dict, repr=False, compare=False)  # value hash -> value
+
+    def document(self) -> dict[str, Any]:
+        """A copy of the effective document (redacted), for showing and embedding in verdicts."""
+        return copy.deepcopy(self.raw)
 
     @property
     def quality_candidates(self) -> list[str]:
@@ -210,13 +267,14 @@ class Plan:
 
     def for_candidate(self, name: str) -> "Plan":
         """The same frozen plan (same hash) seen with one quality candidate: what one quality
-        verdict judges. Every reader of the quality section (the Plan and its raw dict) sees it."""
+        verdict judges. Its typed quality section and its document both say so."""
         if name not in self.quality_candidates:
             raise CampaignError(f"plan {self.name!r}: {name!r} is not a quality candidate "
                                 f"(have: {', '.join(self.quality_candidates) or 'none'})")
         raw_q = {**(self.raw.get("quality") or {}), "candidate": name, "candidates": [name]}
-        return replace(self, quality=replace(self.quality, candidate=name, candidates=[name]),
-                       raw={**self.raw, "quality": raw_q})
+        quality = replace(self.quality, candidate=name, candidates=(name,),
+                          named=self.quality.named | {"candidate", "candidates"})
+        return replace(self, quality=quality, raw={**self.raw, "quality": raw_q})
 
     def requests_at(self, concurrency: int) -> int:
         """Measured requests of one sweep run at `concurrency`: requests_per_run, raised to
@@ -230,16 +288,30 @@ class Plan:
         raise CampaignError(f"plan {self.name!r}: no engine named {name!r} (have: {', '.join(e.name for e in self.engines)})")
 
 
-_SECTIONS = {
-    "model": ModelSpec, "gpu": GpuSpec, "cluster": ClusterSpec, "workload": WorkloadSpec, "sweep": SweepSpec,
-    "sampling": SamplingSpec, "metrics": MetricsSpec, "quality": QualitySpec, "bootstrap": BootstrapSpec,
-}
+_T = TypeVar("_T")
 
 
-def _build(cls: type, data: dict[str, Any]) -> Any:
-    """Dataclass from a validated dict, ignoring `_comment` keys."""
-    names = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in data.items() if k in names})
+def _written(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A section's fields as written: without its `_comment` keys."""
+    return {k: v for k, v in data.items() if not k.startswith("_")}
+
+
+def _build(cls: type[_T], data: Mapping[str, Any], **given: Any) -> _T:
+    """A section's dataclass from its validated dict (JSON arrays become tuples); `given`
+    overrides fields parsed on their own."""
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in names}
+    return cls(**{**values, **given})
+
+
+def _quality(q: Mapping[str, Any]) -> QualitySpec:
+    return _build(QualitySpec, q, margins=_build(Margins, q.get("margins") or {}),
+                  scorers=dict(q.get("scorers") or {}), named=frozenset(_written(q)))
+
+
+def _engine(e: Mapping[str, Any], model: str) -> EngineSpec:
+    return _build(EngineSpec, e, env=dict(e.get("env") or {}), request=_written(e.get("request") or {}),
+                  health_timeout_s=float(e.get("health_timeout_s", 600.0)), model=model)
 
 
 def plan_from_dict(raw: dict[str, Any], *, hash: str = "", kind: str = "plan", parent_hash: str | None = None,
@@ -248,12 +320,23 @@ def plan_from_dict(raw: dict[str, Any], *, hash: str = "", kind: str = "plan", p
     found in the document go to `secrets`."""
     secrets = {**secret_values(raw), **(secrets or {})}
     raw = redact_document(raw)
-    kwargs: dict[str, Any] = {k: _build(cls, raw[k]) for k, cls in _SECTIONS.items() if k in raw}
-    kwargs["engines"] = [_build(EngineSpec, e) for e in raw["engines"]]
-    kwargs["decision_rules"] = [_build(DecisionRule, r) for r in raw.get("decision_rules", [])]
-    kwargs["validators"] = [_build(Validator, v) for v in raw.get("validators", [])]
-    return Plan(schema=raw["schema"], name=raw["name"], description=raw.get("description", ""), hash=hash,
-                raw=raw, kind=kind, parent_hash=parent_hash, source_path=source_path, secrets=secrets, **kwargs)
+    model = _build(ModelSpec, raw["model"])
+    sections: dict[str, Any] = {}
+    for key, cls in (("gpu", GpuSpec), ("cluster", ClusterSpec), ("metrics", MetricsSpec),
+                     ("bootstrap", BootstrapSpec)):
+        if key in raw:
+            sections[key] = _build(cls, raw[key])
+    if "sampling" in raw:
+        sections["sampling"] = SamplingSpec(fields=_written(raw["sampling"]))
+    if "quality" in raw:
+        sections["quality"] = _quality(raw["quality"])
+    return Plan(schema=raw["schema"], name=raw["name"], description=raw.get("description", ""), model=model,
+                engines=tuple(_engine(e, model.id) for e in raw["engines"]),
+                workload=_build(WorkloadSpec, raw["workload"]), sweep=_build(SweepSpec, raw["sweep"]),
+                decision_rules=tuple(_build(DecisionRule, r) for r in raw.get("decision_rules", [])),
+                validators=tuple(_build(Validator, v) for v in raw.get("validators", [])),
+                hash=hash, raw=raw, kind=kind, parent_hash=parent_hash, source_path=source_path, secrets=secrets,
+                **sections)
 
 
 # -- validation -------------------------------------------------------------------------------

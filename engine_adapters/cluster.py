@@ -32,12 +32,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator
 
+from data.plans import EngineSpec
 from data.records import AudioFileRecord, RequestRecord
 from data.writer import records_to_tables
 from engine_adapters.driver import DriveSpec, DriverProcess
 from engine_adapters.lifecycle import EngineProcess, EngineStartError, port_in_use
 from engine_adapters.placement import assigned_gpu, slot_port, with_port
-from engine_adapters.specs import EngineSpec
 
 Message = tuple[str, dict[str, Any]]
 PORT_WAIT_S = 15.0

@@ -30,12 +30,13 @@ import httpx
 
 from data.errors import CampaignError
 from data.hashing import cached_sha256_files, sha256_file
+from data.plans import EngineSpec
 from data.secrets import redact_env, scrub
 from engine_adapters import ports
 from engine_adapters.identity import LAUNCH_ID_ENV, reported_identity
 from engine_adapters.deploy_config import deploy_record
 from engine_adapters.process_group import stop_group
-from engine_adapters.specs import EngineSpec
+from engine_adapters.specs import launch_argv
 
 LOG_TAIL_LINES = 40
 IDENTITY_REQUIRED = ("reference",)  # adapters whose engine must report the launch id
@@ -101,7 +102,7 @@ class EngineProcess:
     def start(self, checkpoint_cache: Path | None = None) -> "EngineProcess":
         """Spawn the engine and fill the launch row (status 'startup_failed' if it cannot spawn)."""
         spec = self.spec
-        argv = spec.launch_argv()
+        argv = launch_argv(spec)
         cfg_sha = None
         if spec.config_path:
             cfg = Path(spec.config_path)

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from data.errors import CampaignError
+from data.plans import Plan
 from stats.bootstrap import METHODS, CellArrays, bounds_many, cell_bounds
 
 ARMS = ("baseline", "candidate")
@@ -40,8 +41,6 @@ def metric_labels(scorer_labels: Mapping[str, str] | None = None) -> dict[str, s
         labels["utmos"] = f"MOS drop ({mos})"
     return labels
 PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
-# plan `quality.margins` / `quality.scorers` keys -> our metric names
-PLAN_METRIC_KEYS = {"wer": ("wer_pp", "wer"), "sim": ("sim",), "utmos": ("mos", "utmos")}
 
 
 @dataclass(frozen=True)
@@ -71,23 +70,20 @@ class GateConfig:
             raise CampaignError("measured repeats: the expected set is empty")
 
     @classmethod
-    def from_plan(cls, raw: Mapping[str, Any]) -> "GateConfig":
-        q = raw.get("quality") or {}
-        b = raw.get("bootstrap") or {}
-        margins_raw = q.get("margins") or {}
-        margins = {}
-        for m, keys in PLAN_METRIC_KEYS.items():
-            margins[m] = next((margins_raw[k] for k in keys if k in margins_raw), None)
-        concs = q.get("concurrencies")
-        n_rep = (raw.get("sweep") or {}).get("measured_repeats")
+    def from_plan(cls, plan: Plan) -> "GateConfig":
+        """The plan's margins and bootstrap; concurrencies only where `quality.concurrencies` names
+        them (else every concurrency the table has) and the sweep's measured repeats."""
+        q, b, m = plan.quality, plan.bootstrap, plan.quality.margins
+        concs = q.scored_concurrencies
+        margins: dict[str, Any] = {"wer": m.wer_pp, "sim": m.sim, "utmos": m.mos}  # None: __post_init__ refuses it
         return cls(
             margins=margins,
-            draws=int(b.get("draws", 20000)),
-            seed=int(b.get("seed", 20261022)),
-            method=str(b.get("method", "percentile")).lower(),
-            confidence=float(b.get("confidence", 0.95)),
+            draws=int(b.draws),
+            seed=int(b.seed),
+            method=str(b.method).lower(),
+            confidence=float(b.confidence),
             concurrencies=tuple(int(c) for c in concs) if concs else None,
-            repeats=tuple(range(int(n_rep))) if n_rep else None,
+            repeats=tuple(range(int(plan.sweep.measured_repeats))),
         )
 
     def as_dict(self) -> dict[str, Any]:

@@ -27,6 +27,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from scipy import stats as sps
 
+from data.plans import DecisionRule, Plan
+from data.store import Store
 from stats.gates import FAIL, INCONCLUSIVE, PASS, combine
 
 BOUND_METHOD = "one-sided Student t lower bound on the mean log paired ratio"
@@ -130,31 +132,29 @@ def evaluate_cell(concurrency: int, cand: Sequence[RepeatValue], ref: Sequence[R
     return RuleCell(status=status, geo_mean_ratio=geo, lower_bound_ratio=lower, reason=reason, **base)
 
 
-def evaluate_rule(rule: Any, values: Mapping[tuple[str, int], Sequence[RepeatValue]]) -> RuleResult:
+def evaluate_rule(rule: DecisionRule, values: Mapping[tuple[str, int], Sequence[RepeatValue]]) -> RuleResult:
     """Apply one `throughput_exceeds` rule to per-(engine, concurrency) repeat values."""
-    get = rule.get if isinstance(rule, Mapping) else lambda k, d=None: getattr(rule, k, d)
-    confidence = float(get("confidence", 0.95))
-    min_ratio = float(get("min_ratio", 1.0) or 1.0)
-    cand, ref = get("candidate"), get("reference")
+    confidence = float(rule.confidence)
+    min_ratio = float(rule.min_ratio or 1.0)
+    cand, ref = rule.candidate, rule.reference
     cells = [evaluate_cell(int(c), values.get((cand, int(c)), []), values.get((ref, int(c)), []),
-                           confidence=confidence, min_ratio=min_ratio) for c in get("concurrencies")]
-    return RuleResult(name=get("name"), kind=get("kind"), candidate=cand, reference=ref,
-                      metric=get("metric", "throughput") or "throughput", confidence=confidence,
+                           confidence=confidence, min_ratio=min_ratio) for c in rule.concurrencies]
+    return RuleResult(name=rule.name, kind=rule.kind, candidate=cand, reference=ref,
+                      metric=rule.metric or "throughput", confidence=confidence,
                       min_ratio=min_ratio, verdict=combine([c.status for c in cells]), cells=cells)
 
 
-def collect_values(store: Any, plan: Any, rule: Any) -> dict[tuple[str, int], list[RepeatValue]]:
+def collect_values(store: Store, plan: Plan, rule: DecisionRule) -> dict[tuple[str, int], list[RepeatValue]]:
     """Throughput of every aggregate run of the rule's two engines at its concurrencies."""
     from data.errors import CampaignError
     from stats.metrics import cell_runs
 
-    get = rule.get if isinstance(rule, Mapping) else lambda k, d=None: getattr(rule, k, d)
-    metric = get("metric", "throughput") or "throughput"
+    metric = rule.metric or "throughput"
     if metric != "throughput":
-        raise CampaignError(f"decision rule {get('name')!r}: metric {metric!r} is not supported (throughput only)")
+        raise CampaignError(f"decision rule {rule.name!r}: metric {metric!r} is not supported (throughput only)")
     out: dict[tuple[str, int], list[RepeatValue]] = {}
-    for engine in (get("candidate"), get("reference")):
-        for c in get("concurrencies"):
+    for engine in (rule.candidate, rule.reference):
+        for c in rule.concurrencies:
             runs = cell_runs(store, plan, engine, int(c))
             where = run_placement(store, [x.run_id for x in runs])
             out[(engine, int(c))] = [RepeatValue(x.repeat, x.run_id, x.metrics.throughput, *where.get(x.run_id, (None, None)))

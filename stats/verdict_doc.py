@@ -153,7 +153,7 @@ def plan_section(store: Store | None, plan) -> dict[str, Any] | None:
 
     frozen = stored_document(store, plan.hash) if store is not None else None
     return {"hash": plan.hash, "name": plan.name, "kind": plan.kind, "parent_hash": plan.parent_hash,
-            "canonical": frozen if frozen is not None else plan.raw, "effective": plan.raw}
+            "canonical": frozen if frozen is not None else plan.document(), "effective": plan.document()}
 
 
 def quality_name(plan) -> str:

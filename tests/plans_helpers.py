@@ -73,6 +73,22 @@ def plan_dict(workload_root: Path, *, concurrencies=(1, 2), requests=4, warmups=
     }
 
 
+def minimal_plan_doc(**sections) -> dict:
+    """The smallest valid plan (only the required sections), with `sections` replacing its own:
+    what the code sees for every field a plan leaves out."""
+    return {"schema": "omni-campaign-plan/1", "name": "minimal", "model": {"id": "m/x"},
+            "engines": [{"name": "e", "adapter": "reference", "dialect": "vllm-omni", "port": 1}],
+            "workload": {"root": "/nonexistent"},
+            "sweep": {"concurrencies": [1], "requests_per_run": 1, "measured_repeats": 1}, **sections}
+
+
+def minimal_plan(**sections):
+    """minimal_plan_doc(**sections) as a typed Plan (data.plans.plan_from_dict)."""
+    from data.plans import plan_from_dict
+
+    return plan_from_dict(minimal_plan_doc(**sections))
+
+
 def write_json(path: Path, doc: dict, indent: int | None = 2, reverse: bool = False) -> Path:
     """Write a plan; `reverse` writes keys in reverse order (same content, different bytes)."""
     def rev(o):

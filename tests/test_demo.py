@@ -24,8 +24,8 @@ def test_several_candidates_each_seen_alone(tmp_path):
     assert plan.quality_candidates == ["ref-fast", "ref-lossy"]
     view = plan.for_candidate("ref-lossy")
     assert view.hash == plan.hash and view.quality.candidate == "ref-lossy"
-    assert view.raw["quality"]["candidate"] == "ref-lossy" and view.raw["quality"]["candidates"] == ["ref-lossy"]
-    assert plan.raw["quality"].get("candidate") is None  # the plan itself is unchanged
+    assert view.document()["quality"]["candidate"] == "ref-lossy" and view.document()["quality"]["candidates"] == ["ref-lossy"]
+    assert plan.document()["quality"].get("candidate") is None  # the plan itself is unchanged
     with pytest.raises(CampaignError, match="'ref-baseline' is not a quality candidate"):
         plan.for_candidate("ref-baseline")
     # the holdout phase runs the baseline and every candidate

@@ -13,7 +13,7 @@ import pytest
 
 from console.recording import launch_engine, record_run, stop_engine
 from engine_adapters.driver import DriveSpec, RequestSpec
-from engine_adapters.specs import EngineSpec
+from data.plans import EngineSpec
 from stats.metrics import run_metrics
 
 TEXTS = ["A short sentence for the engine.", "Another line of speech to render now.",

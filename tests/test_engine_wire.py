@@ -38,6 +38,7 @@ from engine_adapters.driver import DriveSpec, RequestSpec
 from stats.metrics import run_metrics
 from stats.quality.scoring import Expected, truncation_gap
 
+from plans_helpers import minimal_plan
 from reference_server import launch_engine, stop_engine, wait_ready
 
 REPO = Path(__file__).resolve().parents[1]
@@ -128,9 +129,9 @@ def test_bad_request_options_are_one_line_errors(dialect, options, needle):
 
 def test_truncated_output_is_a_coverage_gap_unless_allowed():
     e = Expected("candidate", "e", 1, 0, "r", 0, "spk01-0001", "ok", finish_reason="length")
-    assert "truncated" in truncation_gap(e, {"quality": {}})
-    assert truncation_gap(e, {"quality": {"allow_truncated": True}}) is None
-    assert truncation_gap(Expected("candidate", "e", 1, 0, "r", 0, "u", "ok", finish_reason="stop"), {}) is None
+    assert "truncated" in truncation_gap(e, minimal_plan(quality={}))
+    assert truncation_gap(e, minimal_plan(quality={"allow_truncated": True})) is None
+    assert truncation_gap(Expected("candidate", "e", 1, 0, "r", 0, "u", "ok", finish_reason="stop"), minimal_plan()) is None
 
 
 # ---- the reference engine over real HTTP ----------------------------------------------------------

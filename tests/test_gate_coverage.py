@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from console.cli import main
+from plans_helpers import minimal_plan
 from stats.controls import baseline_table, with_candidate
 from stats.gates import FAIL, INCONCLUSIVE, GateConfig, evaluate_gates
 
@@ -62,8 +63,9 @@ def test_baseline_with_fewer_repeats_is_a_gap_not_a_fail():
 
 
 def test_expected_repeats_come_from_the_plan():
-    cfg = GateConfig.from_plan({"quality": {"concurrencies": [1], "margins": {"wer_pp": 0.2, "sim": 0.5, "mos": 0.05}},
-                                "sweep": {"measured_repeats": 3}})
+    cfg = GateConfig.from_plan(minimal_plan(
+        quality={"concurrencies": [1], "margins": {"wer_pp": 0.2, "sim": 0.5, "mos": 0.05}},
+        sweep={"concurrencies": [1], "requests_per_run": 1, "measured_repeats": 3}))
     assert cfg.repeats == (0, 1, 2) and cfg.as_dict()["repeats"] == [0, 1, 2]
     two = with_candidate(baseline_table(n_ids=10, repeats=2, concurrencies=(1,)))
     assert evaluate_gates(two, replace(cfg, repeats=None)).verdict != INCONCLUSIVE  # the table alone is balanced

@@ -47,7 +47,7 @@ def write_workload(root: Path) -> Path:
 
 
 def plan_raw(wl_root: Path, name: str, *, concurrencies, repeats=2, reserve=True) -> dict:
-    raw = plan_for(wl_root, concurrencies=concurrencies, repeats=repeats).raw
+    raw = plan_for(wl_root, concurrencies=concurrencies, repeats=repeats).document()
     raw["name"] = name
     raw["workload"].update(pool="tuning" if reserve else "holdout", **({"holdout_pool": "holdout"} if reserve else {}))
     raw["bootstrap"] = {"draws": 2000, "seed": 20261022}

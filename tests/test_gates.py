@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from data.errors import CampaignError
+from plans_helpers import minimal_plan
 from stats.controls import OUTLIER_ID, _outlier, baseline_table, with_candidate
 from stats.gates import (
     FAIL, INCONCLUSIVE, PASS, GateConfig, combine, decide, evaluate_gates, frame_sha256,
@@ -121,12 +122,13 @@ def test_validation_one_line_errors(mutate, needle):
 
 
 def test_config_from_plan():
-    cfg = GateConfig.from_plan({"quality": {"concurrencies": [1, 16], "margins": {"wer_pp": 0.2, "sim": 0.5, "mos": 0.05}},
-                                "bootstrap": {"draws": 100, "seed": 9, "method": "BCa", "confidence": 0.95}})
+    cfg = GateConfig.from_plan(minimal_plan(
+        quality={"concurrencies": [1, 16], "margins": {"wer_pp": 0.2, "sim": 0.5, "mos": 0.05}},
+        bootstrap={"draws": 100, "seed": 9, "method": "BCa", "confidence": 0.95}))
     assert cfg.margins == {"wer": 0.2, "sim": 0.5, "utmos": 0.05} and cfg.method == "bca"
     assert cfg.concurrencies == (1, 16) and cfg.draws == 100 and cfg.seed == 9
     with pytest.raises(CampaignError, match="margin for sim"):
-        GateConfig.from_plan({"quality": {"margins": {"wer_pp": 0.2}}})
+        GateConfig.from_plan(minimal_plan(quality={"margins": {"wer_pp": 0.2}}))
 
 
 def test_mos_slot_filled_by_dnsmos_is_never_labelled_utmos():

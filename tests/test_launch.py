@@ -16,8 +16,10 @@ import pytest
 
 from console.recording import launch_engine, stop_engine
 from engine_adapters.lifecycle import EngineStartError, hash_checkpoints
-from engine_adapters.specs import EngineSpec, spec_from_plan
 from data.errors import CampaignError
+from data.plans import DEFAULT_MODEL, EngineSpec, plan_from_dict, validate_plan_dict
+from engine_adapters.specs import launch_argv
+from plans_helpers import minimal_plan_doc
 
 HEALTHY_SERVER = r"""
 import http.server, os, sys, time
@@ -112,8 +114,8 @@ def test_unrunnable_command_is_refused_before_launch(store, tmp_path, argv0, rea
 CONSOLE = r"""
 import sys
 from pathlib import Path
+from data.plans import EngineSpec
 from engine_adapters.lifecycle import EngineProcess
-from engine_adapters.specs import EngineSpec
 spec = EngineSpec("sleeper", "peer", "pcm", argv=(sys.executable, "-c", "import time; time.sleep(600)"), port=1)
 eng = EngineProcess(spec, Path(sys.argv[1])).start()
 print(eng.proc.pid, flush=True)
@@ -183,20 +185,28 @@ def test_checkpoint_hash_cache(tmp_path):
         hash_checkpoints([str(tmp_path / "missing")], cache)
 
 
-def test_spec_from_plan_and_adapters():
-    s = spec_from_plan({"name": "ref", "adapter": "reference", "dialect": "sglang-omni", "profile": "fast", "port": 9000})
-    argv = s.launch_argv()
+def test_adapter_default_argv_and_engine_entry_errors():
+    """An engine entry is parsed once, with the plan (data/plans.py); the adapter only supplies the
+    default command line when the entry has no argv."""
+    def engines(*entries):
+        doc = minimal_plan_doc(engines=list(entries), model={"id": "m/x"})
+        validate_plan_dict(doc, "p.json")
+        return plan_from_dict(doc).engines
+
+    s, v, g = engines({"name": "ref", "adapter": "reference", "dialect": "sglang-omni", "profile": "fast", "port": 9000},
+                      {"name": "v", "adapter": "vllm_omni", "dialect": "vllm-omni", "port": 8000},
+                      {"name": "g", "adapter": "sglang_omni", "dialect": "sglang-omni", "port": 8001})
+    argv = launch_argv(s)
     assert argv[:3] == [sys.executable, "-m", "engine_adapters.reference"] and argv[argv.index("--profile") + 1] == "fast"
-    v = spec_from_plan({"name": "v", "adapter": "vllm_omni", "dialect": "vllm-omni", "port": 8000}, model="m/x")
-    assert v.launch_argv()[:5] == ["vllm", "serve", "m/x", "--omni", "--trust-remote-code"]
-    g = spec_from_plan({"name": "g", "adapter": "sglang_omni", "dialect": "sglang-omni"})
-    assert g.launch_argv()[:2] == ["sgl-omni", "serve"]
+    assert launch_argv(v)[:5] == ["vllm", "serve", "m/x", "--omni", "--trust-remote-code"]
+    assert launch_argv(g)[:2] == ["sgl-omni", "serve"] and launch_argv(g)[3] == "m/x"
+    assert launch_argv(EngineSpec("g", "sglang_omni", "sglang-omni"))[3] == DEFAULT_MODEL  # a spec built outside a plan
     with pytest.raises(CampaignError, match="peer adapter needs an explicit 'argv'"):
-        spec_from_plan({"name": "p", "adapter": "peer", "dialect": "pcm"}).launch_argv()
-    with pytest.raises(CampaignError, match=r"engines\[\]\.argv: expected a list of strings"):
-        spec_from_plan({"name": "p", "adapter": "peer", "dialect": "pcm", "argv": "vllm serve x"})
-    with pytest.raises(CampaignError, match="dialect"):
-        spec_from_plan({"name": "p", "adapter": "peer", "dialect": "grpc"})
+        launch_argv(engines({"name": "p", "adapter": "peer", "dialect": "pcm", "port": 1})[0])
+    with pytest.raises(CampaignError, match=r"^p\.json: engines\[0\]\.argv: 'vllm serve x' is not of type 'array'$"):
+        engines({"name": "p", "adapter": "peer", "dialect": "pcm", "port": 1, "argv": "vllm serve x"})
+    with pytest.raises(CampaignError, match=r"^p\.json: engines\[0\]\.dialect: 'grpc' is not one of"):
+        engines({"name": "p", "adapter": "peer", "dialect": "grpc", "port": 1})
 
 
 # -- measuring the right engine (docs/engines.md) ----------------------------------------------

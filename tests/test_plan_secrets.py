@@ -216,6 +216,6 @@ def test_row_frozen_before_redaction_still_loads_and_is_shown_redacted(tmp_path,
     store.insert("plans", {"plan_hash": legacy, "kind": "plan", "name": doc["name"], "canonical_json": canonical_json(doc),
                            "frozen_at": utcnow()})
     plan = plan_from_store(store, legacy[:12])
-    assert plan.hash == legacy and "legacy-value-789" not in json.dumps(plan.raw)
+    assert plan.hash == legacy and "legacy-value-789" not in json.dumps(plan.document())
     assert "legacy-value-789" not in json.dumps(stored_document(store, legacy))
     assert "legacy-value-789" in plan_secrets(store, plan).values()

@@ -159,7 +159,7 @@ def test_freeze_is_idempotent_and_audited(store, plan_file):
     assert store.scalar("SELECT count(*) FROM plans") == 1
     assert [e["kind"] for e in events(store)] == ["manifest_frozen", "plan_frozen"]
     plan = plan_from_store(store, r1.hash[:10])
-    assert plan.hash == r1.hash and plan.sweep.concurrencies == [1, 2]
+    assert plan.hash == r1.hash and plan.sweep.concurrencies == (1, 2)
     assert verify_chain(store).ok
 
 
@@ -204,7 +204,7 @@ def test_addendum_is_bound_to_its_parent(tmp_path, store, plan_file):
     assert res.created and res.kind == "addendum" and res.message == f"froze addendum 'repeat-design': {res.hash}"
     eff = plan_from_store(store, res.hash)
     assert eff.parent_hash == parent and eff.sweep.measured_repeats == 3 and eff.sweep.warmup_repeats == 1
-    assert eff.sweep.concurrencies == [1, 2]  # untouched fields come from the parent
+    assert eff.sweep.concurrencies == (1, 2)  # untouched fields come from the parent
     ev = events(store, kind="addendum_frozen")
     assert ev[0]["payload"]["parent_hash"] == parent
     # the parent stays as it was

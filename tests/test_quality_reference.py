@@ -13,7 +13,7 @@ from console.recording import launch_engine, record_run, stop_engine
 from data.plans import plan_from_dict
 from data.workload import load_workload
 from engine_adapters.driver import DriveSpec, RequestSpec
-from engine_adapters.specs import EngineSpec
+from data.plans import EngineSpec
 from stats.quality.scoring import score_plan, scores_frame
 from stats.quality.summary import summarise
 

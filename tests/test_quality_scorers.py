@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from data.plans import QualitySpec
 from stats.quality.audio import load_audio
 from stats.quality.base import ScoreItem, ScorerUnavailable
 from stats.quality.registry import make_scorer, model_dir_for, scorer_status
@@ -112,8 +113,8 @@ def test_missing_whisper_dir_is_unavailable_not_a_crash(tmp_path, no_network, mo
     missing.mkdir()
     (missing / "config.json").write_text('{"model_type": "whisper"}')
     assert "no model weights" in make_scorer("whisper", {"whisper": str(missing)}).available()[1]
-    status = scorer_status({"quality": {"scorers": {"wer": "whisper", "sim": "resemblyzer", "mos": "utmos22"},
-                                        "model_paths": {"whisper": str(tmp_path / "nope")}}})
+    status = scorer_status(QualitySpec(scorers={"wer": "whisper", "sim": "resemblyzer", "mos": "utmos22"},
+                                       model_paths={"whisper": str(tmp_path / "nope")}))
     assert status["wer"].startswith("unavailable: ") and status["sim"] == "ok"
     assert status["mos"].startswith("unavailable: ")
 

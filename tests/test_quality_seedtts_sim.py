@@ -21,6 +21,7 @@ import soundfile as sf
 import torch
 import torch.nn.functional as F
 
+from data.plans import QualitySpec
 from stats.controls import baseline_table, with_candidate
 from stats.gates import INCONCLUSIVE, PASS, GateConfig, evaluate_gates
 from stats.quality.base import ScoreItem, ScorerUnavailable
@@ -291,9 +292,9 @@ def test_bad_folder_is_unavailable_and_sim_gates_inconclusive(tmp_path, how, nee
     assert not ok and needle in why and "\n" not in why, why
     with pytest.raises(ScorerUnavailable, match="unavailable"):
         s.ensure_loaded()
-    plan = {"quality": {"scorers": {"wer": "pocketsphinx", "sim": "seedtts-sim", "mos": "dnsmos"},
-                        "model_paths": {"seedtts-sim": str(folder)}}}
-    status = scorer_status(plan)
+    quality = QualitySpec(scorers={"wer": "pocketsphinx", "sim": "seedtts-sim", "mos": "dnsmos"},
+                          model_paths={"seedtts-sim": str(folder)})
+    status = scorer_status(quality)
     assert status["sim"].startswith("unavailable: ") and needle in status["sim"]
     data = with_candidate(baseline_table(n_ids=12))  # SIM values present, but the scorer cannot vouch for them
     res = evaluate_gates(data, GateConfig(margins={"wer": 0.2, "sim": 0.5, "utmos": 0.05}, draws=200, seed=1),

@@ -68,7 +68,7 @@ def frozen_plan(store, path: Path, workload_root: Path, **kw):
     """Write the plan JSON to `path`, freeze it in `store` and return the frozen Plan."""
     from data.plans import freeze, plan_from_store
 
-    path.write_text(json.dumps(plan_for(workload_root, **kw).raw, indent=1))
+    path.write_text(json.dumps(plan_for(workload_root, **kw).document(), indent=1))
     return plan_from_store(store, freeze(store, path).hash)
 
 

@@ -19,6 +19,7 @@ import soundfile as sf
 import soxr
 import torch
 
+from data.plans import QualitySpec
 from stats.quality.audio import load_audio
 from stats.quality.base import ScoreItem
 from stats.quality.registry import make_scorer, scorer_status
@@ -156,7 +157,7 @@ def test_unavailable_reasons_without_network(tmp_path, monkeypatch):
     plain.mkdir()
     torch.save(TinyMos().state_dict(), plain / EXPORT_NAME)  # right name, but a state dict
     assert "plain PyTorch checkpoint" in why(plain) and torchscript_problem(plain / EXPORT_NAME)
-    status = scorer_status({"quality": {"scorers": {"mos": "utmos22"}, "model_paths": {"utmos22": str(ckpt)}}})
+    status = scorer_status(QualitySpec(scorers={"mos": "utmos22"}, model_paths={"utmos22": str(ckpt)}))
     assert status["mos"].startswith("unavailable: ") and "not a PyTorch checkpoint" in status["mos"]
 
 

@@ -12,6 +12,7 @@ import pytest
 import soundfile as sf
 import torch
 
+from data.plans import QualitySpec
 from stats.quality.base import ScoreItem, ScorerUnavailable
 from stats.quality.registry import make_scorer, scorer_status
 from stats.quality.tiny_checkpoints import build_tiny_utmos22
@@ -132,5 +133,5 @@ def test_bad_state_dict_is_unavailable(tmp_path, how, needle):
     assert not ok and needle in why and "\n" not in why, why
     with pytest.raises(ScorerUnavailable):
         s.ensure_loaded()
-    st = scorer_status({"quality": {"scorers": {"mos": "utmos22"}, "model_paths": {"utmos22": str(folder)}}})
+    st = scorer_status(QualitySpec(scorers={"mos": "utmos22"}, model_paths={"utmos22": str(folder)}))
     assert st["mos"].startswith("unavailable: ") and needle in st["mos"]

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from console.live import LiveInflight
 from console.tui.widgets import STALL_STYLE, inflight_state
+from data.plans import DecisionRule
 from stats.results.checks import CHECK_DEFS, CheckRow, check_rows
 from stats.throughput_rules import RepeatValue, evaluate_rule
 
 
 def test_rule_cell_maps_ratio_lower_bound_and_medians():
-    rule = {"name": "exceeds", "kind": "throughput_exceeds", "candidate": "cand", "reference": "ref",
-            "concurrencies": [16], "confidence": 0.95}
+    rule = DecisionRule(name="exceeds", kind="throughput_exceeds", candidate="cand", reference="ref",
+                        concurrencies=(16,), confidence=0.95)
     values = {("cand", 16): [RepeatValue(i, f"c{i}", v) for i, v in enumerate([110.0, 112.0, 108.0])],
               ("ref", 16): [RepeatValue(i, f"r{i}", v) for i, v in enumerate([100.0, 101.0, 99.0])]}
     cell = evaluate_rule(rule, values).checks_dicts()[0]  # what the verdict row stores

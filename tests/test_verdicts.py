@@ -8,6 +8,7 @@ import math
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
@@ -17,6 +18,7 @@ import scipy.stats
 
 from console.cli import main
 from data.audit import verify_chain
+from data.plans import DecisionRule
 from data.store import Store
 from data.verdicts import VerdictExists, VerdictRow, get_verdict, insert_verdict
 from stats.throughput_rules import RepeatValue, evaluate_rule, lower_ratio_bound
@@ -158,8 +160,8 @@ def _vals(c, cand, ref, engines=("cand", "ref")):
 
 
 def test_rule_pass_fail_inconclusive_and_boundary():
-    rule = {"name": "exceeds", "kind": "throughput_exceeds", "candidate": "cand", "reference": "ref",
-            "concurrencies": [16, 32], "confidence": 0.95}
+    rule = DecisionRule(name="exceeds", kind="throughput_exceeds", candidate="cand", reference="ref",
+                        concurrencies=(16, 32), confidence=0.95)
     vals = {**_vals(16, [110, 112, 108], [100, 101, 99]), **_vals(32, [120, 121, 119], [100, 100, 100])}
     r = evaluate_rule(rule, vals)
     assert r.verdict == "PASS" and all(c.lower_bound_ratio > 1 for c in r.cells)
@@ -171,7 +173,7 @@ def test_rule_pass_fail_inconclusive_and_boundary():
     assert r.verdict == "INCONCLUSIVE" and "1 paired repeat" in r.cells[1].reason
     # lower bound exactly equal to min_ratio fails
     lb = evaluate_rule(rule, vals).cells[0].lower_bound_ratio
-    r = evaluate_rule({**rule, "concurrencies": [16], "min_ratio": lb}, vals)
+    r = evaluate_rule(replace(rule, concurrencies=(16,), min_ratio=lb), vals)
     assert r.cells[0].status == "FAIL"
 
 

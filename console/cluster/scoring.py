@@ -136,8 +136,7 @@ def cluster_wrapper(address: str, plan: Any, device: str | None):
     shape = probe(ray)
     if shape.gpus == 0:
         raise ClusterError(f"--cluster {address}: the Ray cluster offers no GPUs (a scorer replica reserves one)")
-    quality = dict(plan.raw.get("quality") or {})
-    paths, dtypes = dict(quality.get("model_paths") or {}), dict(quality.get("dtypes") or {})
+    paths, dtypes = dict(plan.quality.model_paths), dict(plan.quality.dtypes)
 
     def wrap(scorer: Any) -> ShardedScorer:
         return ShardedScorer(scorer, ray, shape.gpus, model_paths=paths, dtypes=dtypes, device=device)

@@ -26,7 +26,7 @@ def cmd_controls(args) -> int:
     if args.plan:
         from data.plans import load_plan
 
-        cfg = GateConfig.from_plan(load_plan(args.plan).raw)
+        cfg = GateConfig.from_plan(load_plan(args.plan))
     else:
         cfg = GateConfig(margins={"wer": args.wer_margin, "sim": args.sim_margin, "utmos": args.utmos_margin},
                          draws=args.draws, seed=args.seed, method=args.method)

@@ -207,7 +207,7 @@ def gate_plan(args, console: Console) -> int:
 
     with open_store(args.db) as store:
         plan = frozen_plan_for_file(store, args.plan)
-        cfg = GateConfig.from_plan(plan.raw)
+        cfg = GateConfig.from_plan(plan)
         controls = require_controls(console, cfg)
         verdicts: list[str] = []
         issued: list[str] = []

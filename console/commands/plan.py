@@ -281,7 +281,7 @@ def cmd_show(args) -> int:
     print(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False))
     if row["kind"] == "addendum":
         print("effective plan (parent + changes):")
-        print(json.dumps(plan.raw, indent=2, sort_keys=True, ensure_ascii=False))
+        print(json.dumps(plan.document(), indent=2, sort_keys=True, ensure_ascii=False))
     return 0
 
 

@@ -135,7 +135,7 @@ def _recheck(args) -> int:
     with open_store(args.db) as store:
         paths = {}
         if args.plan:
-            paths = dict(_plan(args, store).raw.get("quality", {}).get("model_paths") or {})
+            paths = dict(_plan(args, store).quality.model_paths)
         try:
             sids = [scorer_class(n).scorer_id for n in args.scorer or []]
         except UnknownScorer as exc:

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from data.plans import Plan, QualitySpec
 from stats.quality.base import METRICS, Scorer
 from stats.quality.dnsmos import DnsmosScorer
 from stats.quality.pocketsphinx_asr import PocketsphinxScorer
@@ -69,22 +70,21 @@ def make_scorer(name: str, model_paths: Mapping[str, Any] | None = None, *,
     return cls(model_dir_for(name, model_paths), **kw)
 
 
-def plan_quality(plan: Any) -> dict:
-    """The plan's `quality` section, from a Plan (has .raw) or a plain dict."""
-    raw = getattr(plan, "raw", plan)
-    return dict((raw or {}).get("quality") or {})
+def plan_quality(plan: Plan | QualitySpec) -> QualitySpec:
+    """The plan's `quality` section (given a Plan, or the section itself)."""
+    return plan.quality if isinstance(plan, Plan) else plan
 
 
-def plan_scorers(plan: Any) -> dict[str, str]:
+def plan_scorers(plan: Plan | QualitySpec) -> dict[str, str]:
     """metric -> scorer name for the plan (defaults fill metrics the plan leaves out)."""
-    named = plan_quality(plan).get("scorers") or {}
+    named = plan_quality(plan).scorers
     return {m: str(named.get(m) or DEFAULT_SCORERS[m]) for m in METRICS}
 
 
-def scorer_status(plan: Any) -> dict[str, str]:
+def scorer_status(plan: Plan | QualitySpec) -> dict[str, str]:
     """Contract for the gates: metric -> 'ok' | 'unavailable: why' for the plan's scorers."""
-    paths = plan_quality(plan).get("model_paths") or {}
-    dtypes = plan_quality(plan).get("dtypes") or {}
+    paths = plan_quality(plan).model_paths
+    dtypes = plan_quality(plan).dtypes
     out: dict[str, str] = {}
     for metric, name in plan_scorers(plan).items():
         try:

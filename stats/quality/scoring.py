@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from data.errors import CampaignError
+from data.plans import Plan
 from data.store import Store, utcnow
 from data.hashing import sha256_file
 from stats.quality.audio import prefetching
 from stats.quality.base import METRICS, ScoreItem, ScoreResult, Scorer
-from stats.quality.registry import (UnknownScorer, make_scorer, plan_quality, plan_scorers, scorer_class,
+from stats.quality.registry import (UnknownScorer, make_scorer, plan_scorers, scorer_class,
                                     scorer_status)
 from stats.quality.text import normalize_text
 
@@ -68,15 +69,6 @@ class ScoreSummary:
     reused_stored: int = 0  # rows that copied an ok row stored by an earlier pass
 
 
-# -- plan access ------------------------------------------------------------------------------
-def _q(plan: Any) -> dict:
-    return plan_quality(plan)
-
-
-def _sweep(plan: Any) -> dict:
-    return dict((getattr(plan, "raw", plan) or {}).get("sweep") or {})
-
-
 def default_artifacts_dir(store: Store) -> Path:
     """Same default as `campaign run`: an `artifacts` folder next to the database."""
     return store.path.resolve().parent / "artifacts"
@@ -101,16 +93,15 @@ def _pool_ids(plan: Any, pool: str | None) -> list[str | None]:
         return [None]
 
 
-def expected_outputs(store: Store, plan: Any) -> list[Expected]:
+def expected_outputs(store: Store, plan: Plan) -> list[Expected]:
     """Every (run, request) the plan's quality cells expect, plus placeholders for missing runs."""
-    q = _q(plan)
-    pool = q.get("pool")
-    repeats = int(_sweep(plan).get("measured_repeats") or 1)
+    q = plan.quality
+    pool = q.scored_pool
+    repeats = plan.sweep.measured_repeats
     out: list[Expected] = []
-    arm_engines = {"baseline": [q["baseline"]] if q.get("baseline") else [],
-                   "candidate": list(q.get("candidates") or ([q["candidate"]] if q.get("candidate") else []))}
+    arm_engines = {"baseline": [q.baseline] if q.baseline else [], "candidate": plan.quality_candidates}
     for arm, engine in ((a, e) for a in ARMS for e in arm_engines[a]):
-        for conc in q.get("concurrencies") or []:
+        for conc in q.scored_concurrencies:
             runs = _aggregate_runs(store, plan.hash, engine, int(conc), pool)
             for run in runs:
                 reqs = store.query(
@@ -130,11 +121,11 @@ def expected_outputs(store: Store, plan: Any) -> list[Expected]:
     return out
 
 
-def truncation_gap(e: Expected, plan: Any) -> str | None:
+def truncation_gap(e: Expected, plan: Plan) -> str | None:
     """A truncated output (finish_reason "length": cut by a token limit) is not the utterance the
     gate compares, so it is a coverage gap unless the plan sets `quality.allow_truncated`
     (docs/quality.md). It is still scored, so the figures show what the cut did."""
-    if e.finish_reason == "length" and not _q(plan).get("allow_truncated"):
+    if e.finish_reason == "length" and not plan.quality.allow_truncated:
         return "truncated: finish_reason 'length' (output cut by a token limit; quality.allow_truncated is false)"
     return None
 
@@ -371,7 +362,7 @@ def _audit(store: Store, plan_hash: str | None, scorer: Scorer, s: ScoreSummary,
                           "not_scorable": s.not_scorable})
 
 
-def score_plan(store: Store, plan: Any, *, scorers: Iterable[str] | None = None, artifacts_dir: Path | None = None,
+def score_plan(store: Store, plan: Plan, *, scorers: Iterable[str] | None = None, artifacts_dir: Path | None = None,
                device: str | None = None, batch_size: int | None = None,
                on_start: Callable[[Scorer, int], None] | None = None,
                on_progress: Callable[[Scorer, int, int], None] | None = None,
@@ -383,8 +374,7 @@ def score_plan(store: Store, plan: Any, *, scorers: Iterable[str] | None = None,
     from data.manifest import load_plan_workload
 
     names = list(scorers) if scorers else list(plan_scorers(plan).values())
-    paths = _q(plan).get("model_paths") or {}
-    dtypes = _q(plan).get("dtypes") or {}
+    paths, dtypes = plan.quality.model_paths, plan.quality.dtypes
     artifacts_dir = artifacts_dir or default_artifacts_dir(store)
     try:
         built = [make_scorer(n, paths, dtypes=dtypes, device=device, batch_size=batch_size) for n in names]

@@ -140,7 +140,7 @@ def load_gates(store, plan_hash: str | None = None) -> GatesData | None:
     if plan_hash is None:
         return None
     plan = plan_from_store(store, plan_hash)
-    cfg = GateConfig.from_plan(plan.raw)
+    cfg = GateConfig.from_plan(plan)
     data = GatesData(plan.name, plan.hash)
     for cand in plan.quality_candidates if plan.quality.baseline else []:
         view = plan.for_candidate(cand)

@@ -81,7 +81,7 @@ def load_plan_view(store, plan_hash: str | None = None) -> PlanView | None:
     chain_result = verify_chain(store)
     events = store.query("SELECT seq, strftime(event_time AT TIME ZONE 'UTC', '%m-%d %H:%M:%S') AS time, kind, subject "
                          "FROM audit_events ORDER BY seq DESC")
-    return PlanView(plan.name, plan.hash, r["kind"], r["at"], stored_document(store, plan.hash) or plan.raw, check,
+    return PlanView(plan.name, plan.hash, r["kind"], r["at"], stored_document(store, plan.hash) or plan.document(), check,
                     detail, chain, holdout, exclusions, chain_result.ok, chain_result.message, events)
 
 

@@ -1,0 +1,158 @@
+"""One typed Plan: every section the code reads is parsed once in data/plans.py; nothing else
+reads the document (`Plan.raw`), the plan hash of the shipped templates is what it always was, and
+what a plan leaves out reads the same as before the typing (the gate's defaults above all)."""
+
+from __future__ import annotations
+
+import ast
+import copy
+from pathlib import Path
+
+import pytest
+
+from console.commands.plan import real_template, template
+from console.demo import QUICK_CHANGES
+from console.runner import plan_cells, plan_sampling
+from data.errors import CampaignError
+from data.plans import (
+    DEFAULT_QUALITY_CONCURRENCIES, BootstrapSpec, Margins, document_hash, plan_from_dict, validate_plan_dict,
+)
+from plans_helpers import minimal_plan
+from stats.gates import GateConfig
+from stats.quality.registry import DEFAULT_SCORERS, plan_scorers
+
+ROOT = Path(__file__).resolve().parents[1]
+MARGINS = {"wer_pp": 0.2, "sim": 0.5, "mos": 0.05}
+
+
+def _edited(doc: dict, changes: dict) -> dict:
+    """`doc` with dotted-path edits, as console/demo.py edits the demo plan."""
+    doc = copy.deepcopy(doc)
+    for dotted, value in changes.items():
+        node = doc
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        node[int(leaf) if isinstance(node, list) else leaf] = value
+    return doc
+
+
+def _with_env() -> dict:
+    doc = copy.deepcopy(template(True))
+    doc["engines"][0]["env"] = {"HF_TOKEN": "secret-value-123"}
+    doc["engines"][1]["env_passthrough"] = ["CUDA_VISIBLE_DEVICES"]
+    return doc
+
+
+# document_hash of each document computed by main's code before the plan was typed
+SHIPPED = {
+    "plan init --demo": (lambda: template(True), "4de0a7e53ba5c90db72fc6bd3dbe0a42f6da3a3dc9b0892195a82172bb123e51"),
+    "plan init": (lambda: template(False), "dd6af72d15b1a65fedb8f4260ba6a0e46de6335d3dc64ece741bd66765cc4ee0"),
+    "plan init --engines": (lambda: real_template(["vllm-omni", "sglang-omni", "peer"]),
+                            "fec633a198b248baa8675c9aa31a502fdea47f8c2dc258f35f077bf1bf1cae7f"),
+    "demo env values": (_with_env, "e48c0a8905a082c193858f9f9e788e125d82bf36dc5e16b2e88c845d80c7e1da"),
+    "demo --quick": (lambda: _edited(template(True), {"workload.pools_file": "pools.json",
+                                                      **{f"engines.{i}.port": 9001 + i for i in range(4)},
+                                                      **QUICK_CHANGES}),
+                     "02c666cbeb034d8801ed1c1d1c2ac16e70863eed61808c3323a4c642846fd3b6"),
+}
+
+
+@pytest.mark.parametrize("name", list(SHIPPED))
+def test_plan_hash_of_shipped_plans_is_unchanged(name, tmp_path):
+    build, expected = SHIPPED[name]
+    doc = build()
+    assert document_hash(doc) == expected
+    plan = plan_from_dict(doc, hash=document_hash(doc))
+    assert document_hash(plan.document()) == expected  # the document kept with the plan hashes the same
+
+
+def _attr_reads(path: Path) -> list[str]:
+    """Where a module reads `.raw` (or getattr(x, "raw")): only data/plans.py may read the document."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    hits = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "raw":
+            hits.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+              and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and node.args[1].value == "raw"):
+            hits.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return hits
+
+
+def test_no_module_outside_data_plans_reads_the_plan_document():
+    files = [p for d in ("console", "stats", "engine_adapters", "data", "bench", "scripts") for p in (ROOT / d).rglob("*.py")]
+    assert len(files) > 50
+    hits = [h for p in files if p != ROOT / "data" / "plans.py" for h in _attr_reads(p)]
+    assert not hits, f"read the typed Plan, not .raw: {', '.join(hits)}"
+
+
+def test_one_engine_spec():
+    defined = [f"{p.relative_to(ROOT)}" for d in ("console", "stats", "engine_adapters", "data")
+               for p in (ROOT / d).rglob("*.py")
+               if any(isinstance(n, ast.ClassDef) and n.name == "EngineSpec" for n in ast.walk(ast.parse(p.read_text())))]
+    assert defined == ["data/plans.py"]
+
+
+def test_gate_defaults_for_a_plan_that_omits_them():
+    cfg = GateConfig.from_plan(minimal_plan(quality={"margins": MARGINS}))
+    assert cfg.margins == {"wer": 0.2, "sim": 0.5, "utmos": 0.05}
+    assert (cfg.draws, cfg.seed, cfg.method, cfg.confidence) == (20000, 20261022, "percentile", 0.95)
+    assert cfg.concurrencies is None  # every concurrency the score table has
+    assert cfg.repeats == (0,)  # the sweep's measured repeats
+    assert GateConfig.from_plan(minimal_plan(quality={"margins": MARGINS, "concurrencies": []})).concurrencies is None
+    # a margin is never assumed: none given, or one missing, is refused
+    for quality in ({}, {"baseline": "e"}, {"margins": {}}, {"margins": {"wer_pp": 0.2, "sim": 0.5}}):
+        with pytest.raises(CampaignError, match="margin for (wer|utmos): missing or not a number"):
+            GateConfig.from_plan(minimal_plan(quality=quality))
+    with pytest.raises(CampaignError, match="margin for wer: missing"):
+        GateConfig.from_plan(minimal_plan())
+
+
+def test_what_a_plan_leaves_out():
+    engines = [{"name": n, "adapter": "reference", "dialect": "vllm-omni", "port": p} for n, p in (("a", 1), ("b", 2))]
+    plan = minimal_plan(engines=engines, quality={"baseline": "a", "candidate": "b"})
+    validate_plan_dict(plan.document(), "minimal")
+    q = plan.quality
+    # the holdout cells run at the default concurrencies on the default pool ...
+    assert q.concurrencies == DEFAULT_QUALITY_CONCURRENCIES and q.pool == "holdout"
+    assert sorted({(c.concurrency, c.pool) for c in plan_cells(plan, "holdout")}) == [(1, "holdout"), (16, "holdout"),
+                                                                                       (32, "holdout")]
+    # ... while the scores and the gate cover only what the plan names (as before the typing)
+    assert q.scored_concurrencies == () and q.scored_pool is None
+    assert q.margins == Margins() and plan.bootstrap == BootstrapSpec()
+    assert plan_scorers(plan) == {"wer": DEFAULT_SCORERS["wer"], "sim": DEFAULT_SCORERS["sim"], "mos": DEFAULT_SCORERS["mos"]}
+    assert plan_sampling(plan) == {}  # nothing sent: the engine's defaults apply
+    assert plan.workload.pool == "tuning" and plan.sweep.restart == "per_repeat" and plan.metrics.throughput_scale == 25
+    named = minimal_plan(engines=engines, quality={"baseline": "a", "candidate": "b", "pool": None, "concurrencies": [16]})
+    assert named.quality.scored_pool is None and named.quality.pool is None and named.quality.scored_concurrencies == (16,)
+
+
+def _same(typed, value) -> bool:
+    return list(typed) == value if isinstance(value, list) else typed == value
+
+
+def test_every_field_of_the_template_reads_typed():
+    """Each field the demo template writes is the typed attribute's value (lists as tuples)."""
+    doc = template(True)
+    plan = plan_from_dict(doc)
+    for key in ("model", "gpu", "workload", "sweep", "metrics", "bootstrap"):
+        for name, value in doc[key].items():
+            if not name.startswith("_"):
+                assert _same(getattr(getattr(plan, key), name), value), f"{key}.{name}"
+    for entry, engine in zip(doc["engines"], plan.engines, strict=True):
+        for name, value in entry.items():
+            assert _same(getattr(engine, name), value), f"engines.{name}"
+        assert engine.model == doc["model"]["id"]
+    for name, value in doc["quality"].items():
+        typed = getattr(plan.quality, name)
+        assert (typed == Margins(**value)) if name == "margins" else _same(typed, value), f"quality.{name}"
+    assert plan.quality.named == frozenset(doc["quality"])
+    assert list(plan.sampling.fields.items()) == list(doc["sampling"].items())  # as written, in order
+    assert (plan.sampling.seed, plan.sampling.temperature, plan.sampling.max_tokens) == (42, 0.0, None)
+    for key, items in (("decision_rules", plan.decision_rules), ("validators", plan.validators)):
+        for entry, typed in zip(doc[key], items, strict=True):
+            assert all(_same(getattr(typed, k), v) for k, v in entry.items()), key
+    view = plan.for_candidate("ref-lossy")
+    assert view.quality.candidates == ("ref-lossy",) and view.quality.candidate == "ref-lossy"
+    assert view.quality.scored_pool == "holdout" and view.quality.scored_concurrencies == (1, 16, 32)
