@@ -16,7 +16,7 @@ import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Sequence
+from typing import ClassVar, Sequence, TypeVar
 
 from data.workload import sha256_file
 from stats.quality.wer import WerCounts
@@ -108,6 +108,9 @@ def _save_cache(disk: dict[str, str]) -> bool:
         return False
 
 
+T = TypeVar("T")
+
+
 class Scorer(ABC):
     """Base class of all scorers; subclasses set the class attributes and implement scoring."""
 
@@ -175,6 +178,18 @@ class Scorer(ABC):
     @abstractmethod
     def load(self) -> None:
         """Load the model (called once, lazily, after available() said yes)."""
+
+    def folder(self) -> Path:
+        """The model directory of a scorer that loads from one (available() requires it)."""
+        if self.model_dir is None:
+            raise ScorerUnavailable(f"{self.name}: unavailable: no model directory configured")
+        return self.model_dir
+
+    def loaded(self, part: T | None) -> T:
+        """A model part that load() set: a clear error, not an AttributeError on None, before it ran."""
+        if part is None:
+            raise ScorerUnavailable(f"{self.name}: the model is not loaded")
+        return part
 
     # -- scoring --------------------------------------------------------------------------
     @abstractmethod
