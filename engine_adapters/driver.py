@@ -602,7 +602,8 @@ def _unpack(meta: memoryview, blob: memoryview) -> tuple[str, Any]:
         if kind == "raw":
             payload = [RawResult(**dict(zip(_RAW_META, values)), chunks=take(sizes)) for values, sizes in payload]
         else:
-            payload = [InflightRow(*head, chunks=take(sizes)) for *head, sizes in payload]
+            payload = [InflightRow(index, utt, warm, t_send, reads, first, last, stamps, take(sizes))
+                       for index, utt, warm, t_send, reads, first, last, stamps, sizes in payload]
     return kind, payload
 
 

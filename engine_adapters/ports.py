@@ -24,6 +24,7 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+from typing import AbstractSet
 
 PROC = Path("/proc")
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's `st` column
@@ -75,7 +76,7 @@ def listeners(port: int) -> list[Listener] | None:
 
 def _resolve(host: str) -> set[str]:
     try:
-        return {info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
+        return {str(info[4][0]) for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
     except OSError:
         return set()
 
@@ -153,7 +154,7 @@ def group_alive(pgid: int) -> bool:
     return any((st := _stat(pid)) is not None and st[1] == pgid for pid in _pids())
 
 
-def holders_of(found: list[Listener], exclude: set[int] = frozenset()) -> list[Holder]:
+def holders_of(found: list[Listener], exclude: AbstractSet[int] = frozenset()) -> list[Holder]:
     """Who holds these listening sockets, leaving out `exclude`; a socket whose holder cannot be
     seen (another user's process) is one Holder without a pid."""
     owners = socket_owners({x.inode for x in found})
