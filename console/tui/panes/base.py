@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.containers import Vertical
+from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
 from data.store import first_line
@@ -27,4 +28,4 @@ class Pane(Vertical):
         self.show_error(text)
         status = self.app.query("#status")
         if status:
-            status.first().update(Text(f"{event.worker.name}: {text}", style="bold red"))
+            status.first(Static).update(Text(f"{event.worker.name}: {text}", style="bold red"))
