@@ -552,8 +552,9 @@ async def _serve(config: EngineConfig, profile: Profile) -> None:
     except OSError as exc:
         await runner.cleanup()
         raise ReferenceEngineError(f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from None
-    server = site._server  # noqa: SLF001 - aiohttp has no public accessor
-    sockets = list(server.sockets) if isinstance(server, asyncio.Server) else []
+    # aiohttp has no public accessor and types _server as AbstractServer, which has no `sockets`;
+    # the server it holds (asyncio's or uvloop's Server) has them
+    sockets = [s for s in (site._server.sockets if site._server else [])]  # type: ignore[attr-defined]  # noqa: SLF001
     port = sockets[0].getsockname()[1] if sockets else config.port
     print(f"listening on http://{config.host}:{port} (dialect={config.dialect}, profile={profile.name})", flush=True)
 
