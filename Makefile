@@ -15,8 +15,10 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
+# ruff on the whole tree; mypy on the product packages ([tool.mypy] in pyproject.toml)
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 demo: $(STAMP)
 	$(BIN)/python -m console.demo
@@ -28,4 +30,4 @@ docs: $(STAMP)
 	$(BIN)/python -m data.schema > docs/schema.md
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache

@@ -332,7 +332,8 @@ def _scores_agree(store: Store, frame, doc: dict[str, Any], vid: str) -> None:
             sid = ids.get(metric) or (ids.get("mos") if metric == "utmos" else None)  # the MOS slot: scoring's 'mos'
             s = by.get((rec.run_id, rec.utt_id, sid))
             want = None if s is None or s["status"] != "ok" else (s["errors"] if metric == "wer" else s["value"])
-            if want is None or float(want) != float(v) or (metric == "wer" and float(s["wer_ref_words"]) != float(rec.wer_words)):
+            words_differ = s is not None and metric == "wer" and float(s["wer_ref_words"]) != float(rec.wer_words)
+            if want is None or float(want) != float(v) or words_differ:
                 raise EvidenceMismatch(f"verdict {vid}: {metric} of {rec.utt_id} in run {rec.run_id} is {v!r} in its "
                                        f"input table but {want!r} in tables/quality_scores")
 

@@ -12,7 +12,7 @@ matplotlib that add pandas-heavy dependencies for nothing this report needs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import matplotlib
 
@@ -26,7 +26,10 @@ from stats.results.plan_results import PlanResults, VerdictResult  # noqa: E402
 from stats.results.replicates import CheckReplicates  # noqa: E402
 from stats.results.series import GpuRunSeries  # noqa: E402
 
-STYLE = {
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
+
+STYLE: dict[RcKeyType, Any] = {
     "figure.dpi": 100, "savefig.dpi": 110, "font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9,
     "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3,
     "legend.fontsize": 8, "legend.frameon": False, "svg.fonttype": "none",

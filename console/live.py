@@ -162,12 +162,13 @@ class LiveSnapshot:
         if not isinstance(doc, dict) or doc.get("schema") != SNAPSHOT_SCHEMA:
             raise ValueError(f"not a live snapshot (schema {doc.get('schema') if isinstance(doc, dict) else None!r})")
         known = {f.name for f in fields(cls)}
-        snap = cls(**{k: v for k, v in doc.items() if k in known})
-        snap.run = LiveRun(**snap.run) if isinstance(snap.run, dict) else None
-        snap.requests = [LiveRequest(**r) for r in snap.requests]
-        snap.inflight = None if snap.inflight is None else [LiveInflight(**r) for r in snap.inflight]
-        snap.gpu = [LiveGpu(**g) for g in snap.gpu]
-        return snap
+        vals = {k: v for k, v in doc.items() if k in known}
+        run, inflight = vals.get("run"), vals.get("inflight")
+        vals.update(run=LiveRun(**run) if isinstance(run, dict) else None,
+                    requests=[LiveRequest(**r) for r in vals.get("requests", [])],
+                    inflight=None if inflight is None else [LiveInflight(**r) for r in inflight],
+                    gpu=[LiveGpu(**g) for g in vals.get("gpu", [])])
+        return cls(**vals)
 
 
 def _finite(obj: Any) -> Any:
@@ -398,7 +399,7 @@ class LiveFeed:
         run = self.snap.run
         if run is None or not self._run_requests:
             return
-        m = metrics_from_records(run.run_id, self._run_requests, self._run_chunks, **self.metric_params)
+        m = metrics_from_records(run.run_id, self._run_requests, self._run_chunks, MetricParams(**self.metric_params))
         run.metrics = {name: getattr(m, name) for name in LIVE_METRICS}
 
     def _add_gpu(self, samples: Iterable[GpuSample]) -> None:

@@ -242,9 +242,12 @@ class RunnerResult:
 
 def cell_problem(store: Store, run_id: str) -> str | None:
     """Why a recorded run does not count as a successful cell, or None."""
-    status, ok = store.con.execute(
+    row = store.con.execute(
         "SELECT r.status, (SELECT count(*) FROM requests q WHERE q.run_id = r.run_id AND q.outcome = 'ok' "
         "AND NOT q.is_warmup) FROM runs r WHERE r.run_id = ?", [run_id]).fetchone()
+    if row is None:
+        return f"run {run_id} is not in the store"
+    status, ok = row
     if status != "complete":
         return f"run {run_id} {status}"
     if not ok:

@@ -73,7 +73,7 @@ def line_sql(table: str, columns: Sequence[str]) -> str:
 
 def _segments(keys: pa.Array) -> Iterable[tuple[int, int, str]]:
     """(start, end, key) for each run of equal keys in an ordered batch."""
-    ree = pc.run_end_encode(keys)
+    ree = pc.run_end_encode(keys)  # type: ignore[attr-defined]  # in pyarrow.compute; pyarrow-stubs lacks it
     start = 0
     for end, key in zip(ree.run_ends.to_pylist(), ree.values.to_pylist()):
         yield start, end, key

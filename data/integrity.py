@@ -13,7 +13,8 @@ import json
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from functools import partial
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import duckdb
 
@@ -239,7 +240,7 @@ def check_exclusions(store: Store, evs: list[dict[str, Any]]) -> Check:
 
 def _digest_problem(rid: str, seq: int, recorded: dict[str, Any], got: dict[str, Any]) -> str | None:
     for table in [t for t, _ in RUN_TABLES] + ["gpu_samples"]:
-        want, have = recorded.get(table), got.get(table)
+        want, have = recorded.get(table), got[table]  # run_digests gives every table, rows 0 included
         if want is None:
             continue
         if want["rows"] != have["rows"]:
@@ -302,19 +303,19 @@ CHECKS: tuple[tuple[str, Callable[[Store, list[dict[str, Any]]], Check]], ...] =
 
 def check_exports(store: Store, evs: list[dict[str, Any]], against: Sequence[Exported]) -> Check | None:
     """An exported verdict document must be the one its `verdict_issued` event announced."""
-    docs = [x for x in against if x.verdict is not None]
+    docs = [(x.label, x.verdict) for x in against if x.verdict is not None]
     if not docs:
         return None
     issued = _by_subject(evs, "verdict_issued")
     problems = []
-    for x in docs:
-        vid = x.verdict.get("verdict_id")
-        e = issued.get(vid)
-        body = {k: v for k, v in x.verdict.items() if k != "audit_head"}
+    for label, verdict in docs:
+        vid = verdict.get("verdict_id")
+        e = issued.get(vid) if isinstance(vid, str) else None
+        body = {k: v for k, v in verdict.items() if k != "audit_head"}
         if e is None:
-            problems.append(f"{x.label}: verdict {vid} was never issued in this store")
+            problems.append(f"{label}: verdict {vid} was never issued in this store")
         elif document_sha256(body) != e["payload"].get("document_sha256"):
-            problems.append(f"{x.label}: verdict {vid} differs from the document issued at seq {e['seq']} "
+            problems.append(f"{label}: verdict {vid} differs from the document issued at seq {e['seq']} "
                             "(the export or the store was edited)")
     return _result("exports", problems, f"{len(docs)} exported verdict document(s) match their verdict_issued events")
 
@@ -325,9 +326,9 @@ def verify_store(store: Store, against: Sequence[Exported] = ()) -> list[Check]:
         evs = events(store)
     except duckdb.Error:
         evs = []  # the schema / chain checks say why
-    out = []
+    out: list[Check] = []
     for name, fn in CHECKS:
-        out.append(_run(name, lambda fn=fn: fn(store, evs)))
+        out.append(_run(name, partial(fn, store, evs)))
         if fn is check_file and not out[-1].ok:
             return out  # nothing read from a damaged file is evidence either way
         if fn is check_chain:
@@ -339,7 +340,10 @@ def verify_store(store: Store, against: Sequence[Exported] = ()) -> list[Check]:
     return out
 
 
-def _run(name: str, fn: Callable[[], Check | None]) -> Check | None:
+R = TypeVar("R", bound=Optional[Check])  # what a check returns: a Check (or None: not applicable)
+
+
+def _run(name: str, fn: Callable[[], R]) -> R | Check:
     try:
         return fn()
     except duckdb.Error as exc:

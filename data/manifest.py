@@ -104,13 +104,14 @@ def build_manifest(plan: "Plan", label: str = "plan") -> Manifest:
             if not wav.is_file():
                 raise CampaignError(f"{label}: workload: prompt wav of {utt_id} missing: {wav}")
             hashes[utt_id] = sha256_file(wav)
-    doc = {"schema": "omni-campaign-manifest/1", "locale": wl.locale, "meta_sha256": wl.meta_sha256(),
-           "pools": pools, "prompt_wav_sha256": hashes}
+    meta_sha = wl.meta_sha256()
+    doc: dict[str, Any] = {"schema": "omni-campaign-manifest/1", "locale": wl.locale, "meta_sha256": meta_sha,
+                           "pools": pools, "prompt_wav_sha256": hashes}
     pools_file = plan_pools_file(plan)
-    if pools_file is not None:  # the pools file is part of what the manifest freezes
-        doc["pools_file_sha256"] = sha256_file(pools_file)
-    return Manifest(sha256_text(canonical_json(doc)), wl.root, wl.locale, doc["meta_sha256"], pools, hashes,
-                    doc.get("pools_file_sha256"))
+    pools_sha = sha256_file(pools_file) if pools_file is not None else None
+    if pools_sha is not None:  # the pools file is part of what the manifest freezes
+        doc["pools_file_sha256"] = pools_sha
+    return Manifest(sha256_text(canonical_json(doc)), wl.root, wl.locale, meta_sha, pools, hashes, pools_sha)
 
 
 def freeze_manifest(store: Store, plan: "Plan", label: str = "plan") -> Manifest:

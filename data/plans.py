@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping, TypeVar
+from typing import Any, Mapping, Sequence, TypeVar
 
 import jsonschema
 
@@ -354,12 +354,13 @@ def format_path(path: Any) -> str:
 
 
 def _message(err: jsonschema.ValidationError) -> str:
-    if err.validator == "additionalProperties":
-        extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
+    instance, schema, values = err.instance, err.schema, err.validator_value
+    if err.validator == "additionalProperties" and isinstance(instance, Mapping) and isinstance(schema, Mapping):
+        extra = sorted(set(instance) - set(schema.get("properties", {})))
         extra = [e for e in extra if not e.startswith("_")]
         return f"unknown field(s) {', '.join(map(repr, extra))} (comments must start with '_')"
-    if err.validator == "enum":
-        return f"{err.instance!r} is not one of {', '.join(map(repr, err.validator_value))}"
+    if err.validator == "enum" and isinstance(values, list):
+        return f"{err.instance!r} is not one of {', '.join(map(repr, values))}"
     if err.validator == "const":
         return f"{err.instance!r} must be {err.validator_value!r}"
     return err.message
@@ -465,10 +466,10 @@ def semantic_errors(raw: dict[str, Any]) -> list[str]:
     if raw["sweep"].get("restart") == "never":
         ports: dict[tuple, str] = {}
         for i, e in enumerate(raw["engines"]):
-            key = (e.get("host", "127.0.0.1"), e["port"])
-            if key in ports:
-                errs.append(f"engines[{i}].port: {e['port']} is also used by {ports[key]!r}; restart 'never' keeps every engine up at once")
-            ports[key] = e["name"]
+            addr = (e.get("host", "127.0.0.1"), e["port"])
+            if addr in ports:
+                errs.append(f"engines[{i}].port: {e['port']} is also used by {ports[addr]!r}; restart 'never' keeps every engine up at once")
+            ports[addr] = e["name"]
     return errs
 
 
@@ -619,7 +620,7 @@ def plan_from_store(store: Store, plan_hash: str, label: str | None = None) -> P
     return plan_from_dict(doc, hash=full, source_path=row["source_path"])
 
 
-def plan_secrets(store: Store, plan: Plan, paths: list[str | Path] = ()) -> dict[str, str]:
+def plan_secrets(store: Store, plan: Plan, paths: Sequence[str | Path] = ()) -> dict[str, str]:
     """Env values of a frozen plan, found by their hash: in `paths` (the file given on the command
     line), the plan itself, and the files its lineage was frozen from. A file that is gone, or
     that no longer holds a value, simply contributes nothing (data/secrets.py)."""
@@ -636,12 +637,12 @@ def plan_secrets(store: Store, plan: Plan, paths: list[str | Path] = ()) -> dict
 
 
 def engine_environment(plan: Plan, secrets: dict[str, str], names: set[str] | None = None,
-                       environ: dict[str, str] | None = None) -> dict[str, dict[str, str]]:
+                       environ: Mapping[str, str] | None = None) -> dict[str, dict[str, str]]:
     """engine name -> the real env it is launched with (values and passed-through variables), for
     the engines in `names` (default: all); refuses, naming the field, when a value is not
     available, so this is checked before any launch."""
-    environ = os.environ if environ is None else environ
-    return {e.name: resolve_env(e.env, e.env_passthrough, secrets, environ, f"engines[{i}]")
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    return {e.name: resolve_env(e.env, e.env_passthrough, secrets, env, f"engines[{i}]")
             for i, e in enumerate(plan.engines) if names is None or e.name in names}
 
 

@@ -118,8 +118,11 @@ def pool_status(store: Store, plan: "Plan") -> PoolStatus:
     frozen, name = EventRef.of(frozen_ev), repr(pool) if pool else "(all utterances)"
     reserved = bool(plan.workload.holdout_pool) and plan.workload.holdout_pool == pool
     opened = EventRef.of(holdout_opened(store, plan.hash)) if reserved else None
-    common = dict(pool=pool, ids=len(ids), frozen=frozen, opened=opened, earlier_runs=earlier[:SHOWN_RUNS],
-                  earlier_runs_total=len(earlier))
+
+    def status(kind: str, summary: str) -> PoolStatus:
+        return PoolStatus(kind, pool, len(ids), summary, frozen=frozen, opened=opened,
+                          earlier_runs=earlier[:SHOWN_RUNS], earlier_runs_total=len(earlier))
+
     if earlier:
         plans = sorted({(r["plan_hash"] or "none")[:12] for r in earlier})
         shown = ", ".join(r["run_id"] for r in earlier[:3]) + (" ..." if len(earlier) > 3 else "")
@@ -128,14 +131,14 @@ def pool_status(store: Store, plan: "Plan") -> PoolStatus:
                    "untouched holdout")
         if reserved:
             summary += " (reserved at freeze, used since)"
-        return PoolStatus(REUSED, summary=summary, **common)
+        return status(REUSED, summary)
     if reserved:
         how = f"opened by {opened.short}" if opened else "not opened"
         summary = (f"holdout pool {name} ({len(ids)} ids) reserved and unused at freeze "
                    f"({frozen.short if frozen else 'no freeze event'}), {how}")
-        return PoolStatus(RESERVED, summary=summary, **common)
-    return PoolStatus(UNRESERVED, summary=f"pool {name} ({len(ids)} ids) is not a reserved holdout of this plan; "
-                                           "no earlier run used it", **common)
+        return status(RESERVED, summary)
+    return status(UNRESERVED, f"pool {name} ({len(ids)} ids) is not a reserved holdout of this plan; "
+                              "no earlier run used it")
 
 
 def evidence_of(document_json: str | None) -> tuple[str, str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, overload
 
 from data.errors import CampaignError
 from data.hashing import sha256_text
@@ -102,6 +102,10 @@ def resolve_env(env: Mapping[str, str], passthrough: Iterable[str], secrets: Map
     return out
 
 
+@overload
+def scrub(text: str, values: Iterable[str]) -> str: ...
+@overload
+def scrub(text: None, values: Iterable[str]) -> None: ...
 def scrub(text: str | None, values: Iterable[str]) -> str | None:
     """`text` with every env value of at least SCRUB_MIN_LEN characters replaced (stored log
     tails: an engine may print its own environment)."""

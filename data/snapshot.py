@@ -46,7 +46,7 @@ def take_snapshot(store: Store, target: Path) -> None:
         p.unlink(missing_ok=True)
     cur = store.con.cursor()  # its own connection and transaction: sees committed rows only
     try:
-        db = cur.execute("SELECT current_database()").fetchone()[0]
+        db = cur.execute("SELECT current_database()").fetchall()[0][0]
         alias = f"snap_{os.getpid()}_{threading.get_ident()}"
         cur.execute(f"ATTACH '{part}' AS {alias}")
         try:

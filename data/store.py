@@ -25,7 +25,8 @@ ENV_DB = "CAMPAIGN_DB"
 
 # Every store connection: a query never installs or loads an extension behind the user's back
 # (docs/integrity.md). The same settings on every connection, so one process can reopen a file.
-CONNECT_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+CONNECT_CONFIG: dict[str, str | bool | int | float | list[str]] = {
+    "autoinstall_known_extensions": False, "autoload_known_extensions": False}
 
 # DuckDB's file layout: three 4 KiB headers, then blocks of `block_size` bytes, block id i at
 # offset header + i * block_size (docs/integrity.md). The file must be long enough to hold as many

@@ -75,7 +75,7 @@ def stored_json_sha256(text: str | None) -> str | None:
 def document_sha256(document: dict[str, Any]) -> str:
     """The `document_sha256` of a verdict document as stored (also of an exported copy with its
     `audit_head` taken out: export adds nothing else)."""
-    return stored_json_sha256(_json(document))
+    return sha256_text(_json(document))  # = stored_json_sha256 of the stored text
 
 
 def insert_verdict(store: Store, row: VerdictRow) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import AbstractSet
 
 from data.errors import CampaignError
 from data.hashing import sha256_file
@@ -173,7 +174,7 @@ def parse_meta(meta_path: Path, root: Path | None = None) -> tuple[list[Utteranc
     return utterances, errors
 
 
-def _load_pools(root: Path, ids: set[str], bad: set[str | None] = frozenset()) -> dict[str, list[str]]:
+def _load_pools(root: Path, ids: set[str], bad: AbstractSet[str | None] = frozenset()) -> dict[str, list[str]]:
     """Pools from pools.json; an id on a bad meta.lst line is kept (the pool is refused when a
     plan uses it, naming the line), an id on no line at all is an error here."""
     path = root / POOLS_NAME
@@ -182,7 +183,7 @@ def _load_pools(root: Path, ids: set[str], bad: set[str | None] = frozenset()) -
     return read_pools_file(path, ids, bad)
 
 
-def read_pools_file(path: Path, ids: set[str], bad: set[str | None] = frozenset()) -> dict[str, list[str]]:
+def read_pools_file(path: Path, ids: set[str], bad: AbstractSet[str | None] = frozenset()) -> dict[str, list[str]]:
     """`{name: [utt ids]}` from a pools file; every id must be in the workload (`bad`: ids on bad
     meta.lst lines, kept so that a plan using the pool is refused naming the line)."""
     try:

@@ -95,8 +95,8 @@ class BatchWriter:
                     con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _batch")
                 finally:
                     con.unregister("_batch")
-        for table, arrow in batches.items():
-            self.rows_written[table] += arrow.num_rows
+        for name, written in batches.items():
+            self.rows_written[name] += written.num_rows
 
     def close(self) -> None:
         self.flush()

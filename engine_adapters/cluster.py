@@ -73,7 +73,8 @@ def node_placement(telemetry: bool = True) -> dict[str, Any]:
 
     ids = ray.get_gpu_ids()
     slot = int(ids[0]) if ids and str(ids[0]).isdigit() else 0
-    gpus, status = ([], "disabled")
+    gpus: list[dict[str, Any]] = []
+    status = "disabled"
     if telemetry:
         from engine_adapters.telemetry import gpu_identity
 
@@ -258,8 +259,8 @@ def drive_group(group: NodeGroup) -> Iterator[Message]:
             engines.run_ids[name].append(cell.drive.run_id)
             yield from drive_cell(cell, eng, scratch, group.telemetry, where["telemetry_status"])
             if eng.exit_cause():  # a crashed launch; the engine's next cell gets a fresh one
-                if (row := engines.stop(name)):
-                    yield "launch_ended", row
+                if (ended := engines.stop(name)):
+                    yield "launch_ended", ended
         rows = engines.stop_all()
         for row in rows:
             yield "launch_ended", row

@@ -163,9 +163,10 @@ class EngineProcess:
         url = self.spec.url + self.spec.health_path
         deadline = time.monotonic() + timeout_s
         last = "no answer yet"
+        proc = self._process()
         with httpx.Client(timeout=httpx.Timeout(2.0)) as client:
             while True:
-                code = self.proc.poll()
+                code = proc.poll()
                 if code is not None:
                     self._exited_before_health(code, url)
                 try:
@@ -183,6 +184,12 @@ class EngineProcess:
                     self._give_up(f"{url} not healthy within {timeout_s:g} s (last: {last})")
                 time.sleep(poll_s)
 
+    def _process(self) -> subprocess.Popen:
+        """The launched process (launch() ran and started it)."""
+        if self.proc is None:
+            raise EngineStartError(f"engine {self.spec.name!r}: no process was launched")
+        return self.proc
+
     def _exited_before_health(self, code: int, url: str) -> None:
         how = f"exited with code {code}" if code >= 0 else f"was {exit_status(code)}"
         self._failed(f"process {how} before {url} answered 200", code)
@@ -199,14 +206,15 @@ class EngineProcess:
         """Why a 200 from `url` is not the launched engine's, or None: the process must still be
         alive, hold the listening socket, and report this launch's id when it reports one (the
         adapters in IDENTITY_REQUIRED must)."""
-        code = self.proc.poll()
+        proc = self._process()
+        code = proc.poll()
         if code is not None:
             self._exited_before_health(code, url)
         port = self.spec.port
-        foreign = ports.foreign_holders(self.spec.host, port, self.proc.pid)
+        foreign = ports.foreign_holders(self.spec.host, port, proc.pid)
         if foreign:
             return (f"{url} answered 200, but port {port} is held by {foreign[0]}, "
-                    f"not by the launched engine (pid {self.proc.pid})")
+                    f"not by the launched engine (pid {proc.pid})")
         got = reported_identity(r.headers, r.content)
         if got is None and self.spec.adapter not in IDENTITY_REQUIRED:
             return None

@@ -24,6 +24,7 @@ import ipaddress
 import os
 import socket
 from dataclasses import dataclass
+from typing import AbstractSet
 
 from engine_adapters.process_group import PROC, live_stat, proc_pids
 
@@ -76,7 +77,7 @@ def listeners(port: int) -> list[Listener] | None:
 
 def _resolve(host: str) -> set[str]:
     try:
-        return {info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
+        return {str(info[4][0]) for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
     except OSError:
         return set()
 
@@ -133,7 +134,7 @@ def process_tree(root: int) -> set[int]:
     return tree
 
 
-def holders_of(found: list[Listener], exclude: set[int] = frozenset()) -> list[Holder]:
+def holders_of(found: list[Listener], exclude: AbstractSet[int] = frozenset()) -> list[Holder]:
     """Who holds these listening sockets, leaving out `exclude`; a socket whose holder cannot be
     seen (another user's process) is one Holder without a pid."""
     owners = socket_owners({x.inode for x in found})

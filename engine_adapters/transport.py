@@ -29,9 +29,9 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from typing import AsyncIterator, Awaitable, Callable
+from typing import AsyncIterator, Awaitable, Callable, Protocol
 from urllib.parse import urlsplit
 
 from data.errors import one_line
@@ -120,7 +120,7 @@ class HttpxTransport:
                                  resp.headers.get("content-type"), resp.headers.get("content-encoding"))
         finally:
             try:
-                await raw.aclose()
+                await raw.aclose()  # type: ignore[attr-defined]  # httpx types aiter_raw() as AsyncIterator; it is an async generator
             finally:
                 await resp.aclose()
 
@@ -380,4 +380,17 @@ class StampedTransport:
         await asyncio.sleep(0)  # let connection_lost callbacks run before the loop closes
 
 
-TRANSPORTS = {"stamped": StampedTransport, "aiohttp": AiohttpTransport, "httpx": HttpxTransport}
+class Transport(Protocol):
+    """What the driver needs of an HTTP client: the three above."""
+    name: str
+    version: str
+
+    def post(self, url: str, body: bytes, on_send: Callable[[], None],
+             headers: dict[str, str] | None = None) -> AbstractAsyncContextManager[StreamResponse]: ...
+
+    async def close(self) -> None: ...
+
+
+TRANSPORTS: dict[str, Callable[[int, dict[str, str] | None], Transport]] = {
+    "stamped": StampedTransport, "aiohttp": AiohttpTransport, "httpx": HttpxTransport}
+

@@ -103,7 +103,8 @@ def point_estimates(cell: CellArrays) -> dict[str, float]:
 
 
 def _columns(cell: CellArrays, metrics) -> tuple[list[np.ndarray], dict[str, int]]:
-    cols, layout = [], {}
+    cols: list[np.ndarray] = []
+    layout: dict[str, int] = {}
     if "wer" in metrics:
         layout["wer"] = len(cols)
         cols += [cell.e_cand, cell.e_base, cell.n_base]
@@ -134,7 +135,8 @@ def replicates_many(cells: list[CellArrays], metrics: list[tuple[str, ...]], *, 
     for i, cell in enumerate(cells):
         by_k.setdefault(cell.k, []).append(i)
     for k, members in by_k.items():
-        cols, spans = [], []
+        cols: list[np.ndarray] = []
+        spans: list[tuple[int, int, int, dict[str, int]]] = []
         for i in members:
             c, layout = _columns(cells[i], metrics[i])
             spans.append((i, len(cols), len(c), layout))

@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from data.errors import CampaignError
 from stats.gates import FAIL, INCONCLUSIVE, PASS, GateConfig, GateResult, evaluate_gates
 
 DATA_SEED = 7_2026
@@ -120,10 +121,12 @@ def run_controls(config: GateConfig) -> list[ControlResult]:
                 cfg: GateConfig | None = None) -> GateResult:
         res = evaluate_gates(frame, cfg or config, scorer_status=status, source=f"control:{name}")
         ok = res.verdict == expected
-        worst = max((c for c in res.checks if c.bound is not None), key=lambda c: c.bound - c.margin, default=None)
+        slack = [(c.bound - c.margin, c) for c in res.checks if c.bound is not None]
+        worst = max(slack, key=lambda t: t[0], default=None)
         detail = f"verdict {res.verdict}"
         if worst is not None:
-            detail += f"; tightest check C{worst.concurrency} {worst.metric} bound {worst.bound:.4g} vs margin {worst.margin:g}"
+            w = worst[1]
+            detail += f"; tightest check C{w.concurrency} {w.metric} bound {w.bound:.4g} vs margin {w.margin:g}"
         if extra is not None:
             extra_ok, extra_detail = extra(res)
             ok = ok and extra_ok
@@ -160,6 +163,8 @@ def run_controls(config: GateConfig) -> list[ControlResult]:
     inside = with_candidate(base, sim_shift=0.1 * float(m["sim"]), sim_noise=0.2)
     probe = evaluate_gates(inside, config, attribution=False)
     edge_bound = next(c.bound for c in probe.checks if c.metric == "sim" and c.concurrency == first_c)
+    if edge_bound is None:
+        raise CampaignError(f"control bound-equals-margin: the SIM check at C{first_c} computed no bound")
     edge = replace(config, margins={**dict(m), "sim": edge_bound})
     control("bound-equals-margin", f"SIM margin at C{first_c} set equal to its computed bound "
             f"({edge_bound:.6g}); equal fails", FAIL, inside, cfg=edge,

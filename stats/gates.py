@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 import numpy as np
 import pandas as pd
@@ -242,7 +242,7 @@ def frame_sha256(df: pd.DataFrame) -> str:
 
 # Which columns each arm needs for a metric (the candidate's word count is not used: WER is
 # normalised by the baseline's reference words).
-METRIC_COLUMNS = {
+METRIC_COLUMNS: dict[str, dict[str, tuple[str, ...]]] = {
     "wer": {"baseline": ("wer_errors", "wer_words"), "candidate": ("wer_errors",)},
     "sim": {"baseline": ("sim",), "candidate": ("sim",)},
     "utmos": {"baseline": ("utmos",), "candidate": ("utmos",)},
@@ -412,7 +412,8 @@ def evaluate_gates(frame: pd.DataFrame, config: GateConfig, *, scorer_status: Ma
     checks: list[Check] = []
     attributions: list[dict[str, Any]] = []
     ids_by_c: dict[int, list[str]] = {}
-    by_c = {int(c): g for c, g in df.groupby("concurrency", sort=False)}
+    # pandas-stubs types a group key as any scalar; the "concurrency" column holds integers
+    by_c = {int(cast(int, c)): g for c, g in df.groupby("concurrency", sort=False)}
     covs = [aggregate_cell(by_c.get(int(c), df.iloc[:0]), c, config.repeats) for c in concs]
     full = [tuple(m for m in METRICS if m not in unavailable and cov.covered[m].all() and len(cov.ids) >= 2)
             for cov in covs]
@@ -446,13 +447,12 @@ def evaluate_gates(frame: pd.DataFrame, config: GateConfig, *, scorer_status: Ma
             # Incomplete coverage (or fewer than two ids): diagnostic figures over what is there.
             part = cov.cell(m)
             reason = _missing_reason(cov, m) if not cov.covered[m].all() else "fewer than 2 ids"
-            point = bound = base = cand = None
-            if part.k >= 2:
+            figures: tuple[float | None, float | None, float | None, float | None] = (None, None, None, None)
+            if part.k >= 2:  # point, bound, baseline value, candidate value
                 r = cell_bounds(part, draws=config.draws, seed=config.seed, confidence=config.confidence,
                                 method=config.method, metrics=(m,))[m]
-                point, bound = r.point, r.bound
-                base, cand = _arm_values(part, m)
-            checks.append(Check(c, m, INCONCLUSIVE, margin, part.k, len(cov.ids), point, bound, base, cand,
+                figures = (r.point, r.bound, *_arm_values(part, m))
+            checks.append(Check(c, m, INCONCLUSIVE, margin, part.k, len(cov.ids), *figures,
                                 reason, diagnostic_only=True))
         if attribution and "wer" not in unavailable:
             part = cov.cell("wer")

@@ -76,7 +76,7 @@ class RuleResult:
         return [asdict(c) for c in self.cells]
 
 
-def _spread(values: Sequence[float]) -> dict[str, Any]:
+def _spread(values: Sequence[float | None]) -> dict[str, Any]:
     """min/median/max/CV (sample std over mean), the same definition as stats.metrics.spread."""
     arr = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
     if arr.size == 0:
@@ -97,10 +97,15 @@ def lower_ratio_bound(ratios: Sequence[float], confidence: float) -> tuple[float
     return math.exp(mean), math.exp(mean - t * sd / math.sqrt(n))
 
 
+def _as_rows(values: Sequence[RepeatValue]) -> list[dict[str, Any]]:
+    return [asdict(v) for v in sorted(values, key=lambda v: v.repeat)]
+
+
 def evaluate_cell(concurrency: int, cand: Sequence[RepeatValue], ref: Sequence[RepeatValue], *,
                   confidence: float, min_ratio: float) -> RuleCell:
     by_rep_ref = {r.repeat: r for r in ref}
-    pairs, refused = [], []
+    pairs: list[dict[str, Any]] = []
+    refused: list[str] = []
     for c in sorted(cand, key=lambda r: r.repeat):
         r = by_rep_ref.get(c.repeat)
         if r is None or not c.value or not r.value or c.value <= 0 or r.value <= 0:
@@ -111,25 +116,27 @@ def evaluate_cell(concurrency: int, cand: Sequence[RepeatValue], ref: Sequence[R
         pairs.append({"repeat": c.repeat, "candidate_run": c.run_id, "reference_run": r.run_id,
                       "candidate": c.value, "reference": r.value, "ratio": c.value / r.value,
                       "same_gpu": None if not (c.gpu and r.gpu) else c.gpu == r.gpu})
-    as_rows = lambda vals: [asdict(v) for v in sorted(vals, key=lambda v: v.repeat)]  # noqa: E731
-    base = dict(concurrency=concurrency, candidate=as_rows(cand), reference=as_rows(ref),
-                candidate_spread=_spread([v.value for v in cand]), reference_spread=_spread([v.value for v in ref]),
-                pairs=pairs, n_pairs=len(pairs), min_ratio=min_ratio)
+
+    def cell(status: str, geo: float | None, lower: float | None, reason: str) -> RuleCell:
+        return RuleCell(concurrency=concurrency, status=status, candidate=_as_rows(cand), reference=_as_rows(ref),
+                        candidate_spread=_spread([v.value for v in cand]), reference_spread=_spread([v.value for v in ref]),
+                        pairs=pairs, n_pairs=len(pairs), geo_mean_ratio=geo, lower_bound_ratio=lower,
+                        min_ratio=min_ratio, reason=reason)
+
     unpaired = len(cand) + len(ref) - 2 * len(pairs) - 2 * len(refused)
-    notes = []
+    notes: list[str] = []
     if refused:
         notes.append(f"{len(refused)} pair(s) refused: different GPU models ({'; '.join(refused)})")
     if (apart := sum(p["same_gpu"] is False for p in pairs)):
         notes.append(f"{apart} pair(s) ran on different GPUs of the same model")
     if len(pairs) < 2:
-        return RuleCell(status=INCONCLUSIVE, geo_mean_ratio=pairs[0]["ratio"] if pairs else None,
-                        lower_bound_ratio=None,
-                        reason="; ".join([f"{len(pairs)} paired repeat(s); a bound needs at least 2"
-                                          + (f" ({unpaired} unpaired run(s))" if unpaired else "")] + notes), **base)
+        return cell(INCONCLUSIVE, pairs[0]["ratio"] if pairs else None, None,
+                    "; ".join([f"{len(pairs)} paired repeat(s); a bound needs at least 2"
+                               + (f" ({unpaired} unpaired run(s))" if unpaired else "")] + notes))
     geo, lower = lower_ratio_bound([p["ratio"] for p in pairs], confidence)
     status = PASS if lower > min_ratio else FAIL
     reason = "; ".join(([f"{unpaired} unpaired run(s) not used"] if unpaired else []) + notes)
-    return RuleCell(status=status, geo_mean_ratio=geo, lower_bound_ratio=lower, reason=reason, **base)
+    return cell(status, geo, lower, reason)
 
 
 def evaluate_rule(rule: DecisionRule, values: Mapping[tuple[str, int], Sequence[RepeatValue]]) -> RuleResult:

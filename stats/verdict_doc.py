@@ -104,10 +104,10 @@ def throughput_table(store: Store, plan) -> list[dict[str, Any]]:
     """Every engine × every sweep concurrency: per-repeat metrics of the aggregate runs + spreads."""
     from stats.metrics import cell_runs, spread
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for engine in [e.name for e in plan.engines]:
         for c in plan.sweep.concurrencies:
-            repeats = []
+            repeats: list[dict[str, Any]] = []
             for x in cell_runs(store, plan, engine, int(c)):
                 rm = x.metrics
                 repeats.append({
@@ -121,7 +121,7 @@ def throughput_table(store: Store, plan) -> list[dict[str, Any]]:
                     "chunks_mean": rm.chunks_mean, "chunks_min": rm.chunks_min, "chunks_max": rm.chunks_max,
                     "audio_s_ok": rm.audio_s_ok, "audio_s_failed": rm.audio_s_failed, "wall_s": rm.wall_s,
                 })
-            spreads = {}
+            spreads: dict[str, dict[str, Any]] = {}
             for key in ("throughput", "ttfa_p50_s", "ttfa_p95_s", "e2e_p50_s", "e2e_p95_s", "rtf_mean"):
                 s = spread([r[key] for r in repeats])
                 spreads[key] = {"min": s.min, "median": s.median, "max": s.max, "cv": s.cv, "n": s.n}

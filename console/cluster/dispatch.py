@@ -31,7 +31,7 @@ from console.runner import (
     Cell, EngineManager, RunnerOptions, RunnerResult, check_preconditions, completed_cells, drive_spec,
     new_cell_run_id, plan_cells, plan_requests, recover_interrupted, refuse_rerun, run_params,
 )
-from data.errors import one_line
+from data.errors import CampaignError, one_line
 from data.plans import Plan, engine_environment, plan_secrets
 from data.store import Store
 from engine_adapters.cluster import NodeCell, NodeGroup, drive_group
@@ -64,6 +64,8 @@ def group_task(ray: Any) -> Any:
 
 def run_plan_on_cluster(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
     log = opts.log
+    if not opts.cluster:
+        raise CampaignError("a cluster run needs a cluster address (--cluster)")
     ray = connect(opts.cluster)
     shape = probe(ray)
     check_shape(plan, shape)

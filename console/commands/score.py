@@ -8,7 +8,8 @@ import math
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
 
 from console.output import print_rows
 from data.errors import CampaignError
@@ -68,7 +69,7 @@ def cmd_score(args) -> int:
             console.print(f"scoring on {args.cluster}: {replicas} replica(s) per scorer, one per GPU", highlight=False)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       TimeRemainingColumn(), console=console, transient=False) as progress:
-            tasks: dict[str, int] = {}
+            tasks: dict[str, TaskID] = {}
 
             def on_start(scorer, _n):
                 d = scorer.describe()

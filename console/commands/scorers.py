@@ -87,7 +87,7 @@ def _parse_items(args, metric: str) -> list[tuple[str, Path, Path | None, str]]:
         raise CampaignError(f"--items is for WER scorers; a {metric} scorer takes positional items")
     if not args.items:
         raise CampaignError(f"give at least one item ({'out.wav:prompt.wav' if metric == 'sim' else 'out.wav'})")
-    out = []
+    out: list[tuple[str, Path, Path | None, str]] = []
     for it in args.items:
         if metric == "sim":
             audio, sep, prompt = it.rpartition(":")
@@ -133,19 +133,20 @@ def cmd_run(args) -> int:
         scorer = cls(folder, device=args.device, batch_size=args.batch_size, dtype=args.dtype)
     except ValueError as exc:
         raise CampaignError(f"--dtype: {exc}") from None
-    results: list[ScoreResult | None] = []
+    problems: dict[int, ScoreResult] = {}
     todo: list[ScoreItem] = []
     for i, (_, audio, prompt, text) in enumerate(items):
         problem = _precheck(audio, prompt)
-        results.append(ScoreResult.failed(problem) if problem else None)
-        if not problem:
+        if problem:
+            problems[i] = ScoreResult.failed(problem)
+        else:
             todo.append(ScoreItem("cli", i, audio.stem, audio, text, prompt))
     try:
         scored = score_files(scorer, todo) if todo else []
     finally:
         scorer.close()
-    for item, res in zip(todo, scored):
-        results[item.request_index] = res
+    by_index = {**problems, **{item.request_index: res for item, res in zip(todo, scored)}}
+    results = [by_index[i] for i in range(len(items))]
     version, model_hash = (scorer.version, scorer.model_hash) if todo else (None, None)
     failed = 0
     rows = []

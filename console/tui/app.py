@@ -18,6 +18,8 @@ from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.timer import Timer
+from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Header, Input, Static, TabbedContent, TabPane
 
 from console.live import live_path, read_snapshot, writer_alive
@@ -98,7 +100,7 @@ class CampaignApp(App):
         self.verdicts: list[Any] = []
         self.locked = False
         self.finished_seen = False
-        self._live_timer: Any = None
+        self._live_timer: Timer | None = None
         self._last_seq: tuple[int, float] | None = None
         self._last_stat: tuple[int, int, int] | None = None  # (inode, mtime ns, size) of the file last read
         self.db_label = display_path(self.db_path)
@@ -258,7 +260,7 @@ class CampaignApp(App):
         if not msg.reports:
             body.mount(Static("No frozen plans in this store: `campaign plan freeze PLAN` first."))
             return
-        widgets = []
+        widgets: list[Widget] = []
         cols = ["C", "n"] + [report_label(f, lbl) for f, lbl in REPORT_COLUMNS]
         for rep in msg.reports:
             plan = rep.plan
@@ -266,7 +268,7 @@ class CampaignApp(App):
                 (plan.name, "bold"), f"   plan {plan.hash[:12]}  metrics v{METRICS_VERSION}  "
                 f"median [min-max] cv across measured repeats"), classes="report-title"))
             for engine in plan.engines:
-                table = DataTable(cursor_type="row", classes="report-table")
+                table: DataTable[Text] = DataTable(cursor_type="row", classes="report-table")
                 limit = rep.limits.get(engine.name)
                 table.border_title = (f"{engine.name} ({engine.adapter}, profile {engine.profile or '-'}"
                                       + (f", admits {limit} at once" if limit is not None else "") + ")")

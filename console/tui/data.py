@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from data.audit import ChainResult, verify_chain
 from data.metric_params import MetricParams
@@ -31,7 +31,7 @@ def open_read_only(path: str | Path) -> Store:
     return open_reader(path)
 
 
-def run_params(run: dict[str, Any]) -> MetricParams:
+def run_params(run: Mapping[str, Any]) -> MetricParams:
     """The metric parameters stored with a run (the plan's values), else the defaults."""
     return MetricParams.from_run_json(run.get("params_json"))
 

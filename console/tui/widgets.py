@@ -9,7 +9,7 @@ Colour carries meaning only: failures red, stalls yellow, PASS green.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -151,7 +151,7 @@ class GpuPanel(Vertical):
         for name, d in GPU_DEFS.items():
             yield SparkRow(d, id=f"spark-{name}")
 
-    def show(self, series: dict[str, Sequence[float | None]], note: str) -> None:
+    def show(self, series: Mapping[str, Sequence[float | None]], note: str) -> None:
         self.query_one(".gpu-note", Static).update(note)
         for name in GPU_DEFS:
             row = self.query_one(f"#spark-{name}", SparkRow)
@@ -197,7 +197,7 @@ class LiveView(Vertical):
         yield Static("", id="live-counts")
         yield Static("", id="live-metrics")
         yield GpuPanel(id="live-gpu")
-        table = DataTable(id="live-requests", cursor_type="row", zebra_stripes=False)
+        table: DataTable[Text | str] = DataTable(id="live-requests", cursor_type="row", zebra_stripes=False)
         yield table
 
     def on_mount(self) -> None:

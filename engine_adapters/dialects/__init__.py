@@ -35,7 +35,7 @@ class Dialect:
     path: str
     placements: tuple[str, ...]
     _build: Callable[..., dict[str, Any]]
-    _parser: type[StreamParser]
+    _parser: Callable[..., StreamParser]  # a parser class: (audio_format=, sample_rate=, max_event_bytes=)
     content_type: str = "text/event-stream"  # what this dialect's streaming answer declares
 
     def request_config(self, options: dict[str, Any] | None = None) -> RequestConfig:

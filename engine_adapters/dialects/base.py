@@ -202,7 +202,7 @@ class SSEFramer:
     def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES):
         self.buf = bytearray()
         self.scan = 0
-        self.start_ns: int | None = None
+        self.start_ns = 0  # stamp of the read that brought the first pending byte (set with that byte)
         self.max_event_bytes = max_event_bytes
 
     def feed(self, data: bytes, t_ns: int) -> list[tuple[int, bytes, int]]:

@@ -252,6 +252,10 @@ class PcmEncoder:
     def stream_error(self, ctx: StreamContext, message: str) -> list[Frame] | None:
         return None
 
+    def whole(self, ctx: StreamContext, text: str, samples: np.ndarray, finish: str, usage: Usage) -> bytes:
+        """Never reached: parse_request refuses `stream: false` for the pcm dialect (it only streams)."""
+        raise ValueError("the pcm dialect only streams")
+
 
 @dataclass(frozen=True, slots=True)
 class AudioTemplate:

@@ -281,7 +281,8 @@ class ReferenceEngine:
         if self.profile.delivery != "stream":
             return r
         step, samples = self.profile.chunk_samples, r.samples
-        key = (hashlib.blake2b(np.ascontiguousarray(samples), digest_size=16).digest(), audio_format)
+        # numpy's stubs give ndarray the buffer protocol only for Python >= 3.12
+        key = (hashlib.blake2b(np.ascontiguousarray(samples), digest_size=16).digest(), audio_format)  # type: ignore[arg-type]
         payloads = self._payloads.get_or_compute(key, lambda: tuple(
             self.encoder.audio_payload(samples[i:i + step], audio_format) for i in range(0, len(samples), step)))
         return dataclasses.replace(r, payloads=payloads)
@@ -442,6 +443,8 @@ class ReferenceEngine:
         """A plain stream written by the scheduler's steps (see the module docstring): wait
         until its sink has written the last event, then end the chunked body."""
         await resp.write(b"")  # the status line and headers go out now: the sink writes after them
+        if request.transport is None:
+            raise ConnectionResetError("the client went away before the stream started")
         direct = _DirectStream(self, req, prompt, seq, ctx, request.transport)
         seq.attach(direct.event)
         ended = await direct.done  # raises ConnectionResetError if the client went away
@@ -549,7 +552,9 @@ async def _serve(config: EngineConfig, profile: Profile) -> None:
     except OSError as exc:
         await runner.cleanup()
         raise ReferenceEngineError(f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from None
-    sockets = [s for s in (site._server.sockets if site._server else [])]  # noqa: SLF001 - aiohttp has no public accessor
+    # aiohttp has no public accessor and types _server as AbstractServer, which has no `sockets`;
+    # the server it holds (asyncio's or uvloop's Server) has them
+    sockets = [s for s in (site._server.sockets if site._server else [])]  # type: ignore[attr-defined]  # noqa: SLF001
     port = sockets[0].getsockname()[1] if sockets else config.port
     print(f"listening on http://{config.host}:{port} (dialect={config.dialect}, profile={profile.name})", flush=True)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Final, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -24,12 +24,12 @@ from data.store import Store
 from stats.metrics.registry import METRICS_VERSION
 from stats.playback import PlaybackResult, simulate_playback
 
-PERCENTILE_METHOD = "linear"
+PERCENTILE_METHOD: Final = "linear"
 NS = 1e9
 
 
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """q-th percentile (0..100) by numpy's 'linear' method; None for no values."""
+def percentile(values: Sequence[float | None], q: float) -> float | None:
+    """q-th percentile (0..100) by numpy's 'linear' method over the values that are not None; None for none."""
     arr = np.asarray([v for v in values if v is not None], dtype=float)
     if arr.size == 0:
         return None

@@ -32,10 +32,8 @@ class AsrScorer(Scorer):
                 loaded.append(exc)
         good = [(i, w) for i, w in enumerate(loaded) if not isinstance(w, AudioError)]
         texts = self.transcribe([w for _, w in good]) if good else []
-        out: list[str | AudioError] = list(loaded)  # errors stay in place
-        for (i, _), t in zip(good, texts):
-            out[i] = t
-        return out
+        text_at = dict(zip((i for i, _ in good), texts))
+        return [text_at[i] if not isinstance(w, AudioError) else w for i, w in enumerate(loaded)]  # errors stay in place
 
     def score_batch(self, items: Sequence[ScoreItem]) -> list[ScoreResult]:
         try:

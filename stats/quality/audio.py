@@ -57,16 +57,16 @@ def _read(path: Path, rate: int, resampler: str) -> np.ndarray:
 
 
 def load_each(paths: Sequence[Path], rate: int = SCORER_RATE,
-              resampler: str = "soxr") -> tuple[list[np.ndarray | str], list[int]]:
+              resampler: str = "soxr") -> tuple[list[np.ndarray | str], dict[int, np.ndarray]]:
     """`load_audio` per path, an unreadable file becoming its error text instead of failing the
-    batch; also the indices that loaded, which a scorer runs its model on."""
+    batch; also index -> waveform of those that loaded, which a scorer runs its model on."""
     out: list[np.ndarray | str] = []
     for path in paths:
         try:
             out.append(load_audio(path, rate, resampler))
         except AudioError as exc:
             out.append(str(exc))
-    return out, [i for i, w in enumerate(out) if not isinstance(w, str)]
+    return out, {i: w for i, w in enumerate(out) if not isinstance(w, str)}
 
 
 _PREFETCH: contextvars.ContextVar["Prefetcher | None"] = contextvars.ContextVar("audio_prefetch", default=None)

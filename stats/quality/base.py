@@ -14,7 +14,7 @@ import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Sequence
+from typing import ClassVar, Sequence, TypeVar
 
 from data.hashing import cached_sha256_files, sha256_text
 from stats.quality.wer import WerCounts
@@ -66,6 +66,9 @@ def hash_model_files(files: Sequence[Path], root: Path | None = None) -> str:
         name = str(f.relative_to(root)) if root and f.is_relative_to(root) else f.name
         lines.append(f"{name}\0{digest}\n")
     return sha256_text("".join(lines))
+
+
+T = TypeVar("T")
 
 
 class Scorer(ABC):
@@ -138,6 +141,18 @@ class Scorer(ABC):
     @abstractmethod
     def load(self) -> None:
         """Load the model (called once, lazily, after available() said yes)."""
+
+    def folder(self) -> Path:
+        """The model directory of a scorer that loads from one (available() requires it)."""
+        if self.model_dir is None:
+            raise ScorerUnavailable(f"{self.name}: unavailable: no model directory configured")
+        return self.model_dir
+
+    def loaded(self, part: T | None) -> T:
+        """A model part that load() set: a clear error, not an AttributeError on None, before it ran."""
+        if part is None:
+            raise ScorerUnavailable(f"{self.name}: the model is not loaded")
+        return part
 
     # -- scoring --------------------------------------------------------------------------
     @abstractmethod

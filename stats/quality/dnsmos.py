@@ -82,13 +82,13 @@ def dnsmos_ovrl(wav: np.ndarray, threads: int | None = None) -> float:
     return float(np.mean(ovr))
 
 
-def _score_path(path: str) -> tuple[str, float | str]:
+def _score_path(path: str) -> ScoreResult:
     try:
-        return "ok", dnsmos_ovrl(load_audio(Path(path)))
+        return ScoreResult("ok", value=dnsmos_ovrl(load_audio(Path(path))))
     except AudioError as exc:
-        return "error", str(exc)
+        return ScoreResult.failed(str(exc))
     except Exception as exc:  # one bad clip must not stop the run
-        return "error", f"dnsmos failed: {one_line(exc)}"
+        return ScoreResult.failed(f"dnsmos failed: {one_line(exc)}")
 
 
 class DnsmosScorer(ProcessPoolMixin, Scorer):
@@ -129,8 +129,7 @@ class DnsmosScorer(ProcessPoolMixin, Scorer):
 
     def score_batch(self, items: Sequence[ScoreItem]) -> list[ScoreResult]:
         self.ensure_loaded()
-        outs = self.map_in_pool(_score_path, [str(it.audio_path) for it in items])
-        return [ScoreResult("ok", value=v) if st == "ok" else ScoreResult.failed(v) for st, v in outs]
+        return self.map_in_pool(_score_path, [str(it.audio_path) for it in items])
 
     def describe(self) -> dict:
         return super().describe() | {"workers": self.workers}

@@ -105,9 +105,11 @@ class Res2Conv1dReluBn(nn.Module):
 
     def forward(self, x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         parts = torch.split(x, self.width, dim=1)
-        out, sp = [], None
+        out: list[torch.Tensor] = []
+        sp = parts[0]
         for i in range(self.nums):
-            sp = parts[i] if i == 0 else sp + parts[i]
+            if i > 0:
+                sp = sp + parts[i]
             sp = self.bns[i](F.relu(self.convs[i](masked_fill_time(sp, valid))))
             out.append(sp)
         if self.scale != 1:
@@ -188,7 +190,9 @@ class EcapaHead(nn.Module):
         if len(states) != self.cfg.n_states:
             raise HeadShapeError(f"the SSL model gives {len(states)} hidden states, feature_weight has {self.cfg.n_states}")
         w = torch.softmax(self.feature_weight.float(), dim=-1)
-        x = sum(w[i] * s.float() for i, s in enumerate(states))
+        x = w[0] * states[0].float()
+        for i in range(1, len(states)):
+            x = x + w[i] * states[i].float()
         x = x.transpose(1, 2) + 1e-6
         m = valid[:, None, :].to(x.dtype)
         n = m.sum(-1, keepdim=True).clamp(min=1.0)

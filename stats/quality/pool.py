@@ -12,12 +12,14 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable, Iterable, TypeVar
 
+from stats.quality.base import Scorer
+
 T = TypeVar("T")
 R = TypeVar("R")
 
 
-class ProcessPoolMixin:
-    """Mix into a `Scorer` subclass (before it in the bases): CPU-only construction, then `map_in_pool(...)`."""
+class ProcessPoolMixin(Scorer):
+    """Put before a `Scorer` subclass in the bases: CPU-only construction, then `map_in_pool(...)`."""
 
     pool_min_batch: int = 8  # below this, worker start-up costs more than it saves
     pool_initializer: Callable[[], Any] | None = None

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from data.errors import CampaignError
 from data.plans import Plan
@@ -250,6 +250,8 @@ def score_expected(store: Store, expected: Sequence[Expected], scorer: Scorer, *
         if (e.run_id, e.request_index) in have:
             summary.existing += 1
             continue
+        # not_scorable found a stored output: a run, a request and its utterance
+        assert e.run_id is not None and e.request_index is not None and e.utt_id is not None and e.audio_path
         utt = by_id.get(e.utt_id)
         todo.append((e, ScoreItem(e.run_id, e.request_index, e.utt_id, resolve_audio(artifacts_dir, e.audio_path),
                                   utt.target_text if utt else "", utt.prompt_wav if utt else None, e.audio_sha256)))
@@ -277,7 +279,7 @@ def score_expected(store: Store, expected: Sequence[Expected], scorer: Scorer, *
     prompt_shas: dict[Path, str] = {}
     groups: dict[tuple, list[tuple[Expected, ScoreItem, str]]] = {}
     for e, item, sha in ready:
-        src = stored.get(_stored_key(scorer.metric, sha, normalize_text(item.target_text), e.utt_id, plan_hash))
+        src = stored.get(_stored_key(scorer.metric, sha, normalize_text(item.target_text), item.utt_id, plan_hash))
         if src is not None:
             direct.append(_copied_row(e, scorer, src))
             summary.reused_stored += 1
@@ -414,6 +416,13 @@ def _scores_by_key(store: Store, scorer_ids: Sequence[str]) -> dict[tuple[str, i
     return {(r["run_id"], r["request_index"], r["scorer_id"]): r for r in rows}
 
 
+def _score_row(scores: Mapping[tuple[str, int, str], dict], e: Expected, scorer_id: str | None) -> dict | None:
+    """The stored score row of one expected output for one scorer, if any."""
+    if not scorer_id or e.run_id is None or e.request_index is None:
+        return None
+    return scores.get((e.run_id, e.request_index, scorer_id))
+
+
 def metric_scorer_ids(plan: Any) -> dict[str, str | None]:
     """metric -> scorer_id the plan uses for it (None for an unknown scorer name)."""
     out: dict[str, str | None] = {}
@@ -453,11 +462,12 @@ def scores_frame(store: Store, plan: Any, artifacts_dir: Path | None = None):
         causes: dict[str, str] = {}
         for metric in METRICS:
             sid = ids[metric]
-            row = scores.get((e.run_id, e.request_index, sid)) if sid and e.run_id else None
+            row = _score_row(scores, e, sid)
             cause = _metric_cause(e, row, status[metric], base)
             if cause:
                 causes[metric] = cause
                 continue
+            assert row is not None  # _metric_cause names a cause for every output without a stored row
             if metric == "wer":
                 vals["wer_errors"] = row["wer_substitutions"] + row["wer_deletions"] + row["wer_insertions"]
                 vals["wer_words"] = row["wer_ref_words"]
@@ -512,7 +522,7 @@ def coverage(store: Store, plan: Any, artifacts_dir: Path | None = None) -> tupl
         for metric in METRICS:
             key = (e.arm, e.engine, e.concurrency, metric)
             line = lines.setdefault(key, CoverageLine(e.arm, e.engine, e.concurrency, metric, 0, 0, {}))
-            row = scores.get((e.run_id, e.request_index, ids[metric])) if ids[metric] and e.run_id else None
+            row = _score_row(scores, e, ids[metric])
             cause = _metric_cause(e, row, status[metric], base)
             scored = cause is None
             gaps_ = dict(line.gaps)

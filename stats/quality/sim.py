@@ -7,7 +7,7 @@ import json
 from abc import abstractmethod
 from importlib import metadata
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -15,6 +15,12 @@ from data.errors import CampaignError, one_line
 from stats.quality.audio import AudioError, load_audio, load_each
 from stats.quality.base import ScoreItem, ScoreResult, Scorer
 from stats.quality.precision import DTYPES, precision
+
+if TYPE_CHECKING:
+    from transformers import WavLMForXVector
+
+    from stats.quality.ecapa import EcapaHead
+    from stats.quality.wavlm import WavLM
 
 
 def cosine100(a: np.ndarray, b: np.ndarray) -> float:
@@ -43,15 +49,15 @@ class SimScorer(Scorer):
         """SIM between two waveforms (used by tests and the GPU check)."""
         self.ensure_loaded()
         ea, eb = self.embed([a, b])
-        for e in (ea, eb):
-            if isinstance(e, str):
-                raise ValueError(e)
+        if isinstance(ea, str) or isinstance(eb, str):
+            raise ValueError(ea if isinstance(ea, str) else eb)
         return cosine100(ea, eb)
 
     def _prompt_embeddings(self, prompts: set[Path]) -> dict[Path, np.ndarray | str]:
         todo = [p for p in prompts if p not in self._prompt_cache]
         errors: dict[Path, str] = {}
-        wavs, ok = [], []
+        wavs: list[np.ndarray] = []
+        ok: list[Path] = []
         for p in todo:
             try:
                 wavs.append(load_audio(p, resampler=self.resampler))
@@ -63,32 +69,35 @@ class SimScorer(Scorer):
                 errors[p] = f"prompt wav: {e}"
             else:
                 self._prompt_cache[p] = e
-        return {p: errors.get(p, self._prompt_cache.get(p)) for p in prompts}
+        return {p: errors[p] if p in errors else self._prompt_cache[p] for p in prompts}
 
     def score_batch(self, items: Sequence[ScoreItem]) -> list[ScoreResult]:
         try:
             self.ensure_loaded()
             prompts = self._prompt_embeddings({it.prompt_wav for it in items if it.prompt_wav})
             outs, good = load_each([it.audio_path for it in items], resampler=self.resampler)
-            embs = dict(zip(good, self.embed([outs[i] for i in good]))) if good else {}
+            embs = dict(zip(good, self.embed(list(good.values())))) if good else {}
         except Exception as exc:  # a model failure marks the batch, keeps the run going
             return [ScoreResult.failed(f"{self.name} failed: {one_line(exc)}") for _ in items]
-        results = []
-        for i, it in enumerate(items):
-            if isinstance(outs[i], str):
-                results.append(ScoreResult.failed(outs[i]))
-            elif it.prompt_wav is None:
-                results.append(ScoreResult.failed("no prompt wav for this utterance"))
-            elif isinstance(prompts.get(it.prompt_wav), str):
-                results.append(ScoreResult.failed(prompts[it.prompt_wav]))
-            elif isinstance(embs[i], str):
-                results.append(ScoreResult.failed(embs[i]))
-            else:
-                try:
-                    results.append(ScoreResult("ok", value=cosine100(embs[i], prompts[it.prompt_wav])))
-                except ValueError as exc:
-                    results.append(ScoreResult.failed(str(exc)))
-        return results
+        return [_similarity_result(outs[i], None if it.prompt_wav is None else prompts[it.prompt_wav], embs.get(i))
+                for i, it in enumerate(items)]
+
+
+def _similarity_result(out: np.ndarray | str, prompt: np.ndarray | str | None, emb: np.ndarray | str | None) -> ScoreResult:
+    """One item's SIM from its loaded output (or load error), its prompt embedding (or error; None:
+    no prompt wav) and its output embedding (None where the output did not load)."""
+    if isinstance(out, str):
+        return ScoreResult.failed(out)
+    if prompt is None:
+        return ScoreResult.failed("no prompt wav for this utterance")
+    if isinstance(prompt, str):
+        return ScoreResult.failed(prompt)
+    if emb is None or isinstance(emb, str):
+        return ScoreResult.failed(emb or "no embedding")
+    try:
+        return ScoreResult("ok", value=cosine100(emb, prompt))
+    except ValueError as exc:
+        return ScoreResult.failed(str(exc))
 
 
 class ResemblyzerScorer(SimScorer):
@@ -100,7 +109,7 @@ class ResemblyzerScorer(SimScorer):
 
     def __init__(self, model_dir: Path | None = None, **kw):
         super().__init__(model_dir, **kw)
-        self._encoder = None
+        self._encoder: Any = None  # resemblyzer.VoiceEncoder (the package ships no types)
 
     @property
     def version(self) -> str:
@@ -121,14 +130,15 @@ class ResemblyzerScorer(SimScorer):
         from resemblyzer import VoiceEncoder
         self._encoder = VoiceEncoder(device=self.device, verbose=False)
 
-    def embed(self, wavs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def embed(self, wavs: Sequence[np.ndarray]) -> list[np.ndarray | str]:
         from resemblyzer import preprocess_wav
-        out = []
+        encoder = self.loaded(self._encoder)
+        out: list[np.ndarray | str] = []
         for w in wavs:
             pre = preprocess_wav(w)  # already 16 kHz: volume-normalise and trim long silences
             if len(pre) < 1600:  # VAD left < 0.1 s: embed the raw clip rather than nothing
                 pre = w
-            out.append(np.asarray(self._encoder.embed_utterance(pre), dtype=np.float64))
+            out.append(np.asarray(encoder.embed_utterance(pre), dtype=np.float64))
         return out
 
 
@@ -147,11 +157,11 @@ class WavlmScorer(SimScorer):
 
     def __init__(self, model_dir: Path | None = None, **kw):
         super().__init__(model_dir, **kw)
-        self._model = None
-        self._fe = None
+        self._model: WavLMForXVector | None = None
+        self._fe: Any = None  # the folder's feature extractor (AutoFeatureExtractor picks the class)
 
     def _config(self) -> dict:
-        return json.loads((self.model_dir / "config.json").read_text())
+        return json.loads((self.folder() / "config.json").read_text())
 
     @property
     def version(self) -> str:
@@ -159,7 +169,7 @@ class WavlmScorer(SimScorer):
         return f"transformers {metadata.version('transformers')} {arch} {self.model_dir.name if self.model_dir else ''}".strip()
 
     def model_files(self) -> list[Path]:
-        return sorted(p for p in self.model_dir.iterdir() if p.is_file() and p.suffix in (".json", ".safetensors", ".bin"))
+        return sorted(p for p in self.folder().iterdir() if p.is_file() and p.suffix in (".json", ".safetensors", ".bin"))
 
     def available(self) -> tuple[bool, str]:
         return hf_dir_problems(self.model_dir, "wavlm-ecapa", "CAMPAIGN_WAVLM_DIR", model_type="wavlm",
@@ -171,22 +181,24 @@ class WavlmScorer(SimScorer):
 
         transformers.logging.set_verbosity_error()  # deprecation chatter would bury the progress bar
         from transformers import AutoFeatureExtractor, WavLMForXVector
-        self._fe = AutoFeatureExtractor.from_pretrained(self.model_dir, local_files_only=True)
+        self._fe = AutoFeatureExtractor.from_pretrained(self.folder(), local_files_only=True)
         dtype = torch.float16 if self.device.startswith("cuda") else torch.float32
-        self._model = WavLMForXVector.from_pretrained(self.model_dir, local_files_only=True, dtype=dtype)
-        self._model.to(self.device).eval()
+        self._model = WavLMForXVector.from_pretrained(self.folder(), local_files_only=True, dtype=dtype)
+        # transformers wraps PreTrainedModel.to with functools.wraps, which types the bound call wrongly
+        self._model.to(self.device).eval()  # type: ignore[arg-type]
 
-    def embed(self, wavs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def embed(self, wavs: Sequence[np.ndarray]) -> list[np.ndarray | str]:
         import torch
-        out: list[np.ndarray] = []
+        fe, model = self.loaded(self._fe), self.loaded(self._model)
+        out: list[np.ndarray | str] = []
         for start in range(0, len(wavs), self.batch_size):
             chunk = list(wavs[start:start + self.batch_size])
-            feats = self._fe(chunk, sampling_rate=16000, padding=True, return_attention_mask=True,
+            feats = fe(chunk, sampling_rate=16000, padding=True, return_attention_mask=True,
                              return_tensors="pt")
             feats = {k: v.to(self.device) for k, v in feats.items()}
-            feats["input_values"] = feats["input_values"].to(self._model.dtype)
+            feats["input_values"] = feats["input_values"].to(model.dtype)
             with torch.inference_mode():
-                emb = self._model(**feats).embeddings
+                emb = model(**feats).embeddings
             out += [e.float().cpu().numpy().astype(np.float64) for e in emb]
         return out
 
@@ -240,8 +252,8 @@ class SeedTtsSimScorer(SimScorer):
 
     def __init__(self, model_dir: Path | None = None, **kw):
         super().__init__(model_dir, **kw)
-        self._ssl = None
-        self._head = None
+        self._ssl: WavLM | None = None
+        self._head: EcapaHead | None = None
         self._source = "?"
         self.last_batches: list[int] = []
 
@@ -277,7 +289,7 @@ class SeedTtsSimScorer(SimScorer):
 
         if self.dtype != "float32" and not str(self.device).startswith("cuda"):
             raise CampaignError(f"{self.name}: {self.dtype} needs a CUDA device (device is {self.device})")
-        ck = read_folder(self.model_dir, mmap=True)
+        ck = read_folder(self.folder(), mmap=True)
         ssl = WavLM(WavLMConfig.from_cfg(ck.cfg))
         ssl.load_state_dict(ck.ssl_state, strict=True)
         head = EcapaHead(HeadConfig.from_state(ck.head_state))
@@ -290,7 +302,7 @@ class SeedTtsSimScorer(SimScorer):
     def embed(self, wavs: Sequence[np.ndarray]) -> list[np.ndarray | str]:
         self.ensure_loaded()
         out: list[np.ndarray | str] = [""] * len(wavs)
-        need = self._ssl.cfg.min_samples
+        need = self.loaded(self._ssl).cfg.min_samples
         ok = [i for i, w in enumerate(wavs) if len(w) >= need]
         for i in set(range(len(wavs))) - set(ok):
             out[i] = f"clip too short for WavLM: {len(wavs[i])} samples at 16 kHz, needs {need}"
@@ -312,16 +324,18 @@ class SeedTtsSimScorer(SimScorer):
         for j, w in enumerate(wavs):
             wave[j, : len(w)] = torch.from_numpy(np.asarray(w, dtype=np.float32))
         wave, lengths = wave.to(self.device), lengths.to(self.device)
+        ssl, head = self.loaded(self._ssl), self.loaded(self._head)
         with torch.inference_mode(), precision(self.dtype, self.device):
-            states, frames = self._ssl(wave, lengths)
-            emb = self._head(states, frame_mask(frames, states[0].shape[1]))
+            states, frames = ssl(wave, lengths)
+            emb = head(states, frame_mask(frames, states[0].shape[1]))
         return emb.float().cpu().numpy()
 
     def describe(self) -> dict:
         return super().describe() | {"ssl_weights": self._source, "resampler": self.resampler}
 
     def close(self) -> None:
-        self._ssl = self._head = None
+        self._ssl = None
+        self._head = None
         self._loaded = False
         if str(self.device).startswith("cuda"):
             import torch

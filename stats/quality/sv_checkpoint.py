@@ -82,10 +82,10 @@ def load_checkpoint(path: Path, *, mmap: bool = True) -> Any:
     problem = file_problem(path)
     if problem:
         raise CheckpointError(problem)
-    kw = {"map_location": "cpu", "mmap": mmap and zipfile.is_zipfile(path)}
+    use_mmap = mmap and zipfile.is_zipfile(path)
     try:
         with torch.serialization.safe_globals([argparse.Namespace]):
-            return torch.load(str(path), weights_only=True, **kw)
+            return torch.load(str(path), map_location="cpu", weights_only=True, mmap=use_mmap)
     except pickle.UnpicklingError as exc:
         if not _trusted():
             why = first_line(exc, 160, default="non-tensor objects")
@@ -94,7 +94,7 @@ def load_checkpoint(path: Path, *, mmap: bool = True) -> Any:
     except Exception as exc:  # truncated archive, bad pickle...
         raise CheckpointError(f"{path}: cannot be loaded ({one_line(exc, 200)})") from None
     try:
-        return torch.load(str(path), weights_only=False, **kw)
+        return torch.load(str(path), map_location="cpu", weights_only=False, mmap=use_mmap)
     except Exception as exc:
         raise CheckpointError(f"{path}: cannot be loaded ({one_line(exc, 200)})") from None
 

@@ -37,7 +37,9 @@ def build_tiny_whisper(folder: Path, *, seed: int = 0, d_model: int = 64, layers
     tok = WhisperTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"), unk_token="<|endoftext|>",
                            bos_token="<|endoftext|>", eos_token="<|endoftext|>", pad_token="<|endoftext|>")
     tok.add_special_tokens({"additional_special_tokens": WHISPER_SPECIALS[1:]})
-    ids = dict(zip(WHISPER_SPECIALS, tok.convert_tokens_to_ids(WHISPER_SPECIALS)))
+    special_ids = tok.convert_tokens_to_ids(WHISPER_SPECIALS)  # a list for a list of tokens
+    assert isinstance(special_ids, list)
+    ids = dict(zip(WHISPER_SPECIALS, special_ids))
     proc = WhisperProcessor(feature_extractor=WhisperFeatureExtractor(feature_size=mel_bins), tokenizer=tok)
     eot, sot = ids["<|endoftext|>"], ids["<|startoftranscript|>"]
     ffn = ffn or 2 * d_model

@@ -30,7 +30,7 @@ import zipfile
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -40,6 +40,11 @@ from stats.quality.audio import SCORER_RATE, load_each
 from stats.quality.base import ScoreItem, ScoreResult, Scorer
 from stats.quality.precision import DTYPES, precision
 from stats.quality.utmos_model import STATE_FILE
+
+if TYPE_CHECKING:
+    import torch
+
+    from stats.quality.utmos_model import Utmos22Strong
 
 EXPORT_NAME = "utmos22_strong.torchscript.pt"   # the one file name the scorer loads
 META_NAME = "utmos22_export.json"                # export metadata stored inside the archive
@@ -210,11 +215,11 @@ class Utmos22Scorer(Scorer):
 
     def __init__(self, model_dir: Path | None = None, **kw):
         super().__init__(model_dir, **kw)
-        self._module = None
+        self._module: torch.jit.ScriptModule | None = None
         self._takes_sr = False
         self._file_sha: str | None = None
         self._meta: dict | None = None
-        self._native = None  # Utmos22Strong when loaded from the release state dict
+        self._native: Utmos22Strong | None = None  # when loaded from the release state dict
         self.last_calls: list[int] = []  # batch size of each forward call of the last score_waves()
 
     @property
@@ -253,7 +258,7 @@ class Utmos22Scorer(Scorer):
         if self.mode == "state":
             import torch
             if self._file_sha is None:
-                self._file_sha = sha256_file(self.state_path)
+                self._file_sha = sha256_file(self.folder() / STATE_FILE)
             return f"{STATE_FILE} sha256:{self._file_sha[:12]} omni utmos22-strong/1 {self.dtype} torch {torch.__version__}"
         p = self.export_path
         if p is None or not p.is_file():
@@ -272,7 +277,7 @@ class Utmos22Scorer(Scorer):
         """Why the release state dict cannot be loaded (names and shapes only, mmap; cached)."""
         from stats.quality.sv_checkpoint import CheckpointError, load_checkpoint
         from stats.quality.utmos_model import UtmosShapeError, Utmos22Strong, check_state
-        p = self.state_path
+        p = self.folder() / STATE_FILE
         st = p.stat()
         key = (str(p), st.st_size, st.st_mtime_ns)
         if key not in _STATE_PROBLEMS:
@@ -329,7 +334,8 @@ class Utmos22Scorer(Scorer):
         if self.mode == "state":
             from stats.quality.sv_checkpoint import load_checkpoint
             from stats.quality.utmos_model import load_state
-            sd = _state_dict(load_checkpoint(self.state_path), self.state_path)
+            state_file = self.folder() / STATE_FILE
+            sd = _state_dict(load_checkpoint(state_file), state_file)
             self._native = load_state(sd).to(self.device).eval()
             return
         p = self.export_path
@@ -352,8 +358,9 @@ class Utmos22Scorer(Scorer):
         import torch
 
         wave = torch.from_numpy(np.ascontiguousarray(batch, dtype=np.float32)).to(self.device)
+        module = self.loaded(self._module)
         with torch.inference_mode(), precision(self.dtype, self.device):
-            out = self._module(wave, SCORER_RATE) if self._takes_sr else self._module(wave)
+            out = module(wave, SCORER_RATE) if self._takes_sr else module(wave)
         return out.detach().float().reshape(-1).cpu().numpy()
 
     def _native_scores(self, wavs: Sequence[np.ndarray]) -> list[float | str]:
@@ -361,7 +368,8 @@ class Utmos22Scorer(Scorer):
         import torch
 
         out: list[float | str] = [""] * len(wavs)
-        need = self._native.min_samples
+        native = self.loaded(self._native)
+        need = native.min_samples
         ok = [i for i, w in enumerate(wavs) if len(w) >= need]
         for i in set(range(len(wavs))) - set(ok):
             out[i] = f"utmos22: clip too short: {len(wavs[i])} samples at 16 kHz, needs {need}"
@@ -374,7 +382,7 @@ class Utmos22Scorer(Scorer):
             for j, i in enumerate(idx):
                 wave[j, : len(wavs[i])] = torch.from_numpy(np.asarray(wavs[i], dtype=np.float32))
             with torch.inference_mode(), precision(self.dtype, self.device):
-                vals = self._native(wave.to(self.device), lengths.to(self.device)).float().cpu().numpy()
+                vals = native(wave.to(self.device), lengths.to(self.device)).float().cpu().numpy()
             for i, v in zip(idx, vals):
                 out[i] = float(v) if math.isfinite(float(v)) else f"utmos22 gave a non-finite score ({v})"
         return out
@@ -403,10 +411,10 @@ class Utmos22Scorer(Scorer):
     def score_batch(self, items: Sequence[ScoreItem]) -> list[ScoreResult]:
         self.ensure_loaded()
         loaded, good = load_each([it.audio_path for it in items], resampler=self.resampler)
-        scores = dict(zip(good, self.score_waves([loaded[i] for i in good]))) if good else {}
+        scores = dict(zip(good, self.score_waves(list(good.values())))) if good else {}
         results = []
-        for i in range(len(items)):
-            v = loaded[i] if isinstance(loaded[i], str) else scores[i]
+        for i, w in enumerate(loaded):
+            v = w if isinstance(w, str) else scores[i]
             results.append(ScoreResult.failed(v) if isinstance(v, str) else ScoreResult("ok", value=v))
         return results
 

@@ -200,10 +200,10 @@ class FeatureExtractor(nn.Module):
         """[B, T] samples -> ([B, C, F] features, [B] frame counts)."""
         x = wave[:, None, :]
         n = lengths
-        for block in self.conv_layers:
-            n = torch.where(n >= block.kernel, torch.div(n - block.kernel, block.stride, rounding_mode="floor") + 1,
+        for block, (_, kernel, stride) in zip(self.conv_layers, self.cfg.conv_layers):  # the blocks' k, stride
+            n = torch.where(n >= kernel, torch.div(n - kernel, stride, rounding_mode="floor") + 1,
                             torch.zeros_like(n))
-            frames = (x.shape[-1] - block.kernel) // block.stride + 1
+            frames = (x.shape[-1] - kernel) // stride + 1
             x = block(x, frame_mask(n, frames))
         return x, n
 
@@ -329,8 +329,9 @@ class Encoder(nn.Module):
         if not self.cfg.layer_norm_first:
             x = self.layer_norm(x)
         key_pad = ~valid
-        first = self.layers[0].self_attn if len(self.layers) else None
-        pos_bias = first.position_bias(x.shape[1], x.device) if first is not None and first.has_bias_table else None
+        first = self.layers[0] if len(self.layers) else None
+        attn = first.self_attn if isinstance(first, EncoderLayer) else None
+        pos_bias = attn.position_bias(x.shape[1], x.device) if attn is not None and attn.has_bias_table else None
         states = []
         for layer in self.layers:
             states.append(x)

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from importlib import metadata
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from stats.quality.asr import AsrScorer
 from stats.quality.precision import DTYPES, precision
 from stats.quality.sim import hf_dir_problems
+
+if TYPE_CHECKING:
+    from transformers import WhisperForConditionalGeneration, WhisperProcessor
 
 WHISPER_WINDOW_S = 30.0
 _TOKENIZER_FILES = (("tokenizer.json",), ("vocab.json", "merges.txt"))
@@ -33,8 +36,8 @@ class WhisperScorer(AsrScorer):
 
     def __init__(self, model_dir: Path | None = None, **kw):
         super().__init__(model_dir, **kw)
-        self._model = None
-        self._proc = None
+        self._model: WhisperForConditionalGeneration | None = None
+        self._proc: WhisperProcessor | None = None
         self.last_batches: list[int] = []  # batch sizes of the last transcribe() (bench output)
 
     @property
@@ -43,17 +46,18 @@ class WhisperScorer(AsrScorer):
                 f"{self.dtype}")
 
     def model_files(self) -> list[Path]:
-        return sorted(p for p in self.model_dir.iterdir()
+        return sorted(p for p in self.folder().iterdir()
                       if p.is_file() and p.suffix in (".json", ".safetensors", ".bin", ".txt"))
 
     def available(self) -> tuple[bool, str]:
         ok, why = hf_dir_problems(self.model_dir, "whisper", "CAMPAIGN_WHISPER_DIR", model_type="whisper")
         if not ok:
             return ok, why
-        if not any(all((self.model_dir / f).is_file() for f in group) for group in _TOKENIZER_FILES):
-            return False, f"{self.model_dir} has no tokenizer (tokenizer.json, or vocab.json + merges.txt)"
-        if not any((self.model_dir / f).is_file() for f in _FEATURE_FILES):
-            return False, f"{self.model_dir} has no preprocessor_config.json"
+        d = self.folder()
+        if not any(all((d / f).is_file() for f in group) for group in _TOKENIZER_FILES):
+            return False, f"{d} has no tokenizer (tokenizer.json, or vocab.json + merges.txt)"
+        if not any((d / f).is_file() for f in _FEATURE_FILES):
+            return False, f"{d} has no preprocessor_config.json"
         return True, "ok"
 
     def load(self) -> None:
@@ -62,30 +66,32 @@ class WhisperScorer(AsrScorer):
 
         transformers.logging.set_verbosity_error()  # deprecation chatter would bury the progress bar
         from transformers import WhisperForConditionalGeneration, WhisperProcessor
-        self._proc = WhisperProcessor.from_pretrained(self.model_dir, local_files_only=True)
+        self._proc = WhisperProcessor.from_pretrained(self.folder(), local_files_only=True)
         if self.dtype != "float32" and not str(self.device).startswith("cuda"):
             from data.errors import CampaignError
             raise CampaignError(f"{self.name}: {self.dtype} needs a CUDA device (device is {self.device})")
         dtype = torch.float16 if self.dtype == "float16" else torch.float32
         self._model = WhisperForConditionalGeneration.from_pretrained(
-            self.model_dir, local_files_only=True, dtype=dtype)
-        self._model.to(self.device).eval()
+            self.folder(), local_files_only=True, dtype=dtype)
+        # transformers wraps PreTrainedModel.to with functools.wraps, which types the bound call wrongly
+        self._model.to(self.device).eval()  # type: ignore[arg-type]
 
     def _generate(self, wavs: list[np.ndarray], long_form: bool) -> list[str]:
         import torch
-        fe = self._proc.feature_extractor
-        kw = dict(sampling_rate=16000, return_tensors="pt", return_attention_mask=True)
+        proc, model = self.loaded(self._proc), self.loaded(self._model)
+        fe = proc.feature_extractor
+        kw: dict[str, Any] = dict(sampling_rate=16000, return_tensors="pt", return_attention_mask=True)
         if long_form:  # > 30 s: transformers' sequential long-form decoding needs the full input
             kw.update(truncation=False, padding="longest")
         feats = fe(wavs, **kw)
-        inputs = feats.input_features.to(self.device, self._model.dtype)
+        inputs = feats.input_features.to(self.device, model.dtype)
         mask = feats.attention_mask.to(self.device) if long_form else None
         compute = "float32" if self.dtype == "float16" else self.dtype  # fp16 is in the weights, not autocast
         with torch.inference_mode(), precision(compute, self.device):
-            ids = self._model.generate(inputs, attention_mask=mask, language="en", task="transcribe",
+            ids = model.generate(inputs, attention_mask=mask, language="en", task="transcribe",
                                        do_sample=False, num_beams=1)
         seqs = ids["sequences"] if isinstance(ids, dict) else ids
-        return [t.strip() for t in self._proc.batch_decode(seqs, skip_special_tokens=True)]
+        return [t.strip() for t in proc.batch_decode(seqs, skip_special_tokens=True)]
 
     def transcribe(self, wavs: Sequence[np.ndarray]) -> list[str]:
         """Greedy English transcripts; batches hold similar lengths to waste little padding."""

@@ -142,7 +142,8 @@ def load_gates(store, plan_hash: str | None = None) -> GatesData | None:
     plan = plan_from_store(store, plan_hash)
     cfg = GateConfig.from_plan(plan)
     data = GatesData(plan.name, plan.hash)
-    for cand in plan.quality_candidates if plan.quality.baseline else []:
+    baseline = plan.quality.baseline or ""
+    for cand in plan.quality_candidates if baseline else []:
         view = plan.for_candidate(cand)
         frame = scores_frame(store, view)
         if frame.empty:
@@ -155,7 +156,7 @@ def load_gates(store, plan_hash: str | None = None) -> GatesData | None:
             reps = _replicates(frame, cfg, int(c["concurrency"]), c["metric"]) if c["bound"] is not None else None
             hists.append(histogram(reps, c["bound"], float(c["margin"])) if reps is not None else None)
         data.candidates.append(CandidateGates(
-            cand, plan.quality.baseline, result.verdict, checks, hists, short_events(pool_status(store, view).summary),
+            cand, baseline, result.verdict, checks, hists, short_events(pool_status(store, view).summary),
             coverage(store, view)[1], attribution_lines(result)))
     data.rules = [evaluate_rule(r, collect_values(store, plan, r)) for r in plan.decision_rules
                   if r.kind == "throughput_exceeds"]
