@@ -311,3 +311,20 @@ def test_snapshot_live_with_streaming_requests(campaign_db, monkeypatch, snap_co
 def test_snapshot_live_at_80x24(campaign_db, monkeypatch, snap_compare, tmp_path):
     app, shown = live_snapshot_app(campaign_db, monkeypatch, tmp_path)
     assert snap_compare(app, terminal_size=(80, 24), run_before=shown)
+
+
+@sync
+async def test_live_console_opens_on_the_live_tab_and_never_shows_runs_first(campaign_db, tmp_path):
+    """`campaign tui --live` is composed on the Live tab. It used to compose on Runs, focus the
+    runs table and then switch; on a fast machine (the H200) the runs table's focus pulled the
+    tabs back to Runs and the console never showed Live."""
+    db = tmp_path / "c.duckdb"
+    db.write_bytes(campaign_db.read_bytes())
+    seen: list = []
+    app = CampaignApp(db, live=True, poll_s=0.05)
+    async with app.run_test(size=SIZE, message_hook=seen.append) as pilot:
+        await settle(pilot, app)
+        assert app.query_one(TabbedContent).active == "live"
+        activated = [m.pane.id for m in seen if isinstance(m, TabbedContent.TabActivated)]
+        assert "runs" not in activated
+        assert app.focused is not app.query_one("#runs-table", DataTable)
