@@ -328,3 +328,36 @@ async def test_live_console_opens_on_the_live_tab_and_never_shows_runs_first(cam
         activated = [m.pane.id for m in seen if isinstance(m, TabbedContent.TabActivated)]
         assert "runs" not in activated
         assert app.focused is not app.query_one("#runs-table", DataTable)
+
+
+def test_run_detail_reads_the_requests_table_once(campaign_db, tmp_path):
+    """With the run's metrics stored (as a campaign leaves them), the run detail reads the request
+    rows once: its error details come from the same read as the per-request metrics (it used to
+    read `requests` a second time for `error_detail`). The cache's count check is not a row read."""
+    from console.tui.data import load_run_detail, run_params
+    from stats.metrics.stored import metrics_for_runs
+
+    db = tmp_path / "c.duckdb"
+    db.write_bytes(campaign_db.read_bytes())
+    with Store(db) as store:  # writable: fill the metrics cache
+        runs = store.query("SELECT * FROM runs")
+        metrics_for_runs(store, runs, run_params)
+    with Store(db, read_only=True) as store:
+        run_id = store.scalar("SELECT run_id FROM requests WHERE error_detail IS NOT NULL LIMIT 1")
+        real, seen = store.con, []
+
+        class Spy:
+            def execute(self, sql, params=None):
+                seen.append(sql)
+                return real.execute(sql, params or [])
+
+            def __getattr__(self, name):
+                return getattr(real, name)
+
+        store.con = Spy()
+        try:
+            detail = load_run_detail(store, run_id)
+        finally:
+            store.con = real
+    assert sum("FROM requests" in sql and "count(*)" not in sql for sql in seen) == 1
+    assert [r.detail for r in detail.requests if r.detail] == ["stream ended without [DONE]"]

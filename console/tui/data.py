@@ -104,16 +104,14 @@ def load_run_detail(store: Store, run_id: str) -> RunDetail:
     run = runs[0]
     params = run_params(run)
     metrics = metrics_for_runs(store, [run], params)[run_id]
-    requests, chunks = load_run_records(store, run_id)
-    details = {r["request_index"]: r["error_detail"] for r in store.query(
-        "SELECT request_index, error_detail FROM requests WHERE run_id = ?", [run_id])}
+    requests, chunks = load_run_records(store, run_id, extra_columns=("error_detail",))
     rows = []
     for r in requests:
         cs = chunks.get(r["request_index"], [])
         rate = r["sample_rate"] or 0
         arrivals = [((t - r["t_send_ns"]) / 1e9, s / rate if rate else 0.0) for t, s in cs]
         rows.append(RequestRow(r["request_index"], r["utt_id"], bool(r["is_warmup"]), r["outcome"],
-                               details.get(r["request_index"]),
+                               r["error_detail"],
                                request_metrics(r, cs, preroll_s=params.preroll_s), arrivals))
     series = []
     samples = store.query(

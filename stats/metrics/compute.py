@@ -247,10 +247,14 @@ _REQUEST_COLUMNS = ("request_index", "utt_id", "is_warmup", "outcome", "t_send_n
                     "t_first_audio_ns", "t_last_audio_ns", "t_end_ns", "audio_samples", "sample_rate", "finish_reason")
 
 
-def load_run_records(store: Store, run_id: str) -> tuple[list[dict[str, Any]], dict[int, list[tuple[int, int]]]]:
-    """A run's request rows and audio-bearing chunks (t_arrival_ns, samples) in arrival order."""
+def load_run_records(store: Store, run_id: str, extra_columns: Sequence[str] = ()
+                     ) -> tuple[list[dict[str, Any]], dict[int, list[tuple[int, int]]]]:
+    """A run's request rows (the metric columns plus `extra_columns`, so a view that also shows
+    e.g. error details reads the table once) and audio-bearing chunks (t_arrival_ns, samples) in
+    arrival order."""
+    columns = list(_REQUEST_COLUMNS) + [c for c in extra_columns if c not in _REQUEST_COLUMNS]
     requests = store.query(
-        f"SELECT {', '.join(_REQUEST_COLUMNS)} FROM requests WHERE run_id = ? ORDER BY request_index", [run_id]
+        f"SELECT {', '.join(columns)} FROM requests WHERE run_id = ? ORDER BY request_index", [run_id]
     )
     rows = store.con.execute(
         "SELECT request_index, t_arrival_ns, samples FROM chunks WHERE run_id = ? AND samples > 0 "
