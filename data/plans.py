@@ -138,6 +138,7 @@ class SweepSpec:
     timeout_s: float = 120.0
     kind: str = "measured"
     warmup_requests: int = 0
+    driver_shards: int | str = 1  # driver processes per run: an integer or "auto" (docs/plans.md, docs/timing.md)
 
 
 @dataclass(frozen=True)

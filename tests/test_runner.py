@@ -286,3 +286,32 @@ def test_engine_killed_mid_run_fails_the_run_with_the_signal(tmp_path):
         ended = s.query("SELECT payload_json FROM audit_events WHERE kind = 'run_ended'")
         assert json.loads(ended[0]["payload_json"])["error"] == "engine exited: killed by SIGKILL"
         assert verify_chain(s).ok
+
+
+def test_plan_spreads_each_run_over_the_driver_processes_it_names(tmp_path, capsys):
+    """`sweep.driver_shards` reaches the driver: a run at C=2 with two shards records both
+    (driver_overhead_json.shards) and stores every request, as one process would."""
+    plan = _plan(tmp_path, short=True, profiles=("baseline",), concurrencies=(2,), requests=4, warmups=0, repeats=1)
+    doc = json.loads(plan.read_text())
+    doc["sweep"]["driver_shards"] = 2
+    plan.write_text(json.dumps(doc))
+    db = tmp_path / "c.duckdb"
+    assert inproc(capsys, "plan", "freeze", str(plan), db=db).returncode == 0
+    r = inproc(capsys, "run", str(plan), db=db)
+    assert r.returncode == 0, r.stdout + r.stderr
+    with Store(db) as s:
+        run = s.query("SELECT * FROM runs")[0]
+        assert run["status"] == "complete"
+        assert len(json.loads(run["driver_overhead_json"])["shards"]) == 2
+        assert s.scalar("SELECT count(*) FROM requests WHERE outcome = 'ok'") == 4
+
+
+@pytest.mark.parametrize("value", [0, "many", 1.5])
+def test_a_bad_driver_shards_value_is_one_line_naming_the_field(tmp_path, capsys, value):
+    plan = _plan(tmp_path, short=True, profiles=("baseline",), concurrencies=(2,), requests=4, warmups=0, repeats=1)
+    doc = json.loads(plan.read_text())
+    doc["sweep"]["driver_shards"] = value
+    plan.write_text(json.dumps(doc))
+    r = inproc(capsys, "plan", "freeze", str(plan), db=tmp_path / "c.duckdb")
+    assert r.returncode != 0 and "driver_shards" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "c.duckdb").exists() or "Traceback" not in r.stderr
