@@ -249,6 +249,22 @@ def test_snapshot_report(campaign_db, monkeypatch, snap_compare):
     assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=before)
 
 
+def test_snapshot_verdicts(campaign_db, monkeypatch, snap_compare):
+    async def before(pilot):
+        await _loaded(pilot)
+        await pilot.press("3")
+        await pilot.pause()
+    assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=before)
+
+
+def test_snapshot_audit(campaign_db, monkeypatch, snap_compare):
+    async def before(pilot):
+        await _loaded(pilot)
+        await pilot.press("8")
+        await pilot.pause()
+    assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=before)
+
+
 def test_snapshot_run_detail_with_gpu(campaign_db, monkeypatch, snap_compare):
     async def before(pilot):
         await _loaded(pilot)
