@@ -191,15 +191,15 @@ class QualitySpec:
 
     @property
     def scored_concurrencies(self) -> tuple[int, ...]:
-        """The concurrencies the scores and the gate cover: only those the plan names (none when it
-        names none, where the holdout cells still run at the default concurrencies)."""
-        return self.concurrencies if "concurrencies" in self.named else ()
+        """The concurrencies the scores and the gate cover: those of the holdout cells, i.e. the
+        plan's `quality.concurrencies` or, when it names none, the default the cells run at."""
+        return self.concurrencies
 
     @property
     def scored_pool(self) -> str | None:
-        """The pool the scores are read from: the plan's `quality.pool`, None (any pool) when the
-        plan names none, where the holdout cells still run on the default pool."""
-        return self.pool if "pool" in self.named else None
+        """The pool the scores are read from: the holdout cells' pool (the plan's `quality.pool`,
+        else the default `holdout`); None only when the plan writes `"pool": null` (any pool)."""
+        return self.pool
 
 
 @dataclass(frozen=True)

@@ -71,8 +71,8 @@ class GateConfig:
 
     @classmethod
     def from_plan(cls, plan: Plan) -> "GateConfig":
-        """The plan's margins and bootstrap; concurrencies only where `quality.concurrencies` names
-        them (else every concurrency the table has) and the sweep's measured repeats."""
+        """The plan's margins and bootstrap, the holdout cells' concurrencies (`quality.concurrencies`
+        or its default) and the sweep's measured repeats."""
         q, b, m = plan.quality, plan.bootstrap, plan.quality.margins
         concs = q.scored_concurrencies
         margins: dict[str, Any] = {"wer": m.wer_pp, "sim": m.sim, "utmos": m.mos}  # None: __post_init__ refuses it

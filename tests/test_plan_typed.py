@@ -98,7 +98,7 @@ def test_gate_defaults_for_a_plan_that_omits_them():
     cfg = GateConfig.from_plan(minimal_plan(quality={"margins": MARGINS}))
     assert cfg.margins == {"wer": 0.2, "sim": 0.5, "utmos": 0.05}
     assert (cfg.draws, cfg.seed, cfg.method, cfg.confidence) == (20000, 20261022, "percentile", 0.95)
-    assert cfg.concurrencies is None  # every concurrency the score table has
+    assert cfg.concurrencies == DEFAULT_QUALITY_CONCURRENCIES  # the holdout cells' (it was None: any in the table)
     assert cfg.repeats == (0,)  # the sweep's measured repeats
     assert GateConfig.from_plan(minimal_plan(quality={"margins": MARGINS, "concurrencies": []})).concurrencies is None
     # a margin is never assumed: none given, or one missing, is refused
@@ -118,14 +118,37 @@ def test_what_a_plan_leaves_out():
     assert q.concurrencies == DEFAULT_QUALITY_CONCURRENCIES and q.pool == "holdout"
     assert sorted({(c.concurrency, c.pool) for c in plan_cells(plan, "holdout")}) == [(1, "holdout"), (16, "holdout"),
                                                                                        (32, "holdout")]
-    # ... while the scores and the gate cover only what the plan names (as before the typing)
-    assert q.scored_concurrencies == () and q.scored_pool is None
+    # ... and the scores and the gate cover exactly those cells (they used to cover "what the plan
+    # names": no concurrency expected, runs of any pool; see the test below)
+    assert q.scored_concurrencies == DEFAULT_QUALITY_CONCURRENCIES and q.scored_pool == "holdout"
     assert q.margins == Margins() and plan.bootstrap == BootstrapSpec()
     assert plan_scorers(plan) == {"wer": DEFAULT_SCORERS["wer"], "sim": DEFAULT_SCORERS["sim"], "mos": DEFAULT_SCORERS["mos"]}
     assert plan_sampling(plan) == {}  # nothing sent: the engine's defaults apply
     assert plan.workload.pool == "tuning" and plan.sweep.restart == "per_repeat" and plan.metrics.throughput_scale == 25
     named = minimal_plan(engines=engines, quality={"baseline": "a", "candidate": "b", "pool": None, "concurrencies": [16]})
     assert named.quality.scored_pool is None and named.quality.pool is None and named.quality.scored_concurrencies == (16,)
+
+
+def test_a_plan_that_leaves_out_the_quality_pool_scores_only_its_holdout_cells(tmp_path):
+    """Defect fix: with `quality.pool` and `quality.concurrencies` left out, the holdout cells ran
+    at 1/16/32 on `holdout`, but scoring expected no quality cells and read runs of any pool, so
+    the gate could be fed tuning-pool sweep runs (outputs the team tuned on) instead of the
+    reserved holdout."""
+    from data.store import Store
+    from plans_helpers import insert_run
+    from stats.quality.scoring import expected_outputs
+
+    engines = [{"name": n, "adapter": "reference", "dialect": "vllm-omni", "port": p} for n, p in (("a", 1), ("b", 2))]
+    plan = minimal_plan(engines=engines, quality={"baseline": "a", "candidate": "b", "margins": MARGINS})
+    with Store(tmp_path / "s.duckdb") as store:
+        for engine in ("a", "b"):
+            for pool in ("tuning", "holdout"):
+                run_id = f"{engine}-{pool}"
+                insert_run(store, run_id, plan_hash=plan.hash, engine=engine, concurrency=16, utt_ids=[f"{pool}-1"])
+                store.con.execute("UPDATE runs SET pool = ? WHERE run_id = ?", [pool, run_id])
+        runs = {e.run_id for e in expected_outputs(store, plan) if e.run_id}
+    assert runs == {"a-holdout", "b-holdout"}
+    assert GateConfig.from_plan(plan).concurrencies == DEFAULT_QUALITY_CONCURRENCIES
 
 
 def _same(typed, value) -> bool:
