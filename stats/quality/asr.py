@@ -15,7 +15,6 @@ from stats.quality.wer import wer_counts
 
 class AsrScorer(Scorer):
     metric = "wer"
-    resampler = "soxr"  # how stored WAVs reach 16 kHz (stats.quality.audio.load_audio)
 
     @abstractmethod
     def transcribe(self, wavs: Sequence[np.ndarray]) -> list[str]:

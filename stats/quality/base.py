@@ -80,9 +80,14 @@ class Scorer(ABC):
     label: ClassVar[str]       # what reports call the value, e.g. 'DNSMOS OVRL'
     default_batch: ClassVar[int] = 8
     dtypes: ClassVar[tuple[str, ...]] = ("float32",)  # compute dtypes the scorer offers; first = default
-    # device scorers read the next batch's WAVs while the model runs (stats.quality.audio.Prefetcher);
-    # they name the resampler their load_audio calls use
-    prefetch_resampler: ClassVar[str | None] = None
+    # device scorers read the next batch's WAVs (with their `resampler`) while the model runs
+    # (stats.quality.audio.Prefetcher)
+    prefetches: ClassVar[bool] = False
+
+    @property
+    def resampler(self) -> str:
+        """How stored WAVs reach 16 kHz (stats.quality.audio.load_audio); a scorer names its own."""
+        return "soxr"
 
     def __init__(self, model_dir: Path | None = None, *, device: str | None = None,
                  batch_size: int | None = None, dtype: str | None = None):
@@ -134,6 +139,9 @@ class Scorer(ABC):
             ok, why = self.available()
             if not ok:
                 raise ScorerUnavailable(f"{self.name}: unavailable: {why}")
+            if self.dtype != "float32" and not str(self.device).startswith("cuda"):
+                from data.errors import CampaignError
+                raise CampaignError(f"{self.name}: {self.dtype} needs a CUDA device (device is {self.device})")
             offline_env()
             self.load()
             self._loaded = True

@@ -333,8 +333,8 @@ def score_files(scorer: Scorer, items: Sequence[ScoreItem]) -> list[ScoreResult]
 def scored_in_batches(scorer: Scorer, batches: Sequence[list[ScoreItem]]) -> Iterator[list[ScoreResult]]:
     """`score_batch` per batch, in order; a device scorer's next batch of WAVs is read on a worker
     thread while the model scores the current one (stats.quality.audio.Prefetcher)."""
-    resampler = scorer.prefetch_resampler
-    if resampler is None:
+    resampler = scorer.resampler
+    if not scorer.prefetches:
         for batch in batches:
             yield scorer.score_batch(batch)
         return

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from data.errors import CampaignError, one_line
+from data.errors import one_line
 from stats.quality.audio import AudioError, load_audio, load_each
 from stats.quality.base import ScoreItem, ScoreResult, Scorer
 from stats.quality.precision import DTYPES, precision
@@ -38,7 +38,6 @@ class SimScorer(Scorer):
         super().__init__(*args, **kwargs)
         self._prompt_cache: dict[Path, np.ndarray] = {}
 
-    resampler = "soxr"  # how stored WAVs reach 16 kHz (stats.quality.audio.load_audio)
 
     @abstractmethod
     def embed(self, wavs: Sequence[np.ndarray]) -> list[np.ndarray | str]:
@@ -248,7 +247,7 @@ class SeedTtsSimScorer(SimScorer):
     default_batch = 16
     dtypes = DTYPES
     resampler = "sinc"
-    prefetch_resampler = "sinc"
+    prefetches = True
 
     def __init__(self, model_dir: Path | None = None, **kw):
         super().__init__(model_dir, **kw)
@@ -287,8 +286,6 @@ class SeedTtsSimScorer(SimScorer):
         from stats.quality.sv_checkpoint import read_folder
         from stats.quality.wavlm import WavLM, WavLMConfig
 
-        if self.dtype != "float32" and not str(self.device).startswith("cuda"):
-            raise CampaignError(f"{self.name}: {self.dtype} needs a CUDA device (device is {self.device})")
         ck = read_folder(self.folder(), mmap=True)
         ssl = WavLM(WavLMConfig.from_cfg(ck.cfg))
         ssl.load_state_dict(ck.ssl_state, strict=True)

@@ -212,6 +212,7 @@ class Utmos22Scorer(Scorer):
     label = "UTMOS22 strong"
     default_batch = 16
     dtypes = DTYPES  # stats.quality.precision
+    prefetches = True
 
     def __init__(self, model_dir: Path | None = None, **kw):
         super().__init__(model_dir, **kw)
@@ -235,10 +236,6 @@ class Utmos22Scorer(Scorer):
     @property
     def resampler(self) -> str:
         return "sinc" if self.mode == "state" else "soxr"
-
-    @property
-    def prefetch_resampler(self) -> str:  # type: ignore[override]  # depends on which file the folder holds
-        return self.resampler
 
     @property
     def export_path(self) -> Path | None:
@@ -329,8 +326,6 @@ class Utmos22Scorer(Scorer):
     def load(self) -> None:
         import torch
 
-        if self.dtype != "float32" and not str(self.device).startswith("cuda"):
-            raise CampaignError(f"{self.name}: {self.dtype} needs a CUDA device (device is {self.device})")
         if self.mode == "state":
             from stats.quality.sv_checkpoint import load_checkpoint
             from stats.quality.utmos_model import load_state

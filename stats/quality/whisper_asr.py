@@ -32,7 +32,7 @@ class WhisperScorer(AsrScorer):
     default_batch = 16
     dtypes = DTYPES  # stats.quality.precision; float16 loads fp16 weights
     resampler = "fft"
-    prefetch_resampler = "fft"
+    prefetches = True
 
     def __init__(self, model_dir: Path | None = None, **kw):
         super().__init__(model_dir, **kw)
@@ -67,9 +67,6 @@ class WhisperScorer(AsrScorer):
         transformers.logging.set_verbosity_error()  # deprecation chatter would bury the progress bar
         from transformers import WhisperForConditionalGeneration, WhisperProcessor
         self._proc = WhisperProcessor.from_pretrained(self.folder(), local_files_only=True)
-        if self.dtype != "float32" and not str(self.device).startswith("cuda"):
-            from data.errors import CampaignError
-            raise CampaignError(f"{self.name}: {self.dtype} needs a CUDA device (device is {self.device})")
         dtype = torch.float16 if self.dtype == "float16" else torch.float32
         self._model = WhisperForConditionalGeneration.from_pretrained(
             self.folder(), local_files_only=True, dtype=dtype)
