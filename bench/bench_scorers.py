@@ -162,8 +162,7 @@ def run_files(name: str, make, loop, outs: list[Path], prompts: list[Path], audi
     from stats.quality.scoring import scored_in_batches
 
     def score_files(s, items):  # campaign score's batching (the in-memory models have no folder to check)
-        return [r for batch in scored_in_batches(s, [items[i:i + s.batch_size] for i in range(0, len(items), s.batch_size)])
-                for r in batch]
+        return [r for _, results in scored_in_batches(s, items) for r in results]
 
     items = [ScoreItem("bench", i, f"u{i}", p, "text", q) for i, (p, q) in enumerate(zip(outs, prompts))]
     rates = {}
@@ -215,44 +214,35 @@ def main() -> int:
     ratios: dict[str, float] = {}
     todo = args.only or ["seedtts-sim", "utmos22", "whisper"]
     best: dict[str, float] = {}
-    if "seedtts-sim" in todo:
-        def sim_work(s, w, p):  # batched outputs, one embedding per distinct prompt
-            uniq = {id(x): x for x in p}
-            s.embed(list(uniq.values()))
-            s.embed(w)
+    def sim_work(s, w, p):  # batched outputs, one embedding per distinct prompt
+        uniq = {id(x): x for x in p}
+        s.embed(list(uniq.values()))
+        s.embed(w)
 
-        def sim_loop(s, w, p):  # seed-tts-eval: verification() embeds both files for every pair
-            for a, b in zip(w, p):
-                s.embed([a])
-                s.embed([b])
-        make = lambda b: scorer_models.seedtts_sim(args.device, args.quick, b, dtype=args.dtype)  # noqa: E731
+    def sim_loop(s, w, p):  # seed-tts-eval: verification() embeds both files for every pair
+        for a, b in zip(w, p):
+            s.embed([a])
+            s.embed([b])
+
+    # scorer -> (model maker, batched in-memory call, one-clip-at-a-time in-memory loop)
+    scorers = {
+        "seedtts-sim": (scorer_models.seedtts_sim, sim_work, sim_loop),
+        "utmos22": (scorer_models.utmos22, lambda s, w, p: s.score_waves(w),
+                    lambda s, w, p: [s.score_waves([x]) for x in w]),
+        "whisper": (scorer_models.whisper, lambda s, w, p: s.transcribe(w),
+                    lambda s, w, p: [s.transcribe([x]) for x in w]),
+    }
+    for name, (maker, work, loop) in scorers.items():
+        if name not in todo:
+            continue
+        make = lambda b, maker=maker: maker(args.device, args.quick, b, dtype=args.dtype)  # noqa: E731
         if memory:
-            r = run_one("seedtts-sim", make, sim_work, sim_loop, wavs, prompts, args.device, batches)
-            best["seedtts-sim"] = max(v for k, v in r.items() if k != "loop")
+            r = run_one(name, make, work, loop, wavs, prompts, args.device, batches)
+            best[name] = max(v for k, v in r.items() if k != "loop")
         if files:
-            r = run_files("seedtts-sim", make, loops["seedtts-sim"], *files, audio_s, args.device, batches)
-            best["seedtts-sim"] = max(v for k, v in r.items() if k != "script loop")
-            ratios["seedtts-sim"] = best["seedtts-sim"] / r["script loop"]
-    if "utmos22" in todo:
-        make = lambda b: with_dtype(scorer_models.utmos22(args.device, args.quick, b), args.dtype)  # noqa: E731
-        if memory:
-            r = run_one("utmos22", make, lambda s, w, p: s.score_waves(w), lambda s, w, p: [s.score_waves([x]) for x in w],
-                        wavs, prompts, args.device, batches)
-            best["utmos22"] = max(v for k, v in r.items() if k != "loop")
-        if files:
-            r = run_files("utmos22", make, loops["utmos22"], *files, audio_s, args.device, batches)
-            best["utmos22"] = max(v for k, v in r.items() if k != "script loop")
-            ratios["utmos22"] = best["utmos22"] / r["script loop"]
-    if "whisper" in todo:
-        make = lambda b: scorer_models.whisper(args.device, args.quick, b, dtype=args.dtype)  # noqa: E731
-        if memory:
-            r = run_one("whisper", make, lambda s, w, p: s.transcribe(w), lambda s, w, p: [s.transcribe([x]) for x in w],
-                        wavs, prompts, args.device, batches)
-            best["whisper"] = max(v for k, v in r.items() if k != "loop")
-        if files:
-            r = run_files("whisper", make, loops["whisper"], *files, audio_s, args.device, batches)
-            best["whisper"] = max(v for k, v in r.items() if k != "script loop")
-            ratios["whisper"] = best["whisper"] / r["script loop"]
+            r = run_files(name, make, loops[name], *files, audio_s, args.device, batches)
+            best[name] = max(v for k, v in r.items() if k != "script loop")
+            ratios[name] = best[name] / r["script loop"]
     total_audio = OUTPUTS * CLIP_S
     est = {k: total_audio / v for k, v in best.items()}
     print(f"ESTIMATE (not a measurement): quality phase of {OUTPUTS} outputs x {CLIP_S:.0f} s = {total_audio:.0f} "
@@ -263,12 +253,6 @@ def main() -> int:
         print(f"files, {args.dtype}: best batched / script loop: "
               + ", ".join(f"{k} {v:.1f}x" for k, v in ratios.items()) + " (target >= 20x for SIM and MOS)")
     return 0
-
-
-def with_dtype(s, dtype: str):
-    """utmos22's maker builds the model in memory; its precision is the scorer's dtype attribute."""
-    s.dtype = dtype
-    return s
 
 
 if __name__ == "__main__":

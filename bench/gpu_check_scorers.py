@@ -51,8 +51,7 @@ def main() -> int:
     cpu = scorer_models.utmos22("cpu", args.quick, 8)
     a = np.array(cpu.score_waves(wavs))
     for dtype in ("float32", "tf32", "float16") if args.device.startswith("cuda") else ("float32",):
-        dev = scorer_models.utmos22(args.device, args.quick, 8)
-        dev.dtype = dtype
+        dev = scorer_models.utmos22(args.device, args.quick, 8, dtype=dtype)
         b = np.array(dev.score_waves(wavs))
         single = np.array([dev.score_waves([w])[0] for w in wavs])
         print(f"utmos22 {size} {args.device} {dtype} vs cpu float32: max |MOS diff| {np.abs(a - b).max():.3g}; "

@@ -43,7 +43,7 @@ def seedtts_sim(device: str, quick: bool, batch: int, dtype: str = "float32", se
     return s
 
 
-def utmos22(device: str, quick: bool, batch: int, seed: int = 0):
+def utmos22(device: str, quick: bool, batch: int, seed: int = 0, dtype: str = "float32"):
     import torch
 
     from stats.quality.tiny_checkpoints import _randomise, build_tiny_utmos22
@@ -52,7 +52,8 @@ def utmos22(device: str, quick: bool, batch: int, seed: int = 0):
     from stats.quality.wavlm import WavLMConfig
 
     if quick:
-        s = Utmos22Scorer(build_tiny_utmos22(Path(tempfile.mkdtemp()), seed=seed), device=device, batch_size=batch)
+        s = Utmos22Scorer(build_tiny_utmos22(Path(tempfile.mkdtemp()), seed=seed), device=device, batch_size=batch,
+                          dtype=dtype)
         s.ensure_loaded()
         return s
     kernels = (10, 3, 3, 3, 3, 2, 2)
@@ -66,7 +67,7 @@ def utmos22(device: str, quick: bool, batch: int, seed: int = 0):
             if p.dim() > 1 and "weight_v" not in name:
                 p.mul_(1.0 / (0.3 * max(1, p[0].numel()) ** 0.5))
     folder = Path(tempfile.mkdtemp())
-    s = Utmos22Scorer(folder, device=device, batch_size=batch)
+    s = Utmos22Scorer(folder, device=device, batch_size=batch, dtype=dtype)
     s._native, s._loaded = m.to(device).eval(), True
     return s
 

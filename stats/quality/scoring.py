@@ -298,9 +298,8 @@ def score_expected(store: Store, expected: Sequence[Expected], scorer: Scorer, *
         on_progress(0, total)
     if keys:
         scorer.ensure_loaded()
-    batches = [keys[s:s + scorer.batch_size] for s in range(0, total, scorer.batch_size)]
-    scored = scored_in_batches(scorer, [[groups[k][0][1] for k in batch] for batch in batches])
-    for results, start, batch in zip(scored, range(0, total, scorer.batch_size), batches):  # scored first: it runs to its end
+    for start, results in scored_in_batches(scorer, [groups[k][0][1] for k in keys]):
+        batch = keys[start:start + len(results)]
         rows = [_row(e, scorer, res, sha) for k, res in zip(batch, results) for e, _, sha in groups[k]]
         with store.transaction():
             for row in rows:
@@ -323,20 +322,19 @@ def score_files(scorer: Scorer, items: Sequence[ScoreItem]) -> list[ScoreResult]
     if not ok:
         raise CampaignError(f"scorer {scorer.name}: unavailable: {why}")
     scorer.ensure_loaded()
-    out: list[ScoreResult] = []
-    for results in scored_in_batches(scorer, [list(items[s:s + scorer.batch_size])
-                                              for s in range(0, len(items), scorer.batch_size)]):
-        out += results
-    return out
+    return [r for _, results in scored_in_batches(scorer, items) for r in results]
 
 
-def scored_in_batches(scorer: Scorer, batches: Sequence[list[ScoreItem]]) -> Iterator[list[ScoreResult]]:
-    """`score_batch` per batch, in order; a device scorer's next batch of WAVs is read on a worker
-    thread while the model scores the current one (stats.quality.audio.Prefetcher)."""
+def scored_in_batches(scorer: Scorer, items: Sequence[ScoreItem]) -> Iterator[tuple[int, list[ScoreResult]]]:
+    """(index of the batch's first item, its results) for `score_batch` over each `batch_size`
+    items in order; a device scorer's next batch of WAVs is read on a worker thread while the
+    model scores the current one (stats.quality.audio.Prefetcher)."""
+    size = scorer.batch_size
+    batches = [list(items[s:s + size]) for s in range(0, len(items), size)]
     resampler = scorer.resampler
     if not scorer.prefetches:
-        for batch in batches:
-            yield scorer.score_batch(batch)
+        for k, batch in enumerate(batches):
+            yield k * size, scorer.score_batch(batch)
         return
     with prefetching() as ahead:
         if batches:
@@ -346,7 +344,7 @@ def scored_in_batches(scorer: Scorer, batches: Sequence[list[ScoreItem]]) -> Ite
                 ahead.submit([it.audio_path for it in batches[k + 1]], resampler=resampler)
             results = scorer.score_batch(batch)
             ahead.forget([it.audio_path for it in batch], resampler=resampler)
-            yield results
+            yield k * size, results
 
 
 def _count(summary: ScoreSummary, rows: Sequence[dict]) -> None:
