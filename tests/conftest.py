@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from data.store import Store
@@ -13,3 +16,12 @@ def store(tmp_path):
     s = Store(tmp_path / "campaign.duckdb")
     yield s
     s.close()
+
+
+@pytest.fixture(scope="module")
+def prompt(tmp_path_factory):
+    """One voiced test prompt, the bench's own (test modules may override it)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from bench_timing_fidelity import prompt_wav
+
+    return prompt_wav(tmp_path_factory.mktemp("p") / "prompt.wav")

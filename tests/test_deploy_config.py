@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import socket
 import sys
 from pathlib import Path
 
 import pytest
+from plans_helpers import free_port
 
 from stats.results.report import admission_limits, concurrency_label
 from console.recording import launch_engine, stop_engine
@@ -78,15 +78,10 @@ def test_sglang_stage_options_are_recorded():
     assert deploy_record("sglang_omni", ["sgl-omni", "serve", "--port", "1"], None, "s") is None
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def test_launch_stores_deploy_hash_and_limits(store, tmp_path):
     turn = DEPLOY / "minicpmo_4_5_turn.yaml"
-    port = _port()
+    port = free_port()
     # a real launch of the reference engine under the vllm_omni adapter, with the deploy file as config_path
     argv = (sys.executable, "-m", "engine_adapters.reference", "--dialect", "vllm-omni", "--profile", "fast",
             "--port", str(port))

@@ -7,11 +7,11 @@ import asyncio
 import base64
 import hashlib
 import json
-import socket
 import struct
 import threading
 
 import pytest
+from plans_helpers import free_port
 from aiohttp import web
 
 from console.recording import record_run
@@ -41,7 +41,7 @@ class Scripted:
         self.max_inflight = 0
         self.requests = 0
         self.loop = asyncio.new_event_loop()
-        self.port = _free_port()
+        self.port = free_port()
         started = threading.Event()
         self.thread = threading.Thread(target=self._serve, args=(started,), daemon=True)
         self.thread.start()
@@ -97,11 +97,6 @@ class Scripted:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
 
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -219,7 +214,7 @@ def test_cancellation_records_in_flight_requests(server, prompt, tmp_path):
 
 def test_connection_refused_is_transport(prompt, tmp_path):
     out: list = []
-    drive_in_process(DriveSpec("cr", f"http://127.0.0.1:{_free_port()}", "sglang-omni", 1,
+    drive_in_process(DriveSpec("cr", f"http://127.0.0.1:{free_port()}", "sglang-omni", 1,
                                [RequestSpec("a-b", "x", prompt)], artifacts_dir=tmp_path), out.extend)
     (rec,) = [r for r in out if type(r).__name__ == "RequestRecord"]
     assert rec.outcome == "transport" and "Connect" in rec.error_detail

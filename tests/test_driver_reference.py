@@ -5,11 +5,11 @@ loose timing-fidelity bound."""
 from __future__ import annotations
 
 import json
-import socket
 import sys
 from pathlib import Path
 
 import pytest
+from plans_helpers import free_port
 
 from console.recording import launch_engine, record_run, stop_engine
 from engine_adapters.driver import DriveSpec, RequestSpec
@@ -20,22 +20,10 @@ TEXTS = ["A short sentence for the engine.", "Another line of speech to render n
          "Timing every chunk as it arrives.", "The fourth request says this."]
 
 
-def _port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def prompt(tmp_path_factory):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-    from bench_timing_fidelity import prompt_wav  # one voiced test prompt for the bench and the tests
-
-    return prompt_wav(tmp_path_factory.mktemp("p") / "prompt.wav")
 
 
 def _engine(store, tmp_path, dialect, profile, extra=()):
-    port = _port()
+    port = free_port()
     argv = (sys.executable, "-m", "engine_adapters.reference", "--dialect", dialect, "--profile", profile,
             "--port", str(port), *extra)
     spec = EngineSpec(f"ref-{dialect}", "reference", dialect, argv=argv, port=port, health_timeout_s=90, profile=profile)

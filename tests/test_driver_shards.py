@@ -9,13 +9,12 @@ import json
 import multiprocessing as mp
 import os
 import signal
-import socket
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
+from plans_helpers import free_port
 
 from console.recording import launch_engine, record_run, stop_engine
 from engine_adapters.driver import DriverProcess, DriveSpec, RequestSpec
@@ -26,23 +25,11 @@ TEXTS = ["A short sentence for the engine.", "Another line of speech to render n
          "Timing every chunk as it arrives.", "The fourth request says this.", "And a fifth, a little longer, to vary."]
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def prompt(tmp_path_factory):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-    from bench_timing_fidelity import prompt_wav
-
-    return prompt_wav(tmp_path_factory.mktemp("p") / "prompt.wav")
 
 
 @pytest.fixture
 def engine(store, tmp_path):
-    port = _port()
+    port = free_port()
     argv = (sys.executable, "-m", "engine_adapters.reference", "--dialect", "vllm-omni", "--profile", "fast",
             "--port", str(port))
     eng = launch_engine(store, EngineSpec("ref", "reference", "vllm-omni", argv=argv, port=port, health_timeout_s=90,

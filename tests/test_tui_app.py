@@ -237,32 +237,29 @@ async def _loaded(pilot):
     await pilot.pause()
 
 
+def _on_tab(key: str):
+    """A snapshot's run_before: the store loaded, then the tab behind number key `key`."""
+    async def before(pilot):
+        await _loaded(pilot)
+        await pilot.press(key)
+        await pilot.pause()
+    return before
+
+
 def test_snapshot_runs(campaign_db, monkeypatch, snap_compare):
     assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=_loaded)
 
 
 def test_snapshot_report(campaign_db, monkeypatch, snap_compare):
-    async def before(pilot):
-        await _loaded(pilot)
-        await pilot.press("2")
-        await pilot.pause()
-    assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=before)
+    assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=_on_tab("2"))
 
 
 def test_snapshot_verdicts(campaign_db, monkeypatch, snap_compare):
-    async def before(pilot):
-        await _loaded(pilot)
-        await pilot.press("3")
-        await pilot.pause()
-    assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=before)
+    assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=_on_tab("3"))
 
 
 def test_snapshot_audit(campaign_db, monkeypatch, snap_compare):
-    async def before(pilot):
-        await _loaded(pilot)
-        await pilot.press("8")
-        await pilot.pause()
-    assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=before)
+    assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=_on_tab("8"))
 
 
 def test_snapshot_run_detail_with_gpu(campaign_db, monkeypatch, snap_compare):

@@ -4,12 +4,12 @@ process (DriverProcess's decode thread), never on the timing path (docs/timing.m
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from pathlib import Path
 from typing import Any
 
+from data.hashing import sha256_bytes
 from data.records import AudioFileRecord, ChunkRecord, RequestRecord
 from engine_adapters.dialects import get_dialect
 from engine_adapters.dialects.base import cut_detail
@@ -71,4 +71,4 @@ def _write_wav(path: Path, pcm: bytes, rate: int) -> str:
     tmp = path.with_suffix(".wav.part")
     tmp.write_bytes(data)
     os.replace(tmp, path)
-    return hashlib.sha256(data).hexdigest()
+    return sha256_bytes(data)
