@@ -25,8 +25,8 @@ from data.store import Store
 
 EVENT_KINDS = (
     "plan_frozen", "addendum_frozen", "manifest_frozen", "run_started", "run_ended",
-    "run_excluded", "holdout_opened", "verdict_issued", "scores_recorded", "attempt_recorded",
-    "sql_write",
+    "run_excluded", "holdout_opened", "verdict_issued", "scores_recorded", "scores_stored",
+    "attempt_recorded", "sql_write",
 )
 
 

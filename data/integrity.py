@@ -24,6 +24,7 @@ from data.digest import RUN_TABLES, run_digests, table_digests
 from data.errors import CampaignError, first_line
 from data.hashing import sha256_text
 from data.schema import SCHEMA_VERSION, TABLES
+from data.score_digest import ScoresStored, digest_of, score_columns, score_lines
 from data.store import Store, is_corruption
 from data.verdicts import document_sha256, stored_json_sha256
 
@@ -285,6 +286,54 @@ def check_runs(store: Store, evs: list[dict[str, Any]]) -> Check:
     return _result("runs", problems, f"{len(with_digest)} run(s) match the digests recorded at run end{note}")
 
 
+def check_scores(store: Store, evs: list[dict[str, Any]]) -> Check:
+    """Every quality_scores row is the one a `scores_stored` event announced (data/score_digest.py):
+    the rows a gate reads. Rows of passes from before score digests (a `scores_recorded` event
+    without `batches`, at or after the row's scored_at) are counted, not compared."""
+    announced = [(e["seq"], ScoresStored.from_payload(e["payload"])) for e in evs if e["kind"] == "scores_stored"]
+    by_columns: dict[tuple[str, ...], list[tuple[int, ScoresStored]]] = defaultdict(list)
+    for seq, a in announced:
+        by_columns[a.columns].append((seq, a))
+    problems: list[str] = []
+    covered: set[tuple[str, str, int]] = set()
+    current = tuple(score_columns())
+    read = {current: score_lines(store, current)}  # one scan per recorded column list
+    for columns, group in by_columns.items():
+        if columns not in read:
+            read[columns] = score_lines(store, columns)
+        lines = read[columns]
+        for seq, a in group:
+            keys = a.keys()
+            covered.update(keys)
+            missing = [k for k in keys if k not in lines]
+            if missing:
+                _, rid, idx = missing[0]
+                problems.append(f"scores {a.scorer_id}: {len(missing)} of the {a.rows} row(s) stored at seq {seq} "
+                                f"are missing (deleted), first run {rid} request {idx}")
+            elif digest_of(keys, lines) != a.sha256:
+                problems.append(f"scores {a.scorer_id}: the {a.rows} row(s) stored at seq {seq} differ from their "
+                                "digest (a stored score was edited)")
+    legacy_until: dict[str, int] = {}  # scorer -> time of its newest pass that recorded no digests
+    for e in evs:
+        if e["kind"] == "scores_recorded" and "batches" not in e["payload"]:
+            legacy_until[e["subject"]] = _epoch_us(e["event_time"])
+    legacy = 0
+    for (sid, rid, idx), (_, scored_at) in sorted(read[current].items()):
+        if (sid, rid, idx) in covered:
+            continue
+        if scored_at <= legacy_until.get(sid, -1):
+            legacy += 1
+        else:
+            problems.append(f"score {sid} run {rid} request {idx}: not in the audit chain "
+                            "(no scores_stored event: inserted by hand)")
+    note = f"; {legacy} row(s) scored before score digests were recorded: not compared" if legacy else ""
+    return _result("scores", problems, f"{len(covered)} score row(s) match the digests recorded when stored{note}")
+
+
+def _epoch_us(t: Any) -> int:
+    return int(t.timestamp()) * 1_000_000 + t.microsecond
+
+
 def check_sql_writes(store: Store, evs: list[dict[str, Any]]) -> Check:
     writes = [e for e in evs if e["kind"] == "sql_write"]
     if not writes:
@@ -297,7 +346,7 @@ def check_sql_writes(store: Store, evs: list[dict[str, Any]]) -> Check:
 CHECKS: tuple[tuple[str, Callable[[Store, list[dict[str, Any]]], Check]], ...] = (
     ("store file", check_file), ("schema", check_schema), ("chain", check_chain), ("plans", check_plans),
     ("manifests", check_manifests), ("verdicts", check_verdicts), ("exclusions", check_exclusions),
-    ("runs", check_runs), ("sql writes", check_sql_writes),
+    ("runs", check_runs), ("scores", check_scores), ("sql writes", check_sql_writes),
 )
 
 

@@ -327,3 +327,101 @@ def test_digest_line_is_the_documented_canonical_form(store):
     got = table_digests(store, "chunks", cols, "run_id", ("request_index", "chunk_index"), keys=["r,1", "none"])
     assert got["r,1"].rows == 1 and got["r,1"].sha256 == hashlib.sha256(line.encode()).hexdigest()
     assert got["none"].rows == 0 and got["none"].sha256 == hashlib.sha256(b"").hexdigest()
+
+
+# -- quality scores: the rows a gate reads are announced when stored (data/score_digest.py) ---
+@pytest.fixture(scope="module")
+def scored(tmp_path_factory) -> dict:
+    """A holdout campaign (the quality arms at C=1, one repeat of the 4-id holdout) whose outputs
+    are scored by the bundled DNSMOS scorer."""
+    root = tmp_path_factory.mktemp("scored")
+    wl = make_workload(root / "wl", short=True)
+    doc = plan_dict(wl, concurrencies=(1,), requests=4, repeats=1, restart="per_cell", interleave="sequential")
+    for e in doc["engines"]:
+        e["argv"] = [sys.executable, "-m", "engine_adapters.reference", "--dialect", e["dialect"],
+                     "--profile", e["profile"], "--host", "127.0.0.1", "--port", str(e["port"])]
+    plan = write_json(root / "plan.json", doc)
+    db = root / "c.duckdb"
+    for args in (("plan", "freeze", str(plan)), ("plan", "open-holdout", str(plan), "--reason", "test"),
+                 ("run", str(plan), "--holdout"), ("score", str(plan), "--scorer", "dnsmos")):
+        rc, out = _cli(*args, db=db)
+        assert rc == 0, out
+    with Store(db, read_only=True) as s:
+        n = s.scalar("SELECT count(*) FROM quality_scores WHERE status = 'ok'")
+    assert n == 8, out  # 2 arms x 4 holdout ids
+    return {"db": db, "plan": plan, "rows": n}
+
+
+def test_scored_store_verifies_every_score_row(scored, tmp_path, capsys):
+    db = _copy(scored, tmp_path)
+    r = _verify(capsys, db)
+    assert r.returncode == 0, r.stdout
+    assert re.search(rf"ok +scores +{scored['rows']} score row\(s\) match the digests recorded when stored", r.stdout)
+    with Store(db, read_only=True) as s:
+        stored = s.query("SELECT payload_json FROM audit_events WHERE kind = 'scores_stored'")
+        summary = json.loads(s.scalar("SELECT payload_json FROM audit_events WHERE kind = 'scores_recorded'"))
+    assert sum(json.loads(e["payload_json"])["rows"] for e in stored) == scored["rows"]
+    assert summary["batches"] == len(stored)
+
+
+SCORE_TAMPER = [
+    ("edit-a-mos", ["UPDATE quality_scores SET value = value + 0.25 WHERE request_index = 0 "
+                    "AND run_id = (SELECT min(run_id) FROM quality_scores)"], "differ from their digest"),
+    ("ok-to-error", ["UPDATE quality_scores SET status = 'error', error = 'x', value = NULL WHERE request_index = 1 "
+                     "AND run_id = (SELECT max(run_id) FROM quality_scores)"], "differ from their digest"),
+    ("delete-a-score", ["DELETE FROM quality_scores WHERE request_index = 0 "
+                        "AND run_id = (SELECT max(run_id) FROM quality_scores)"], "missing (deleted)"),
+    ("slip-one-in", ["INSERT INTO quality_scores SELECT * REPLACE ('other-mos' AS scorer_id) FROM quality_scores "
+                     "LIMIT 1"], "not in the audit chain (no scores_stored event: inserted by hand)"),
+]
+
+
+@pytest.mark.parametrize("statements, needle", [t[1:] for t in SCORE_TAMPER], ids=[t[0] for t in SCORE_TAMPER])
+def test_each_hand_edit_of_a_score_fails_verify(scored, tmp_path, capsys, statements, needle):
+    """Before score digests, `audit verify` passed all of these: a gate re-run on the edited
+    store reads the edited scores, and nothing said they had changed."""
+    db = _copy(scored, tmp_path)
+    before = _scores(db)
+    _tamper(db, *statements)
+    assert _scores(db) != before, "the edit changed nothing: the case tests nothing"
+    r = _verify(capsys, db)
+    assert r.returncode == 1, r.stdout
+    last = r.stdout.strip().splitlines()[-1]
+    assert last.startswith("audit verify FAILED: scores: ") and needle in last, r.stdout
+
+
+def _scores(db: Path) -> list:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute("SELECT * FROM quality_scores ORDER BY ALL").fetchall()
+    finally:
+        con.close()
+
+
+def test_scores_stored_before_score_digests_are_counted_not_compared(scored, tmp_path, capsys):
+    """A store scored by an older console: its passes' `scores_recorded` events carry no
+    `batches` and no `scores_stored` events exist; verify passes and says the rows were not
+    compared (as for runs that ended before run digests)."""
+    from data.audit import append_event
+
+    con = duckdb.connect(str(scored["db"]), read_only=True)
+    try:
+        rows = con.execute("SELECT * FROM quality_scores").fetch_df()
+    finally:
+        con.close()
+    db = _copy(scored, tmp_path)  # the store as the older code would have scored it
+    with Store(db) as s:
+        s.con.execute("DELETE FROM quality_scores")
+        s.con.execute("DELETE FROM audit_events WHERE kind IN ('scores_stored', 'scores_recorded')")
+    anchor_path(db).unlink()  # (the scoring events were the newest: the anchor would see the rewrite)
+    with Store(db) as s:
+        s.con.register("scored_rows", rows)
+        s.con.execute("INSERT INTO quality_scores SELECT * FROM scored_rows")
+        append_event(s, "scores_recorded", subject="dnsmos", payload={"scorer_id": "dnsmos", "rows_written": len(rows)})
+    r = _verify(capsys, db)
+    assert r.returncode == 0, r.stdout
+    assert re.search(rf"ok +scores +0 score row\(s\) match .*; {len(rows)} row\(s\) scored before score digests "
+                     "were recorded: not compared", r.stdout)
+    _tamper(db, "INSERT INTO quality_scores SELECT * REPLACE ('utmos22' AS scorer_id) FROM quality_scores LIMIT 1")
+    r = _verify(capsys, db)  # a row of a scorer no older pass recorded: slipped in
+    assert r.returncode == 1 and "audit verify FAILED: scores: score utmos22 run " in r.stdout, r.stdout

@@ -67,6 +67,7 @@ class ScoreSummary:
     computed: int = 0       # distinct content keys the model scored in this pass
     reused_pass: int = 0    # rows that copied a result computed earlier in this pass
     reused_stored: int = 0  # rows that copied an ok row stored by an earlier pass
+    batches: int = 0        # insert transactions, each announced by a scores_stored event
 
 
 def default_artifacts_dir(store: Store) -> Path:
@@ -287,9 +288,7 @@ def score_expected(store: Store, expected: Sequence[Expected], scorer: Scorer, *
         prompt_sha = _file_hash_cached(prompt_shas, item.prompt_wav) if scorer.metric == "sim" else None
         groups.setdefault(content_key(scorer.metric, sha, item.target_text, prompt_sha), []).append((e, item, sha))
     if direct:
-        with store.transaction():
-            for row in direct:
-                store.insert("quality_scores", row)
+        summary.batches += _store_rows(store, scorer, plan_hash, direct)
         _count(summary, direct)
 
     keys = list(groups)
@@ -301,9 +300,7 @@ def score_expected(store: Store, expected: Sequence[Expected], scorer: Scorer, *
     for start, results in scored_in_batches(scorer, [groups[k][0][1] for k in keys]):
         batch = keys[start:start + len(results)]
         rows = [_row(e, scorer, res, sha) for k, res in zip(batch, results) for e, _, sha in groups[k]]
-        with store.transaction():
-            for row in rows:
-                store.insert("quality_scores", row)
+        summary.batches += _store_rows(store, scorer, plan_hash, rows)
         _count(summary, rows)
         summary.computed += len(batch)
         summary.reused_pass += len(rows) - len(batch)
@@ -347,6 +344,20 @@ def scored_in_batches(scorer: Scorer, items: Sequence[ScoreItem]) -> Iterator[tu
             yield k * size, results
 
 
+def _store_rows(store: Store, scorer: Scorer, plan_hash: str | None, rows: Sequence[dict]) -> int:
+    """Insert `rows` and, in the same transaction, the `scores_stored` event that announces them
+    with their digest (data/score_digest.py), so no stored score is ever outside the audit chain."""
+    from data.audit import append_event
+    from data.score_digest import announce
+
+    with store.transaction():
+        for row in rows:
+            store.insert("quality_scores", row)
+        stored = announce(store, scorer.scorer_id, rows)
+        append_event(store, "scores_stored", plan_hash=plan_hash, subject=scorer.scorer_id, payload=stored.payload())
+    return 1
+
+
 def _count(summary: ScoreSummary, rows: Sequence[dict]) -> None:
     summary.scored_ok += sum(r["status"] == "ok" for r in rows)
     summary.scored_error += sum(r["status"] == "error" for r in rows)
@@ -357,7 +368,7 @@ def _audit(store: Store, plan_hash: str | None, scorer: Scorer, s: ScoreSummary,
     append_event(store, "scores_recorded", plan_hash=plan_hash, subject=scorer.scorer_id,
                  payload={"scorer_id": scorer.scorer_id, "metric": scorer.metric, "version": scorer.version,
                           "model_hash": scorer.model_hash, "rows_ok": s.scored_ok, "rows_error": s.scored_error,
-                          "rows_written": written, "computed": s.computed, "reused_in_pass": s.reused_pass,
+                          "rows_written": written, "batches": s.batches, "computed": s.computed, "reused_in_pass": s.reused_pass,
                           "reused_stored": s.reused_stored, "skipped_existing": s.existing,
                           "not_scorable": s.not_scorable})
 
