@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from data.audit import append_event, atomic
-from data.digest import run_digest
+from data.digest import row_sha256, run_digest
 from data.errors import CampaignError
 from data.hashing import canonical_json
 from data.manifest import build_manifest, holdout_opened, load_plan_workload
@@ -176,7 +176,8 @@ def record_attempt(store: Store, plan: Plan, engine: EngineSpec, outcome: str, *
         })
         append_event(store, "attempt_recorded", plan_hash=plan.hash, subject=attempt_id,
                      payload={"engine": engine.name, "outcome": outcome, "reason": reason, "launch_id": launch_id,
-                              "runs": len(run_ids or [])})
+                              "runs": len(run_ids or []),
+                              **row_sha256(store, "attempts", "attempt_id", attempt_id)})  # for audit verify
     return attempt_id
 
 

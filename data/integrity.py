@@ -239,6 +239,37 @@ def check_exclusions(store: Store, evs: list[dict[str, Any]]) -> Check:
     return _result("exclusions", problems, f"{len(rows)} exclusion(s) match their run_excluded events")
 
 
+_ATTEMPT_FIELDS = ("engine", "outcome", "reason", "launch_id")
+
+
+def check_attempts(store: Store, evs: list[dict[str, Any]]) -> Check:
+    """Every configuration tried is listed as recorded: a deleted startup failure or rejected
+    candidate would hide what was tried before the one that was kept."""
+    recorded = _by_subject(evs, "attempt_recorded")
+    rows = store.query("SELECT * FROM attempts ORDER BY created_at, attempt_id")
+    problems = []
+    for r in rows:
+        aid = r["attempt_id"]
+        e = recorded.get(aid)
+        if e is None:
+            problems.append(f"attempt {aid}: no attempt_recorded event for it (inserted by hand)")
+            continue
+        p, seq = e["payload"], e["seq"]
+        wrong = [f"{k} is {r[k]!r} but its attempt_recorded event (seq {seq}) says {p.get(k)!r}"
+                 for k in _ATTEMPT_FIELDS if r[k] != p.get(k)]
+        if r["plan_hash"] != e["plan_hash"]:
+            wrong.append(f"plan_hash is {r['plan_hash']!r} but its attempt_recorded event (seq {seq}) says "
+                         f"{e['plan_hash']!r}")
+        if wrong:
+            problems.append(f"attempt {aid}: {wrong[0]}")
+        elif not _row_matches(store, "attempts", "attempt_id", aid, p):
+            problems.append(f"attempt {aid}: row differs from the one recorded at seq {seq} (edited)")
+    stored = {r["attempt_id"] for r in rows}
+    problems += [f"attempt {aid}: recorded at seq {e['seq']} but its row is missing (deleted)"
+                 for aid, e in recorded.items() if aid not in stored]
+    return _result("attempts", problems, f"{len(rows)} attempt(s) match their attempt_recorded events")
+
+
 def _digest_problem(rid: str, seq: int, recorded: dict[str, Any], got: dict[str, Any]) -> str | None:
     for table in [t for t, _ in RUN_TABLES] + ["gpu_samples"]:
         want, have = recorded.get(table), got[table]  # run_digests gives every table, rows 0 included
@@ -346,7 +377,7 @@ def check_sql_writes(store: Store, evs: list[dict[str, Any]]) -> Check:
 CHECKS: tuple[tuple[str, Callable[[Store, list[dict[str, Any]]], Check]], ...] = (
     ("store file", check_file), ("schema", check_schema), ("chain", check_chain), ("plans", check_plans),
     ("manifests", check_manifests), ("verdicts", check_verdicts), ("exclusions", check_exclusions),
-    ("runs", check_runs), ("scores", check_scores), ("sql writes", check_sql_writes),
+    ("runs", check_runs), ("attempts", check_attempts), ("scores", check_scores), ("sql writes", check_sql_writes),
 )
 
 

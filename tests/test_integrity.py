@@ -92,6 +92,7 @@ def test_untouched_store_verifies(campaign, tmp_path, capsys):
     assert r.returncode == 0, r.stdout
     assert "audit chain OK" in r.stdout and "audit verify OK" in r.stdout
     assert re.search(r"ok +runs +4 run\(s\) match the digests recorded at run end", r.stdout)
+    assert re.search(r"ok +attempts +[1-9]\d* attempt\(s\) match their attempt_recorded events", r.stdout)
     assert re.search(r"ok +verdicts +2 verdict", r.stdout)
     assert re.search(r"ok +anchor +the chain still holds", r.stdout)
     assert re.search(r"ok +metrics +[1-9]\d* stored run-metrics row\(s\) equal a recomputation", r.stdout)
@@ -116,6 +117,13 @@ TAMPER = [
      ["DELETE FROM requests WHERE request_index = 1 AND run_id = (SELECT max(run_id) FROM runs)"], "runs",
      "rows deleted or added"),
     ("drop-verdicts", ["DROP TABLE verdicts"], "schema", "verdicts is missing"),
+    # every configuration tried: deleting or rewording one hides what was tried before the winner
+    ("delete-an-attempt", ["DELETE FROM attempts WHERE attempt_id = (SELECT min(attempt_id) FROM attempts)"],
+     "attempts", "its row is missing (deleted)"),
+    ("reword-an-attempt", ["UPDATE attempts SET config_json = replace(config_json, 'fast', 'slow') "
+                           "WHERE engine = 'ref-fast'"], "attempts", "row differs from the one recorded"),
+    ("attempt-outcome", ["UPDATE attempts SET outcome = 'rejected' WHERE attempt_id = (SELECT min(attempt_id) "
+                         "FROM attempts)"], "attempts", "outcome is 'rejected' but its attempt_recorded event"),
     # the stored per-run metrics every view reads: an edit there changes what users see
     ("edit-stored-metrics",
      ["UPDATE run_metrics SET metrics_json = replace(metrics_json, '\"throughput\": ', '\"throughput\": 1')"],
@@ -140,7 +148,7 @@ def _tamper_guard(db: Path, statements: list[str]) -> str:
     """A fingerprint of the tables a case edits, to prove the edit happened."""
     con = duckdb.connect(str(db), read_only=True)
     try:
-        tables = {t for t in ("verdicts", "audit_events", "plans", "requests", "run_metrics")
+        tables = {t for t in ("verdicts", "audit_events", "plans", "requests", "run_metrics", "attempts")
                   if any(t in s for s in statements)}
         present = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
         return json.dumps({t: str(con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall()) if t in present else None
