@@ -13,12 +13,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import duckdb
+import pytest
+
+from console.cli import _is_duckdb_error
+
 REPO = Path(__file__).resolve().parent.parent
 
-# libraries and project modules a parser never needs (each costs tens to hundreds of ms to import)
-HEAVY = ("pandas", "scipy", "numpy", "pyarrow", "aiohttp", "torch", "duckdb", "textual", "jsonschema",
-         "engine_adapters.reference.server", "engine_adapters.driver", "stats.gates", "stats.bootstrap",
-         "data.integrity", "data.store", "console.runner")
+# libraries and project modules a parser never needs (each costs tens to hundreds of ms to import);
+# "stats" covers stats.gates, stats.bootstrap and every other statistics module
+HEAVY = ("pandas", "scipy", "numpy", "pyarrow", "aiohttp", "torch", "duckdb", "textual", "jsonschema", "rich",
+         "engine_adapters.reference.server", "engine_adapters.driver", "stats", "data.integrity", "data.store",
+         "data.plans", "console.runner", "console.tui")
 
 PROBE = r"""
 import argparse, json, sys
@@ -54,3 +60,11 @@ def test_parser_and_help_import_no_heavy_module():
     loaded = set(res["modules"])
     heavy = sorted(m for m in loaded for h in HEAVY if m == h or m.startswith(h + "."))
     assert not heavy, f"building the parser imported {heavy}"
+
+
+def test_duckdb_errors_are_recognised_without_importing_duckdb_first():
+    """console/cli.py no longer imports DuckDB to catch its errors; they still read as one line, exit 2."""
+    with pytest.raises(duckdb.Error) as info:
+        duckdb.connect(":memory:").execute("SELECT * FROM no_such_table")
+    assert _is_duckdb_error(info.value)
+    assert not _is_duckdb_error(ValueError("x")) and not _is_duckdb_error(BrokenPipeError())
