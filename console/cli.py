@@ -3,6 +3,10 @@
 Subcommands live one per module in `console/commands/`; each module exposes
 `register(subparsers)` and sets `func` on its parser. User errors (`CampaignError`) print as
 one line and exit 2; nothing a user types should end in a traceback.
+
+Building the parser imports only what the parser needs: each command imports its run-time
+dependencies (DuckDB, pandas, scipy, the engines ...) when it runs, so `campaign --help` and every
+short command start fast (docs/performance.md, "Starting `campaign`"; tests/test_cli_imports.py).
 """
 
 from __future__ import annotations
@@ -11,8 +15,6 @@ import argparse
 import importlib
 import pkgutil
 import sys
-
-import duckdb
 
 import console.commands as commands_pkg
 from data.errors import CampaignError, first_line
@@ -44,14 +46,22 @@ def main(argv: list[str] | None = None) -> int:
     except CampaignError as exc:
         print(f"campaign: error: {exc}", file=sys.stderr)
         return 2
-    except duckdb.Error as exc:
-        print(f"campaign: database error: {first_line(exc)}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("campaign: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as exc:
+        if not _is_duckdb_error(exc):
+            raise
+        print(f"campaign: database error: {first_line(exc)}", file=sys.stderr)
+        return 2
+
+
+def _is_duckdb_error(exc: BaseException) -> bool:
+    """A DuckDB error, without importing DuckDB: one can only have been raised if it was imported."""
+    duckdb = sys.modules.get("duckdb")
+    return duckdb is not None and isinstance(exc, duckdb.Error)
 
 
 if __name__ == "__main__":

@@ -9,10 +9,10 @@ import os
 import sys
 from datetime import date, datetime
 from decimal import Decimal
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from rich.console import Console
-from rich.table import Table
+if TYPE_CHECKING:
+    from rich.console import Console
 
 FORMATS = ("table", "csv", "json")
 
@@ -37,6 +37,9 @@ def print_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str =
         json.dump([{c: _jsonable(v) for c, v in zip(columns, r)} for r in rows], sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:
+        from rich.console import Console  # imported when a table is printed: `campaign --help` needs no Rich
+        from rich.table import Table
+
         table = Table(title=title, show_lines=False)
         for c in columns:
             table.add_column(str(c))

@@ -17,10 +17,12 @@ import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from data.errors import CampaignError, first_line
-from data.store import Store
+
+if TYPE_CHECKING:  # annotations only
+    from data.store import Store
 
 ANCHOR_SCHEMA = "omni-campaign-audit-head/1"
 SUFFIX = ".audit-head.json"

@@ -15,13 +15,15 @@ import json
 import socket
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from data.anchor import advance_anchor, current_head
 from data.errors import CampaignError
 from data.hashing import canonical_json as canonical_json  # re-exported: data/plans.py imports it from here
 from data.hashing import sha256_text as sha256_text
-from data.store import Store
+
+if TYPE_CHECKING:  # annotations only: `campaign audit --help` needs EVENT_KINDS, not DuckDB
+    from data.store import Store
 
 EVENT_KINDS = (
     "plan_frozen", "addendum_frozen", "manifest_frozen", "run_started", "run_ended",

@@ -33,11 +33,11 @@ from data.audit import append_event, atomic, canonical_json, sha256_text, whoami
 from data.digest import row_sha256
 from data.errors import CampaignError
 from data.metric_params import MetricParams
+from data.plan_ids import ADDENDUM_SCHEMA_ID as ADDENDUM_SCHEMA_ID  # re-exported: the ids' home is data/plan_ids.py
+from data.plan_ids import PLAN_SCHEMA_ID as PLAN_SCHEMA_ID
 from data.secrets import passthrough_errors, redact_document, resolve_env, secret_values
 from data.store import Store, utcnow
 
-PLAN_SCHEMA_ID = "omni-campaign-plan/1"
-ADDENDUM_SCHEMA_ID = "omni-campaign-addendum/1"
 SCHEMA_PATH = Path(__file__).resolve().parent / "plan_schema.json"
 
 ADDENDUM_SCHEMA: dict[str, Any] = {

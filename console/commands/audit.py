@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from rich.console import Console
+from typing import TYPE_CHECKING
 
 from console.commands.db import add_db_arg
 from console.output import FORMATS, print_rows
-from data.audit import EVENT_KINDS, events
+from data.audit import EVENT_KINDS
 from data.errors import StoreCorrupt
-from data.integrity import FAILED, OK, Check, load_exported, verify_store
-from data.store import open_store
-from stats.metrics.stored import stored_metrics_problems
+
+if TYPE_CHECKING:
+    from data.integrity import Check
 
 
 def register(sub) -> None:
@@ -33,6 +33,9 @@ def register(sub) -> None:
 
 
 def cmd_verify(args) -> int:
+    from data.integrity import FAILED, load_exported, verify_store
+    from data.store import open_store
+
     against = [load_exported(f) for f in args.against]
     try:
         with open_store(args.db, read_only=True) as store:
@@ -54,6 +57,9 @@ def cmd_verify(args) -> int:
 
 def _metrics_check(store) -> Check:
     """Stored per-run metrics against a recomputation (the results every view reads)."""
+    from data.integrity import FAILED, OK, Check
+    from stats.metrics.stored import stored_metrics_problems
+
     n, problems = stored_metrics_problems(store)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -62,6 +68,11 @@ def _metrics_check(store) -> Check:
 
 
 def cmd_log(args) -> int:
+    from rich.console import Console
+
+    from data.audit import events
+    from data.store import open_store
+
     with open_store(args.db) as store:
         rows = events(store, kind=args.kind)
     if args.plan:

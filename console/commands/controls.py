@@ -3,12 +3,6 @@ reference campaign's settings, a plan's, or flags. Exit 0 iff every control give
 
 from __future__ import annotations
 
-from rich.console import Console
-
-from console.commands.gate import print_controls
-from stats.controls import all_ok, run_controls
-from stats.gates import GateConfig
-
 
 def register(sub) -> None:
     p = sub.add_parser("controls", help="synthetic controls: prove the gate on data with known answers")
@@ -23,6 +17,12 @@ def register(sub) -> None:
 
 
 def cmd_controls(args) -> int:
+    from rich.console import Console
+
+    from console.gate_tables import print_controls
+    from stats.controls import all_ok, run_controls
+    from stats.gates import GateConfig
+
     if args.plan:
         from data.plans import load_plan
 

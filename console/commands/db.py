@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-
-import duckdb
+from typing import TYPE_CHECKING
 
 from console.output import FORMATS, print_rows
-from data.audit import append_event, whoami
 from data.errors import CampaignError, first_line
-from data.hashing import sha256_text
-from data.snapshot import open_reader
-from data.store import Store, open_store, resolve_db_path
+
+if TYPE_CHECKING:
+    from data.store import Store
 
 
 def add_db_arg(p: argparse.ArgumentParser) -> None:
@@ -43,6 +41,8 @@ def register(sub) -> None:
 
 def _execute(store: Store, query: str) -> tuple[list[str] | None, list[tuple]]:
     """(columns or None for a statement without a result, rows), with the result read to its end."""
+    import duckdb
+
     try:
         cur = store.con.execute(query)
         if cur.description is None:
@@ -57,6 +57,11 @@ def _execute(store: Store, query: str) -> tuple[list[str] | None, list[tuple]]:
 
 
 def cmd_sql(args) -> int:
+    from data.audit import append_event, whoami
+    from data.hashing import sha256_text
+    from data.snapshot import open_reader
+    from data.store import Store, resolve_db_path
+
     path = resolve_db_path(args.db)
     if not path.exists():
         Store(path).close()  # as every command: a missing store is created (empty, migrated)
@@ -77,6 +82,8 @@ def cmd_sql(args) -> int:
 
 
 def cmd_db_info(args) -> int:
+    from data.store import open_store
+
     with open_store(args.db) as store:
         print(f"database: {store.path.resolve()}")
         print(f"schema version: {store.schema_version()}")

@@ -7,8 +7,6 @@ from pathlib import Path
 
 from data.errors import CampaignError
 from engine_adapters.reference.config import add_arguments, config_from_args
-from engine_adapters.reference.profiles import ProfileError, load_profiles
-from engine_adapters.reference.server import ReferenceEngineError, run_engine
 
 
 def register(sub) -> None:
@@ -28,6 +26,8 @@ def register(sub) -> None:
 
 
 def cmd_reference(args: argparse.Namespace) -> int:
+    from engine_adapters.reference.server import ReferenceEngineError, run_engine
+
     try:
         run_engine(config_from_args(args))
     except ReferenceEngineError as exc:
@@ -36,6 +36,8 @@ def cmd_reference(args: argparse.Namespace) -> int:
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
+    from engine_adapters.reference.profiles import ProfileError, load_profiles
+
     try:
         profiles = load_profiles(args.profiles_file)
     except ProfileError as exc:

@@ -12,12 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-import jsonschema
-
 from console.commands.db import add_db_arg
-from data.anchor import PARQUET_KEY, anchor_path, current_head, write_anchor
 from data.errors import CampaignError, first_line
-from data.store import open_store
 
 RUN_COLUMNS = ("plan_hash", "engine", "concurrency", "repeat_index", "kind", "status", "pool", "dialect",
                "metrics_version", "request_preset", "voice_placement", "body_template_sha256")
@@ -48,6 +44,7 @@ def register(sub) -> None:
 def cmd_export_evidence(args) -> int:
     from console.commands.plan import plan_for_arg
     from console.evidence import export_bundle
+    from data.store import open_store
 
     out = Path(args.dir)
     with open_store(args.db) as store:
@@ -64,6 +61,10 @@ def cmd_export_evidence(args) -> int:
 
 
 def cmd_export_verdict(args) -> int:
+    import jsonschema
+
+    from data.anchor import current_head
+    from data.store import open_store
     from data.verdicts import get_verdict
     from stats.verdict_doc import load_schema
 
@@ -97,7 +98,9 @@ def cmd_export_runs(args) -> int:
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
+    from data.anchor import PARQUET_KEY, anchor_path, current_head, write_anchor
     from data.plans import resolve_hash
+    from data.store import open_store
 
     with open_store(args.db, read_only=True) as store:
         params: list = []

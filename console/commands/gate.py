@@ -12,24 +12,16 @@ answer no verdict is issued.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
-
-import pandas as pd
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from console.commands.db import add_db_arg
 from console.output import FORMATS, print_rows
 from data.errors import CampaignError, first_line
-from data.pool_status import external_status, pool_status
-from data.store import open_store
-from stats.controls import all_ok, run_controls
-from stats.gates import FAIL, INCONCLUSIVE, PASS, GateConfig, evaluate_gates, validate_long_frame
-from stats.results.checks import CheckRow
 
-EXIT = {PASS: 0, FAIL: 1, INCONCLUSIVE: 3}
-STYLE = {PASS: "green", FAIL: "bold red", INCONCLUSIVE: "yellow"}
+if TYPE_CHECKING:
+    import pandas as pd
+    from rich.console import Console
 
 
 def register(sub) -> None:
@@ -57,95 +49,11 @@ def register(sub) -> None:
     v.set_defaults(func=cmd_verdicts)
 
 
-# -- rendering --------------------------------------------------------------------------------
-
-def _fmt(v, digits: int = 4) -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "-"
-    return f"{v:+.{digits}f}" if isinstance(v, float) else str(v)
-
-
-def print_checks(console: Console, result, title: str, evidence=None) -> None:
-    """The checks table; `evidence`: the quality pool's status (data.pool_status.PoolStatus)."""
-    t = Table(title=title)
-    for col in ("C", "metric", "base", "cand", "point", "upper bound", "margin", "ids", "result", "note"):
-        t.add_column(col, justify="right" if col not in ("metric", "result", "note") else "left")
-    for check in result.checks:
-        c = CheckRow.from_quality(check.as_dict())  # the one row type, labels and units (stats/results/checks.py)
-        pct = "%" if c.metric == "wer" else ""
-        unit = c.unit if c.unit == "pp" else f" {c.unit}"  # '+1.6667pp', '+0.1200 x100'
-        t.add_row(str(c.concurrency), c.label, "-" if c.base_value is None else f"{c.base_value:.3f}{pct}",
-                  "-" if c.cand_value is None else f"{c.cand_value:.3f}{pct}", _fmt(c.point) + unit,
-                  _fmt(c.bound) + unit, f"{c.margin:g}{unit}",
-                  f"{c.n_ids}/{c.n_expected}", f"[{STYLE[c.status]}]{c.status}[/]",
-                  ("diagnostic: " if c.diagnostic_only else "") + c.reason)
-    console.print(t)
-    cfg = result.config
-    console.print(f"bootstrap: {cfg.method}, B={cfg.draws}, seed={cfg.seed}, one-sided {cfg.confidence:g} upper "
-                  f"bound; pass iff bound < margin. Input: {result.inputs['rows']} rows, sha256 "
-                  f"{result.inputs['sha256'][:16]}…")
-    if result.config.repeats is not None:
-        console.print(f"coverage: every id needs exactly measured repeats {', '.join(map(str, result.config.repeats))} "
-                      "in both arms (the plan's sweep.measured_repeats); otherwise its checks are INCONCLUSIVE")
-    else:
-        console.print("coverage: every id needs the same measured repeats in both arms (every repeat the table has at "
-                      "its concurrency); otherwise its checks are INCONCLUSIVE")
-    if evidence is not None:
-        style = {"reserved": "green", "reused": "bold yellow"}.get(evidence.status, "")
-        console.print(f"evidence: [{style or 'default'}]{evidence.status}[/] — {evidence.summary}")
-    for a in result.attribution:
-        if not a["contributions"] or a["net_error_change"] == 0:
-            continue
-        top = a["contributions"][0]
-        wt = a.get("without_top") or {}
-        console.print(
-            f"C{a['concurrency']} WER attribution: net {a['net_error_change']:+d} errors; top {top['utt_id']} "
-            f"{top['delta']:+d} ({(top['share_of_net'] or 0) * 100:.0f}% of net)"
-            + (f"; without it {wt['point_pp']:+.4f}pp (bound {wt['bound_pp']:+.4f}), change "
-               f"{'survives' if a['survives_without_top'] else 'does not survive'}" if wt else "")
-            + " [diagnostic only]")
-    console.print(f"Quality verdict: [{STYLE[result.verdict]}]{result.verdict}[/]")
-
-
-def print_rule(console: Console, rr) -> None:
-    t = Table(title=f"decision rule {rr.name}: {rr.candidate} / {rr.reference} {rr.metric}")
-    for col in ("C", "candidate repeats", "reference repeats", "cand median (CV)", "ref median (CV)",
-                "ratios", "geo-mean", f"lower {rr.confidence:g}", "result", "note"):
-        t.add_column(col)
-    for c in rr.cells:
-        rep = lambda vals: ", ".join("-" if v["value"] is None else f"{v['value']:.1f}" for v in vals)  # noqa: E731
-        sp = lambda s: "-" if s["median"] is None else f"{s['median']:.1f} ({(s['cv'] or 0) * 100:.1f}%)"  # noqa: E731
-        t.add_row(str(c.concurrency), rep(c.candidate), rep(c.reference), sp(c.candidate_spread),
-                  sp(c.reference_spread), ", ".join(f"{p['ratio']:.3f}" for p in c.pairs),
-                  _fmt(c.geo_mean_ratio, 3).lstrip("+"), _fmt(c.lower_bound_ratio, 3).lstrip("+"),
-                  f"[{STYLE[c.status]}]{c.status}[/]", c.reason)
-    console.print(t)
-    console.print(f"bound: {rr.method}; pass iff lower bound > {rr.min_ratio:g}. "
-                  f"Rule verdict: [{STYLE[rr.verdict]}]{rr.verdict}[/]")
-
-
-def print_controls(console: Console, results) -> None:
-    t = Table(title="synthetic controls")
-    for col in ("control", "expected", "observed", "ok", "detail"):
-        t.add_column(col)
-    for r in results:
-        t.add_row(r.name, r.expected, r.observed, "[green]yes[/]" if r.ok else "[bold red]NO[/]", r.detail)
-    console.print(t)
-
-
-def require_controls(console: Console, cfg: GateConfig):
-    results = run_controls(cfg)
-    if not all_ok(results):
-        print_controls(console, results)
-        bad = ", ".join(r.name for r in results if not r.ok)
-        raise CampaignError(f"synthetic controls failed ({bad}): the gate refuses to issue a verdict")
-    console.print(f"synthetic controls: {len(results)}/{len(results)} gave their known answer")
-    return results
-
-
 # -- input ------------------------------------------------------------------------------------
 
 def read_scores(path: str) -> pd.DataFrame:
+    import pandas as pd
+
     p = Path(path)
     if not p.is_file():
         raise CampaignError(f"{path}: no such file")
@@ -162,7 +70,18 @@ def read_scores(path: str) -> pd.DataFrame:
 
 # -- commands ---------------------------------------------------------------------------------
 
+def exit_status(verdicts: list[str]) -> int:
+    """The exit status of the verdicts issued (module docstring): 1 if any FAILs, else the worst
+    of 0 PASS and 3 INCONCLUSIVE."""
+    from stats.gates import FAIL, INCONCLUSIVE, PASS
+
+    codes = {PASS: 0, FAIL: 1, INCONCLUSIVE: 3}
+    return max(codes[v] for v in verdicts) if FAIL not in verdicts else codes[FAIL]
+
+
 def cmd_gate(args) -> int:
+    from rich.console import Console
+
     console = Console(width=max(Console().width, 160))
     if args.scores and args.plan:
         raise CampaignError("give a plan file or --scores FILE, not both")
@@ -174,6 +93,11 @@ def cmd_gate(args) -> int:
 
 
 def gate_scores(args, console: Console) -> int:
+    from console.gate_tables import print_checks, require_controls
+    from data.pool_status import external_status
+    from data.store import open_store
+    from stats.gates import GateConfig, evaluate_gates, validate_long_frame
+
     missing = [f for f, v in (("--wer-margin", args.wer_margin), ("--sim-margin", args.sim_margin),
                               ("--utmos-margin", args.utmos_margin)) if v is None]
     if missing:
@@ -194,11 +118,15 @@ def gate_scores(args, console: Console) -> int:
             vid = issue_quality(store, result, frame, metrics_version=METRICS_VERSION, controls=controls,
                                 source=str(args.scores), pool=evidence.as_dict())
         console.print(f"verdict issued: {vid}")
-    return EXIT[result.verdict]
+    return exit_status([result.verdict])
 
 
 def gate_plan(args, console: Console) -> int:
+    from console.gate_tables import print_checks, print_rule, require_controls
     from data.plans import frozen_plan_for_file
+    from data.pool_status import pool_status
+    from data.store import open_store
+    from stats.gates import GateConfig, evaluate_gates
     from stats.metrics import METRICS_VERSION
     from stats.quality.registry import scorer_status
     from stats.quality.scoring import scores_frame
@@ -249,12 +177,13 @@ def gate_plan(args, console: Console) -> int:
         console.print("dry run: nothing issued")
     if not verdicts:
         raise CampaignError(f"plan {plan.hash[:12]}: nothing to gate (no quality arms and no decision rules)")
-    return max(EXIT[v] for v in verdicts) if FAIL not in verdicts else EXIT[FAIL]
+    return exit_status(verdicts)
 
 
 def print_earlier_verdicts(console: Console, db, plan) -> None:
     """An addendum never re-judges: its ancestors' verdicts stay as issued, beside the new ones."""
     from data.manifest import plan_lineage
+    from data.store import open_store
     from data.verdicts import list_verdicts
 
     with open_store(db) as store:
@@ -265,8 +194,11 @@ def print_earlier_verdicts(console: Console, db, plan) -> None:
 
 
 def cmd_verdicts(args) -> int:
+    from rich.console import Console
+
     from data.plans import resolve_hash
     from data.pool_status import verdict_evidence
+    from data.store import open_store
     from data.verdicts import list_verdicts
 
     with open_store(args.db) as store:

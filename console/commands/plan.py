@@ -5,17 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rich.console import Console
-
 from console.commands.db import add_db_arg
 from console.output import print_rows
 from data.errors import CampaignError
-from data.manifest import holdout_opened, open_holdout
-from data.plans import (
-    ADDENDUM_SCHEMA_ID, PLAN_SCHEMA_ID, freeze, frozen_plan_for_file, placeholder_paths, plan_from_store, read_json,
-    resolve_hash, stored_document, validate_plan_dict, verify_plan_file,
-)
-from data.store import open_store
+from data.plan_ids import ADDENDUM_SCHEMA_ID, PLAN_SCHEMA_ID
 
 
 def _engine(name: str, profile: str, port: int, dialect: str = "vllm-omni") -> dict:
@@ -221,6 +214,8 @@ def register(sub) -> None:
 
 
 def cmd_init(args) -> int:
+    from data.plans import placeholder_paths, validate_plan_dict
+
     out = Path(args.output)
     if out.exists() and not args.force:
         raise CampaignError(f"{out}: exists; pass --force to overwrite")
@@ -238,6 +233,9 @@ def cmd_init(args) -> int:
 
 
 def cmd_freeze(args) -> int:
+    from data.plans import freeze
+    from data.store import open_store
+
     with open_store(args.db) as store:
         res = freeze(store, args.plan)
         print(res.message)
@@ -247,6 +245,11 @@ def cmd_freeze(args) -> int:
 
 
 def cmd_verify(args) -> int:
+    from rich.console import Console
+
+    from data.plans import verify_plan_file
+    from data.store import open_store
+
     with open_store(args.db) as store:
         v = verify_plan_file(store, args.plan)
     console = Console()
@@ -258,6 +261,9 @@ def cmd_verify(args) -> int:
 
 
 def cmd_addendum(args) -> int:
+    from data.plans import freeze
+    from data.store import open_store
+
     with open_store(args.db) as store:
         res = freeze(store, args.addendum, expected_parent=args.parent)
         print(res.message)
@@ -266,6 +272,10 @@ def cmd_addendum(args) -> int:
 
 
 def cmd_show(args) -> int:
+    from data.manifest import holdout_opened
+    from data.plans import plan_from_store, resolve_hash, stored_document
+    from data.store import open_store
+
     with open_store(args.db, read_only=False) as store:
         h = resolve_hash(store, args.hash)
         row = store.query("SELECT kind, name, parent_hash, source_path, frozen_at, frozen_by FROM plans WHERE plan_hash = ?", [h])[0]
@@ -287,12 +297,17 @@ def cmd_show(args) -> int:
 
 def plan_for_arg(store, arg: str):
     """A frozen plan from a file path (must match its frozen hash) or a hash prefix."""
+    from data.plans import frozen_plan_for_file, plan_from_store
+
     if Path(arg).is_file():
         return frozen_plan_for_file(store, arg)
     return plan_from_store(store, arg)
 
 
 def cmd_open_holdout(args) -> int:
+    from data.manifest import open_holdout
+    from data.store import open_store
+
     with open_store(args.db) as store:
         plan = plan_for_arg(store, args.plan)
         seq, new = open_holdout(store, plan, args.reason)
@@ -304,6 +319,8 @@ def cmd_open_holdout(args) -> int:
 
 
 def cmd_list(args) -> int:
+    from data.store import open_store
+
     with open_store(args.db) as store:
         rows = store.query("SELECT plan_hash, kind, name, parent_hash, frozen_at FROM plans ORDER BY frozen_at")
     print_rows(["hash", "kind", "name", "parent", "frozen_at"],
@@ -311,4 +328,4 @@ def cmd_list(args) -> int:
     return 0
 
 
-__all__ = ["register", "template", "plan_for_arg", "read_json"]
+__all__ = ["register", "template", "plan_for_arg"]

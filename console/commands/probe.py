@@ -5,20 +5,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from data.errors import CampaignError
-from data.store import open_store
-from data.workload import load_workload
 from engine_adapters.dialects import DIALECTS, get_dialect
 from engine_adapters.dialects.presets import PRESETS, PROTOCOL
-from engine_adapters.driver import DriveSpec, RequestSpec
 from engine_adapters.transport import DEFAULT_TRANSPORT, TRANSPORTS
-from stats.metrics import METRICS, RunMetrics, run_metrics
-from stats.metrics.registry import throughput_unit
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from engine_adapters.driver import RequestSpec
+    from stats.metrics import RunMetrics
 
 
 def register(sub) -> None:
@@ -68,6 +66,9 @@ def _check(args) -> None:
 
 def build_requests(workload: str | None, locale: str | None, pool: str | None, n: int) -> list[RequestSpec]:
     """The first n utterances of the workload (or pool), cycling when n exceeds it."""
+    from data.workload import load_workload
+    from engine_adapters.driver import RequestSpec
+
     wl = load_workload(workload, locale)
     utts = wl.pool(pool)
     if not utts:
@@ -79,6 +80,11 @@ def build_requests(workload: str | None, locale: str | None, pool: str | None, n
 
 
 def metrics_table(m: RunMetrics, title: str) -> Table:
+    from rich.table import Table
+
+    from stats.metrics import METRICS
+    from stats.metrics.registry import throughput_unit
+
     table = Table(title=title)
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -92,7 +98,13 @@ def metrics_table(m: RunMetrics, title: str) -> Table:
 
 
 def cmd_probe(args) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     from console.recording import new_run_id, record_run
+    from data.store import open_store
+    from engine_adapters.driver import DriveSpec
+    from stats.metrics import run_metrics
 
     _check(args)
     reqs = build_requests(args.workload, args.locale, args.pool, args.requests)

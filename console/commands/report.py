@@ -10,18 +10,14 @@ CV, never a single best run.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from console.commands.db import add_db_arg
 from console.commands.plan import plan_for_arg
 from console.output import FORMATS, print_rows
-from data.snapshot import open_or_snapshot
-from data.store import resolve_db_path
-from stats.metrics import METRICS_VERSION
-from stats.results.plan_results import PlanResults, load_plan_results
-from stats.results.report import COLUMNS, column_label, concurrency_label
+
+if TYPE_CHECKING:
+    from stats.results.plan_results import PlanResults
 
 
 def register(sub) -> None:
@@ -37,6 +33,8 @@ def register(sub) -> None:
 
 def table_rows(res: PlanResults) -> tuple[list[str], list[list[Any]]]:
     """The machine-readable report (--format csv/json/...): one row per cell, raw spread values."""
+    from stats.results.report import COLUMNS
+
     rows: list[list[Any]] = []
     for cell in res.cells:
         row: list[Any] = [cell.engine, cell.concurrency, res.limits.get(cell.engine), cell.n]
@@ -53,6 +51,14 @@ def cmd_report(args) -> int:
     if args.figures and not args.html:
         from data.errors import CampaignError
         raise CampaignError("--figures DIR goes with --html FILE")
+    from rich.console import Console
+
+    from data.snapshot import open_or_snapshot
+    from data.store import resolve_db_path
+    from stats.metrics import METRICS_VERSION
+    from stats.results.plan_results import load_plan_results
+    from stats.results.report import COLUMNS, column_label, concurrency_label
+
     with open_or_snapshot(resolve_db_path(args.db)) as store:  # a snapshot while a campaign runs
         plan = plan_for_arg(store, args.plan)
         res = load_plan_results(store, plan)

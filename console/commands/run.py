@@ -14,18 +14,16 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from typing import TYPE_CHECKING
 
 from console.commands.db import add_db_arg
 from console.commands.plan import plan_for_arg
-from console.live import LiveFeed
 from console.output import guard_stdout
-from console.preflight import check_startable
-from console.runner import RunnerOptions, run_plan
-from data.snapshot import SnapshotServer
-from data.store import open_store, resolve_db_path
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from console.live import LiveFeed
 
 STDOUT_CLOSED = ("campaign: stdout is closed (broken pipe); the campaign goes on with its output discarded "
                  "(follow it with `campaign tui` or `campaign runs`); the exit status is the campaign's")
@@ -56,6 +54,9 @@ def detach(args) -> int:
     SIGHUP to it, and its output goes to `<db>.run.log`. Progress is followed through the live file.
     Everything that can be checked before the campaign starts is checked here, in the foreground
     (console/preflight.py), so a refusal is an error and exit status 2, not a line in the log."""
+    from console.preflight import check_startable
+    from data.store import open_store, resolve_db_path
+
     db = resolve_db_path(args.db).resolve()
     with open_store(db) as store:
         plan = plan_for_arg(store, args.plan)
@@ -85,6 +86,12 @@ def cmd_run(args) -> int:
 
 
 def _run(args, stdout) -> int:
+    from rich.console import Console
+
+    from console.live import LiveFeed
+    from data.snapshot import SnapshotServer
+    from data.store import open_store, resolve_db_path
+
     console = Console(stderr=False)
     signal.signal(signal.SIGTERM, _sigterm_to_interrupt)  # `kill` interrupts like Ctrl-C: runs marked incomplete
     # the live file is the running campaign's: it is written only once this process holds the store
@@ -122,6 +129,10 @@ def _run(args, stdout) -> int:
 
 def _sweep(args, console: Console, store, plan, feed: LiveFeed):
     """Run the sweep with progress output; None when interrupted."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from console.runner import RunnerOptions, run_plan
+
     feed.campaign(plan.name, plan.hash, metrics=plan.metrics.as_dict())
     artifacts = Path(args.artifacts) if args.artifacts else store.path.resolve().parent / "artifacts"
     interactive = console.is_terminal

@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-from rich.console import Console
-
 from console.commands.db import add_db_arg
 from console.output import FORMATS, print_rows
-from data.plans import resolve_hash
-from data.queries import exclude_run
-from data.store import open_store
 
 
 def register(sub) -> None:
@@ -28,6 +23,11 @@ def register(sub) -> None:
 
 
 def cmd_list(args) -> int:
+    from rich.console import Console
+
+    from data.plans import resolve_hash
+    from data.store import open_store
+
     with open_store(args.db) as store:
         where, params = [], []
         if args.plan:
@@ -47,6 +47,9 @@ def cmd_list(args) -> int:
 
 
 def cmd_exclude(args) -> int:
+    from data.queries import exclude_run
+    from data.store import open_store
+
     with open_store(args.db) as store:
         seq = exclude_run(store, args.run_id, args.reason)
     print(f"run {args.run_id} excluded from aggregates (audit seq {seq}); it stays in the store")

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-
-from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn)
+from typing import TYPE_CHECKING
 
 from console.output import print_rows
 from data.errors import CampaignError
-from data.store import open_store
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def register(sub) -> None:
@@ -55,6 +54,11 @@ def cmd_score(args) -> int:
         raise CampaignError("score: give a plan file (or --recheck UTT ...)")
     if not Path(args.plan).is_file():
         raise CampaignError(f"{args.plan}: no such plan file")
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
+    from data.store import open_store
     from stats.quality.scoring import score_plan
 
     console = Console()
@@ -130,6 +134,9 @@ def _print_coverage(console: Console, store, plan, artifacts: Path, max_gaps: in
 
 def _recheck(args) -> int:
     from stats.quality.recheck import recheck
+    from rich.console import Console
+
+    from data.store import open_store
     from stats.quality.registry import scorer_class, UnknownScorer
 
     console = Console()

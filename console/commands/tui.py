@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from console.commands.db import add_db_arg
 from data.errors import CampaignError
-from data.store import resolve_db_path
 
 
 def register(sub) -> None:
@@ -22,6 +21,7 @@ def register(sub) -> None:
 def cmd_tui(args) -> int:
     from console.live import live_path
     from console.tui.app import CampaignApp, lower_priority
+    from data.store import resolve_db_path
 
     path = resolve_db_path(args.db)
     if path.is_dir():

@@ -10,11 +10,8 @@ import json
 import os
 from pathlib import Path
 
-from rich.console import Console
-
 from console.output import print_rows
 from data.errors import CampaignError
-from data.workload import define_pools, load_workload, parse_pool_define
 
 
 def register(sub) -> None:
@@ -40,6 +37,10 @@ def register(sub) -> None:
 
 
 def cmd_show(args) -> int:
+    from rich.console import Console
+
+    from data.workload import load_workload
+
     wl = load_workload(args.dir, args.locale)
     console = Console()
     missing = wl.missing_prompt_wavs()
@@ -63,6 +64,10 @@ def cmd_show(args) -> int:
 
 
 def cmd_pools(args) -> int:
+    from rich.console import Console
+
+    from data.workload import define_pools, load_workload, parse_pool_define
+
     wl = load_workload(args.dir, args.locale, args.pools_file)
     slices = [parse_pool_define(d) for d in args.define]
     source = f"{wl.meta_path}"
