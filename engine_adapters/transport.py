@@ -357,14 +357,15 @@ class StampedTransport:
         target = (u.path or "/") + (f"?{u.query}" if u.query else "")
         hdrs = {**self.headers, **(headers or {})}
         head = "".join(f"{k}: {v}\r\n" for k, v in hdrs.items() if k.lower() not in ("host", "content-length"))
-        request = (f"POST {target} HTTP/1.1\r\nhost: {u.netloc}\r\n{head}content-length: {len(body)}\r\n\r\n"
-                   .encode("latin-1") + body)
+        # head and body go out as two buffers (one writev): no copy of a body that carries a prompt
+        request = [f"POST {target} HTTP/1.1\r\nhost: {u.netloc}\r\n{head}content-length: {len(body)}\r\n\r\n"
+                   .encode("latin-1"), body]
         on_send()
         conn = await self._connect(u.scheme, u.hostname, port)
         ex = conn.exchange = _Exchange(asyncio.get_running_loop())
         clean = False
         try:
-            conn.transport.write(request)  # type: ignore[union-attr]
+            conn.transport.writelines(request)  # type: ignore[union-attr]
             status, content_type, content_encoding = await ex.head
 
             async def read_body(sink: Sink) -> bool:
