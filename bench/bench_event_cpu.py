@@ -56,7 +56,7 @@ proc.join()
 s = proc.summary
 assert s is not None and not proc.fatal, proc.fatal
 print(json.dumps({"cpu_s": s.overhead["cpu_s"], "audio": audio, "sent": s.sent,
-                  "loop_lag_max_ms": s.overhead["loop_lag"]["max_ms"]}))
+                  "loop_lag_max_ms": s.overhead["loop_lag"]["max_ms"], "page_faults": s.overhead.get("page_faults")}))
 """
 
 
@@ -107,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
                     got = drive(trees[who], eng.spec.url, args.concurrency, args.requests, args.shards, tmp)
                     rows[who].append(got)
                     print(f"round {k + 1} {who}: {got['us_per_event']:.1f} us/event ({got['audio']} audio events, "
-                          f"cpu {got['cpu_s']:.3f} s, loop lag max {got['loop_lag_max_ms']:.2f} ms)",
+                          f"cpu {got['cpu_s']:.3f} s, loop lag max {got['loop_lag_max_ms']:.2f} ms, "
+                          f"page faults {got['page_faults'] if got['page_faults'] is not None else 'not reported'})",
                           file=sys.stderr, flush=True)
         finally:
             eng.stop()
