@@ -3,9 +3,10 @@
 The driver hands `post()` a *sink*, `sink(stamp_ns, body_bytes) -> stop?`, and every transport
 feeds it each body read as early as its layers allow, stamped before any parsing of the payload:
 
-- `stamped` (default): an asyncio Protocol per connection with the llhttp parser from httptools.
-  `data_received` takes `perf_counter_ns()` the moment the event loop hands over the socket
-  bytes, before HTTP parsing, and the sink runs inside that same callback: no future, no task
+- `stamped` (default): an asyncio BufferedProtocol per connection with the llhttp parser from
+  httptools. `buffer_updated` takes `perf_counter_ns()` the moment the event loop has read the
+  socket bytes into the transport's read buffer, before HTTP parsing, and the sink runs inside
+  that same callback: no future, no task
   wake-up, no coroutine step per chunk. aiohttp's path (C parser, then a StreamReader feed that
   wakes the reading task, which stamps when it next runs) puts every other ready stream's wake-up
   between the socket read and the stamp: with it the driver was only at parity with a plain
@@ -165,7 +166,7 @@ class AiohttpTransport:
 
 
 class _Exchange:
-    """One request/response on a connection: where `data_received`'s stamps and bytes go."""
+    """One request/response on a connection: where `buffer_updated`'s stamps and bytes go."""
 
     __slots__ = ("head", "done", "sink", "early")
 
