@@ -3,9 +3,10 @@
 The driver hands `post()` a *sink*, `sink(stamp_ns, body_bytes) -> stop?`, and every transport
 feeds it each body read as early as its layers allow, stamped before any parsing of the payload:
 
-- `stamped` (default): an asyncio Protocol per connection with the llhttp parser from httptools.
-  `data_received` takes `perf_counter_ns()` the moment the event loop hands over the socket
-  bytes, before HTTP parsing, and the sink runs inside that same callback: no future, no task
+- `stamped` (default): an asyncio BufferedProtocol per connection with the llhttp parser from
+  httptools. `buffer_updated` takes `perf_counter_ns()` the moment the event loop has read the
+  socket bytes into the transport's read buffer, before HTTP parsing, and the sink runs inside
+  that same callback: no future, no task
   wake-up, no coroutine step per chunk. aiohttp's path (C parser, then a StreamReader feed that
   wakes the reading task, which stamps when it next runs) puts every other ready stream's wake-up
   between the socket read and the stamp: with it the driver was only at parity with a plain
@@ -40,6 +41,7 @@ HEADERS = {"content-type": "application/json", "accept": "text/event-stream, aud
            "accept-encoding": "identity"}
 ERROR_BODY_LIMIT = 64 * 1024
 DEFAULT_TRANSPORT = "stamped"
+READ_BUFFER_BYTES = 256 * 1024  # the stamped transport's read size (uvloop's own read buffer is this size)
 
 Sink = Callable[[int, bytes], bool]  # (perf_counter_ns stamp, body bytes) -> True to stop reading
 
@@ -164,7 +166,7 @@ class AiohttpTransport:
 
 
 class _Exchange:
-    """One request/response on a connection: where `data_received`'s stamps and bytes go."""
+    """One request/response on a connection: where `buffer_updated`'s stamps and bytes go."""
 
     __slots__ = ("head", "done", "sink", "early")
 
@@ -200,13 +202,20 @@ class _Exchange:
             self.done.set_result(True)
 
 
-class _Connection(asyncio.Protocol):
-    """One keep-alive HTTP/1.1 connection; each socket read is stamped before it is parsed."""
+class _Connection(asyncio.BufferedProtocol):
+    """One keep-alive HTTP/1.1 connection; each socket read is stamped before it is parsed.
 
-    def __init__(self, pool: list["_Connection"], max_idle: int, on_lost: Callable[["_Connection"], None]):
+    A BufferedProtocol: the loop reads the socket straight into `read_buffer` (one per transport,
+    shared by its connections: a read is parsed to the end before the loop reads again) and
+    llhttp parses it in place, so no bytes object is made per read; only the body bytes kept
+    (llhttp's on_body) are copied out of it (docs/performance.md, "Per-event CPU")."""
+
+    def __init__(self, pool: list["_Connection"], max_idle: int, on_lost: Callable[["_Connection"], None],
+                 read_buffer: memoryview):
         import httptools
 
         self._httptools = httptools
+        self.read_buffer = read_buffer
         self.pool = pool  # the idle list this connection returns to
         self.max_idle = max_idle
         self.on_lost = on_lost
@@ -225,13 +234,16 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.read_buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
         self.stamp = time.perf_counter_ns()  # first, before any parsing
         if self.exchange is None:  # bytes nobody asked for: the connection is not trustworthy
             self.abort()
             return
         try:
-            self.parser.feed_data(data)
+            self.parser.feed_data(self.read_buffer[:nbytes])
         except self._httptools.HttpParserError as exc:
             self.exchange.fail(TransportError(f"malformed HTTP response: {exc}"))
             self.abort()
@@ -319,6 +331,7 @@ class StampedTransport:
         self.headers = {**HEADERS, **(headers or {})}
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
         self._open: set[_Connection] = set()
+        self._read_buffer = memoryview(bytearray(READ_BUFFER_BYTES))  # every connection's reads land here
 
     async def _connect(self, scheme: str, host: str, port: int) -> _Connection:
         idle = self._idle.setdefault((scheme, host, port), [])
@@ -329,7 +342,7 @@ class StampedTransport:
         loop = asyncio.get_running_loop()
         ctx = ssl.create_default_context() if scheme == "https" else None
         try:
-            _, conn = await loop.create_connection(lambda: _Connection(idle, self.concurrency, self._open.discard), host, port, ssl=ctx)
+            _, conn = await loop.create_connection(lambda: _Connection(idle, self.concurrency, self._open.discard, self._read_buffer), host, port, ssl=ctx)
         except OSError as exc:
             raise TransportError(f"connect to {host}:{port} failed: {one_line(exc)}") from None
         self._open.add(conn)
@@ -345,14 +358,15 @@ class StampedTransport:
         target = (u.path or "/") + (f"?{u.query}" if u.query else "")
         hdrs = {**self.headers, **(headers or {})}
         head = "".join(f"{k}: {v}\r\n" for k, v in hdrs.items() if k.lower() not in ("host", "content-length"))
-        request = (f"POST {target} HTTP/1.1\r\nhost: {u.netloc}\r\n{head}content-length: {len(body)}\r\n\r\n"
-                   .encode("latin-1") + body)
+        # head and body go out as two buffers (one writev): no copy of a body that carries a prompt
+        request = [f"POST {target} HTTP/1.1\r\nhost: {u.netloc}\r\n{head}content-length: {len(body)}\r\n\r\n"
+                   .encode("latin-1"), body]
         on_send()
         conn = await self._connect(u.scheme, u.hostname, port)
         ex = conn.exchange = _Exchange(asyncio.get_running_loop())
         clean = False
         try:
-            conn.transport.write(request)  # type: ignore[union-attr]
+            conn.transport.writelines(request)  # type: ignore[union-attr]
             status, content_type, content_encoding = await ex.head
 
             async def read_body(sink: Sink) -> bool:

@@ -98,11 +98,13 @@ def test_sharded_runs_store_what_one_process_stores(store, engine, tmp_path, pro
         most = max(sum(1 for s, e in measured if s <= t < e) for t, _ in measured)
         assert most <= 6, most  # never more than C in flight across the shards
         overhead = json.loads(run["driver_overhead_json"])
+        assert overhead["page_faults"] >= 0  # the drive's own page faults (heap.py keeps them few)
         if k == 1:
-            assert "shards" not in overhead
+            assert "shards" not in overhead and overhead["heap"]["reserved_mb"] > 0
         else:
             assert len(overhead["shards"]) == k and sum(s["sent"] for s in overhead["shards"]) == 18
             assert overhead["start_spread_ms"] < 50 and overhead["loop_lag"]["n"] > 0 and overhead["cpu_s"] > 0
+            assert all(s["heap"]["reserved_mb"] > 0 for s in overhead["shards"]), overhead["shards"]
     assert shape[2] == shape[1] and shape[3] == shape[1]
 
 

@@ -4,7 +4,7 @@ process with its own event loop, so nothing else in the console can delay its ti
 Timing: `t_send_ns` is stamped just before the request is handed to the client; every body
 read is stamped with `perf_counter_ns()` before any parsing and events take the stamp of the
 read that delivered their first byte (see dialects/base.py). With the default transport the
-stamp is taken inside the connection's `data_received` callback and the hot path runs right
+stamp is taken inside the connection's `buffer_updated` callback and the hot path runs right
 there (transport.py): "stamp -> append stamp and bytes" plus two C-speed tail checks (end marker,
 event-size guard). SSE framing, JSON, base64 and WAV decoding all happen in the parent process,
 on a thread at idle priority (DriverProcess), so they never take a core from the driver. Batches
@@ -27,6 +27,7 @@ One module per concept:
 - client_loop.py: the asyncio client loop (DriveLoop, drive_raw, drive_in_process)
 - decode.py: undecoded results into records and WAV files (parent side)
 - overhead.py: the driver's measurement of itself (loop lag, collector pauses)
+- heap.py: the driver process's heap, pre-touched and never trimmed during the drive
 - answers.py: one line from an error body or an unexpected 2xx answer
 - wire.py: the message format on the pipe from the driver process to the parent
 - sender.py: the driver process's sender thread and in-flight rows

@@ -8,6 +8,7 @@ import asyncio
 import gc
 import json
 import re
+import resource
 import time
 from typing import Any, Callable
 
@@ -15,6 +16,7 @@ from engine_adapters.dialects import get_dialect
 from engine_adapters.dialects.base import MAX_EVENT_BYTES
 from engine_adapters.driver.answers import error_text, what_arrived
 from engine_adapters.driver.decode import decode_batch
+from engine_adapters.driver.heap import prepare_heap, reserve_for
 from engine_adapters.driver.overhead import GcPauses, summarise_ns
 from engine_adapters.driver.results import DriveSummary, RawResult
 from engine_adapters.driver.shards import PEER_STOPPED, ShardRole
@@ -217,7 +219,9 @@ class DriveLoop:
         # every shard of a sharded drive runs the warmup phase: they all meet between the phases
         meet = shard is not None and spec.warmup_requests > 0 and bool(spec.requests)
         passed = False
-        if freeze_gc:
+        heap = None
+        if freeze_gc:  # the driver process: its heap keeps and pre-touches what the reads will use (heap.py)
+            heap = prepare_heap(reserve_for(slots))
             # Everything built so far (modules, client, request bodies) lives to the end. Collected
             # and frozen here, no collection walks it again: unfrozen, one full pass walked every
             # imported object and paused the loop for 15-30 ms mid-run (gc.callbacks in the driver
@@ -235,6 +239,7 @@ class DriveLoop:
         pauses = GcPauses()
         gc.callbacks.append(pauses)
         cpu0 = time.process_time()
+        faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
         async def drive() -> None:
             nonlocal passed
@@ -276,6 +281,7 @@ class DriveLoop:
             await transport.close()
             self.flush()
             cpu_s = time.process_time() - cpu0
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
             gc.callbacks.remove(pauses)
             if freeze_gc:
                 gc.enable()
@@ -283,7 +289,8 @@ class DriveLoop:
             loop_impl=loop_impl(), client_impl=transport.version,
             anchor_wall_ns=anchor_wall, anchor_perf_ns=anchor_perf, sent=self.sent, cancelled=self.cancelled,
             overhead={"send_lag": summarise_ns(self.send_lag_ns), "loop_lag": summarise_ns(self.loop_lag_ns),
-                      "tick_ms": TICK_S * 1000, "cpu_s": round(cpu_s, 4), "gc": pauses.summary()},
+                      "tick_ms": TICK_S * 1000, "cpu_s": round(cpu_s, 4), "gc": pauses.summary(),
+                      "page_faults": faults, **({"heap": heap.summary()} if heap else {})},
             error=error,
             samples_ns={} if shard is None else {"send_lag": self.send_lag_ns, "loop_lag": self.loop_lag_ns,
                                                  "start": [started_ns]},

@@ -113,13 +113,15 @@ def merge_summaries(parts: Sequence[DriveSummary], *, cancelled: bool) -> DriveS
         "send_lag": summarise_ns(samples["send_lag"]), "loop_lag": summarise_ns(samples["loop_lag"]),
         "tick_ms": first.overhead.get("tick_ms"),
         "cpu_s": round(sum(p.overhead.get("cpu_s", 0.0) for p in parts), 4),
+        "page_faults": sum(p.overhead.get("page_faults", 0) for p in parts),
         "gc": {"collections": [sum(g.get("collections", [0, 0, 0])[i] for g in gcs) for i in range(3)],
                "max_ms": [max(g.get("max_ms", [0, 0, 0])[i] for g in gcs) for i in range(3)],
                "total_ms": round(sum(g.get("total_ms", 0.0) for g in gcs), 3)},
         "start_spread_ms": round((max(starts) - min(starts)) / 1e6, 3) if starts else None,
         "shards": [{"sent": p.sent, "cpu_s": p.overhead.get("cpu_s"),
                     "loop_lag_max_ms": (p.overhead.get("loop_lag") or {}).get("max_ms"),
-                    "gc_collections": (p.overhead.get("gc") or {}).get("collections")} for p in parts],
+                    "gc_collections": (p.overhead.get("gc") or {}).get("collections"),
+                    "page_faults": p.overhead.get("page_faults"), "heap": p.overhead.get("heap")} for p in parts],
     }
     error = next((p.error for p in parts if p.error and not p.error.startswith(PEER_STOPPED)), None)
     return DriveSummary(loop_impl=first.loop_impl, client_impl=first.client_impl, anchor_wall_ns=first.anchor_wall_ns,
