@@ -41,6 +41,11 @@ def whoami() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
+def epoch_us(t: datetime) -> int:
+    """An event time as the chain hashes it: whole epoch microseconds (what TIMESTAMPTZ keeps)."""
+    return int(t.timestamp()) * 1_000_000 + t.microsecond
+
+
 def event_hash(seq: int, event_time_us: int, kind: str, plan_hash: str | None, subject: str | None,
                payload_json: str, prev_hash: str) -> str:
     return sha256_text(canonical_json([seq, event_time_us, kind, plan_hash, subject, payload_json, prev_hash]))
@@ -57,8 +62,7 @@ def append_event(store: Store, kind: str, *, plan_hash: str | None = None, subje
     if kind not in EVENT_KINDS:
         raise CampaignError(f"audit: unknown event kind {kind!r} (known: {', '.join(EVENT_KINDS)})")
     payload_json = canonical_json(payload or {})
-    now = datetime.now(timezone.utc)
-    now_us = int(now.timestamp()) * 1_000_000 + now.microsecond
+    now_us = epoch_us(datetime.now(timezone.utc))
     # No transaction of its own, so callers may append inside theirs (Store.transaction or
     # atomic). One process owns the DuckDB file; the seq primary key turns any race into an
     # error, never a forked chain.

@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional, Sequence, TypeVar
 import duckdb
 
 from data.anchor import Head, anchor_path, holds, read_head
-from data.audit import events, verify_chain
+from data.audit import epoch_us, events, verify_chain
 from data.digest import RUN_TABLES, run_digests, table_digests
 from data.errors import CampaignError, first_line
 from data.hashing import sha256_text
@@ -196,31 +196,46 @@ _VERDICT_FIELDS = ("kind", "name", "verdict", "method", "draws", "seed")
 _VERDICT_JSON = (("inputs_json", "inputs_sha256"), ("checks_json", "checks_sha256"), ("document_json", "document_sha256"))
 
 
-def check_verdicts(store: Store, evs: list[dict[str, Any]]) -> Check:
-    issued = _by_subject(evs, "verdict_issued")
-    rows = store.query("SELECT * FROM verdicts ORDER BY created_at, verdict_id")
+def _rows_against_events(store: Store, evs: list[dict[str, Any]], *, table: str, key: str, kind: str, noun: str,
+                         verb: str, fields: Sequence[str],
+                         extra: Callable[[dict[str, Any], dict[str, Any], int], list[str]] | None = None
+                         ) -> tuple[list[str], int]:
+    """(problems, rows) for a table whose every row an event announced: each row has its event,
+    the `fields` and the plan hash equal the event's, `extra` finds nothing, the row matches the
+    event's row hash, and every event still has its row."""
+    announced = _by_subject(evs, kind)
+    rows = store.query(f"SELECT * FROM {table} ORDER BY created_at, {key}")
     problems = []
     for r in rows:
-        vid = r["verdict_id"]
-        e = issued.get(vid)
+        rid = r[key]
+        e = announced.get(rid)
         if e is None:
-            problems.append(f"verdict {vid}: no verdict_issued event for it (inserted by hand)")
+            problems.append(f"{noun} {rid}: no {kind} event for it (inserted by hand)")
             continue
         p, seq = e["payload"], e["seq"]
-        wrong = [f"{k} is {r[k]!r} but its verdict_issued event (seq {seq}) says {p.get(k)!r}"
-                 for k in _VERDICT_FIELDS if r[k] != p.get(k)]
+        wrong = [f"{k} is {r[k]!r} but its {kind} event (seq {seq}) says {p.get(k)!r}" for k in fields if r[k] != p.get(k)]
         if r["plan_hash"] != e["plan_hash"]:
-            wrong.append(f"plan_hash is {r['plan_hash']!r} but its verdict_issued event (seq {seq}) says {e['plan_hash']!r}")
-        wrong += [f"{col} differs from the one issued (seq {seq} records sha256 {p.get(key) or '-'})"
-                  for col, key in _VERDICT_JSON if key in p and stored_json_sha256(r[col]) != p[key]]
+            wrong.append(f"plan_hash is {r['plan_hash']!r} but its {kind} event (seq {seq}) says {e['plan_hash']!r}")
+        wrong += extra(r, p, seq) if extra else []
         if wrong:
-            problems.append(f"verdict {vid}: {wrong[0]}")
-        elif not _row_matches(store, "verdicts", "verdict_id", vid, p):
-            problems.append(f"verdict {vid}: row differs from the one issued at seq {seq} (edited)")
-    stored = {r["verdict_id"] for r in rows}
-    problems += [f"verdict {vid}: issued at seq {e['seq']} but its row is missing (deleted)"
-                 for vid, e in issued.items() if vid not in stored]
-    return _result("verdicts", problems, f"{len(rows)} verdict row(s) match their verdict_issued events")
+            problems.append(f"{noun} {rid}: {wrong[0]}")
+        elif not _row_matches(store, table, key, rid, p):
+            problems.append(f"{noun} {rid}: row differs from the one {verb} at seq {seq} (edited)")
+    stored = {r[key] for r in rows}
+    problems += [f"{noun} {rid}: {verb} at seq {e['seq']} but its row is missing (deleted)"
+                 for rid, e in announced.items() if rid not in stored]
+    return problems, len(rows)
+
+
+def _verdict_json_problems(r: dict[str, Any], p: dict[str, Any], seq: int) -> list[str]:
+    return [f"{col} differs from the one issued (seq {seq} records sha256 {p.get(key) or '-'})"
+            for col, key in _VERDICT_JSON if key in p and stored_json_sha256(r[col]) != p[key]]
+
+
+def check_verdicts(store: Store, evs: list[dict[str, Any]]) -> Check:
+    problems, n = _rows_against_events(store, evs, table="verdicts", key="verdict_id", kind="verdict_issued",
+                                       noun="verdict", verb="issued", fields=_VERDICT_FIELDS, extra=_verdict_json_problems)
+    return _result("verdicts", problems, f"{n} verdict row(s) match their verdict_issued events")
 
 
 def check_exclusions(store: Store, evs: list[dict[str, Any]]) -> Check:
@@ -245,29 +260,9 @@ _ATTEMPT_FIELDS = ("engine", "outcome", "reason", "launch_id")
 def check_attempts(store: Store, evs: list[dict[str, Any]]) -> Check:
     """Every configuration tried is listed as recorded: a deleted startup failure or rejected
     candidate would hide what was tried before the one that was kept."""
-    recorded = _by_subject(evs, "attempt_recorded")
-    rows = store.query("SELECT * FROM attempts ORDER BY created_at, attempt_id")
-    problems = []
-    for r in rows:
-        aid = r["attempt_id"]
-        e = recorded.get(aid)
-        if e is None:
-            problems.append(f"attempt {aid}: no attempt_recorded event for it (inserted by hand)")
-            continue
-        p, seq = e["payload"], e["seq"]
-        wrong = [f"{k} is {r[k]!r} but its attempt_recorded event (seq {seq}) says {p.get(k)!r}"
-                 for k in _ATTEMPT_FIELDS if r[k] != p.get(k)]
-        if r["plan_hash"] != e["plan_hash"]:
-            wrong.append(f"plan_hash is {r['plan_hash']!r} but its attempt_recorded event (seq {seq}) says "
-                         f"{e['plan_hash']!r}")
-        if wrong:
-            problems.append(f"attempt {aid}: {wrong[0]}")
-        elif not _row_matches(store, "attempts", "attempt_id", aid, p):
-            problems.append(f"attempt {aid}: row differs from the one recorded at seq {seq} (edited)")
-    stored = {r["attempt_id"] for r in rows}
-    problems += [f"attempt {aid}: recorded at seq {e['seq']} but its row is missing (deleted)"
-                 for aid, e in recorded.items() if aid not in stored]
-    return _result("attempts", problems, f"{len(rows)} attempt(s) match their attempt_recorded events")
+    problems, n = _rows_against_events(store, evs, table="attempts", key="attempt_id", kind="attempt_recorded",
+                                       noun="attempt", verb="recorded", fields=_ATTEMPT_FIELDS)
+    return _result("attempts", problems, f"{n} attempt(s) match their attempt_recorded events")
 
 
 def _digest_problem(rid: str, seq: int, recorded: dict[str, Any], got: dict[str, Any]) -> str | None:
@@ -347,7 +342,7 @@ def check_scores(store: Store, evs: list[dict[str, Any]]) -> Check:
     legacy_until: dict[str, int] = {}  # scorer -> time of its newest pass that recorded no digests
     for e in evs:
         if e["kind"] == "scores_recorded" and "batches" not in e["payload"]:
-            legacy_until[e["subject"]] = _epoch_us(e["event_time"])
+            legacy_until[e["subject"]] = epoch_us(e["event_time"])
     legacy = 0
     for (sid, rid, idx), (_, scored_at) in sorted(read[current].items()):
         if (sid, rid, idx) in covered:
@@ -359,10 +354,6 @@ def check_scores(store: Store, evs: list[dict[str, Any]]) -> Check:
                             "(no scores_stored event: inserted by hand)")
     note = f"; {legacy} row(s) scored before score digests were recorded: not compared" if legacy else ""
     return _result("scores", problems, f"{len(covered)} score row(s) match the digests recorded when stored{note}")
-
-
-def _epoch_us(t: Any) -> int:
-    return int(t.timestamp()) * 1_000_000 + t.microsecond
 
 
 def check_sql_writes(store: Store, evs: list[dict[str, Any]]) -> Check:

@@ -77,8 +77,7 @@ class ScoresStored:
     columns: tuple[str, ...]
 
     def keys(self) -> list[ScoreKey]:
-        """In digest order: run_id, then request index."""
-        return [(self.scorer_id, rid, i) for rid in sorted(self.requests) for i in self.requests[rid]]
+        return keys_of(self.scorer_id, self.requests)
 
     def payload(self) -> dict[str, Any]:
         return {"scorer_id": self.scorer_id, "requests": self.requests, "rows": self.rows, "sha256": self.sha256,
@@ -88,6 +87,11 @@ class ScoresStored:
     def from_payload(cls, p: Mapping[str, Any]) -> "ScoresStored":
         return cls(p["scorer_id"], {k: list(v) for k, v in p["requests"].items()}, p["rows"], p["sha256"],
                    tuple(p["columns"]))
+
+
+def keys_of(scorer_id: str, requests: Mapping[str, Sequence[int]]) -> list[ScoreKey]:
+    """The announced rows in digest order: run_id, then request index."""
+    return [(scorer_id, rid, i) for rid in sorted(requests) for i in sorted(requests[rid])]
 
 
 def digest_of(keys: Sequence[ScoreKey], lines: Mapping[ScoreKey, tuple[bytes, int]]) -> str:
@@ -103,5 +107,4 @@ def announce(store: Store, scorer_id: str, rows: Sequence[Mapping[str, Any]]) ->
     requests = {rid: sorted(idx) for rid, idx in sorted(requests.items())}
     columns = tuple(score_columns())
     lines = score_lines(store, columns, scorer_id, requests)
-    out = ScoresStored(scorer_id, requests, len(rows), "", columns)
-    return ScoresStored(scorer_id, requests, len(rows), digest_of(out.keys(), lines), columns)
+    return ScoresStored(scorer_id, requests, len(rows), digest_of(keys_of(scorer_id, requests), lines), columns)

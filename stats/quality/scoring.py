@@ -288,7 +288,8 @@ def score_expected(store: Store, expected: Sequence[Expected], scorer: Scorer, *
         prompt_sha = _file_hash_cached(prompt_shas, item.prompt_wav) if scorer.metric == "sim" else None
         groups.setdefault(content_key(scorer.metric, sha, item.target_text, prompt_sha), []).append((e, item, sha))
     if direct:
-        summary.batches += _store_rows(store, scorer, plan_hash, direct)
+        _store_rows(store, scorer, plan_hash, direct)
+        summary.batches += 1
         _count(summary, direct)
 
     keys = list(groups)
@@ -300,7 +301,8 @@ def score_expected(store: Store, expected: Sequence[Expected], scorer: Scorer, *
     for start, results in scored_in_batches(scorer, [groups[k][0][1] for k in keys]):
         batch = keys[start:start + len(results)]
         rows = [_row(e, scorer, res, sha) for k, res in zip(batch, results) for e, _, sha in groups[k]]
-        summary.batches += _store_rows(store, scorer, plan_hash, rows)
+        _store_rows(store, scorer, plan_hash, rows)
+        summary.batches += 1
         _count(summary, rows)
         summary.computed += len(batch)
         summary.reused_pass += len(rows) - len(batch)
@@ -344,7 +346,7 @@ def scored_in_batches(scorer: Scorer, items: Sequence[ScoreItem]) -> Iterator[tu
             yield k * size, results
 
 
-def _store_rows(store: Store, scorer: Scorer, plan_hash: str | None, rows: Sequence[dict]) -> int:
+def _store_rows(store: Store, scorer: Scorer, plan_hash: str | None, rows: Sequence[dict]) -> None:
     """Insert `rows` and, in the same transaction, the `scores_stored` event that announces them
     with their digest (data/score_digest.py), so no stored score is ever outside the audit chain."""
     from data.audit import append_event
@@ -355,7 +357,6 @@ def _store_rows(store: Store, scorer: Scorer, plan_hash: str | None, rows: Seque
             store.insert("quality_scores", row)
         stored = announce(store, scorer.scorer_id, rows)
         append_event(store, "scores_stored", plan_hash=plan_hash, subject=scorer.scorer_id, payload=stored.payload())
-    return 1
 
 
 def _count(summary: ScoreSummary, rows: Sequence[dict]) -> None:
