@@ -1,7 +1,10 @@
 """Profile the batched seedtts-sim and utmos22 paths (full-size random weights, batch 32) with
-torch.profiler: where the time goes (CPU ops, CUDA kernels, Python-side gaps). Run on a GPU host:
+torch.profiler: where the time goes (CPU ops, CUDA kernels, Python-side gaps), and with --parts
+the wall time of each stage of UTMOS22's forward (conv front end, encoder, BLSTM and head),
+synchronised around each stage. Run on a GPU host:
 
     python bench/profile_scorers.py --device cuda
+    python bench/profile_scorers.py --device cuda --only utmos22 --dtype float16 --parts
 """
 
 from __future__ import annotations
@@ -17,36 +20,119 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scorer_models  # noqa: E402
 from bench_scorers import clips, sync  # noqa: E402
 
+from stats.quality.precision import DTYPES  # noqa: E402
+
+
+def utmos_parts(s, wavs, device: str, dtype: str, batch: int, reps: int = 3) -> None:
+    """Per-stage wall time of the native UTMOS22 forward over the clips in batches of `batch`."""
+    import numpy as np
+    import torch
+    import torch.nn as nn
+
+    from stats.quality.precision import precision
+    from stats.quality.wavlm import frame_mask
+
+    m = s._native
+    order = sorted(range(len(wavs)), key=lambda i: len(wavs[i]))
+    totals: dict[str, float] = {}
+
+    def tick(name: str, t0: float) -> float:
+        sync(device)
+        t = time.perf_counter()
+        totals[name] = totals.get(name, 0.0) + t - t0
+        return t
+
+    for _ in range(reps):
+        for k in range(0, len(order), batch):
+            idx = order[k:k + batch]
+            n = max(len(wavs[i]) for i in idx)
+            arr = np.zeros((len(idx), n), np.float32)
+            for j, i in enumerate(idx):
+                arr[j, :len(wavs[i])] = wavs[i]
+            sync(device)
+            t = time.perf_counter()
+            wave = torch.from_numpy(arr).to(device)
+            lengths = torch.tensor([len(wavs[i]) for i in idx], device=device)
+            t = tick("upload", t)
+            with torch.inference_mode(), precision(dtype, device):
+                ssl = m.wav2vec2
+                feats, frames = ssl.feature_extractor(wave, lengths)
+                t = tick("conv front end", t)
+                x = ssl.layer_norm(feats.transpose(1, 2))
+                if ssl.post_extract_proj is not None:
+                    x = ssl.post_extract_proj(x)
+                valid = frame_mask(frames, x.shape[1])
+                x = x.masked_fill(~valid[:, :, None], 0.0)
+                x = x + ssl.encoder.pos_conv(x.transpose(1, 2)).transpose(1, 2)
+                x = ssl.encoder.layer_norm(x)
+                t = tick("pos conv + norm", t)
+                for layer in ssl.encoder.layers:
+                    x = layer(x, ~valid, None)
+                t = tick("transformer layers", t)
+                b, f, _ = x.shape
+                x = torch.cat([x, m.domain_emb[:, None, :].expand(b, f, -1).to(x.dtype),
+                               m.judge_emb[:, None, :].expand(b, f, -1).to(x.dtype)], dim=2)
+                packed = nn.utils.rnn.pack_padded_sequence(x, frames.cpu(), batch_first=True, enforce_sorted=False)
+                out, _ = m.blstm(packed)
+                out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=f)
+                t = tick("blstm", t)
+                score = m.projection(out).squeeze(-1)
+                mk = frame_mask(frames, f).to(score.dtype)
+                ((score * mk).sum(1) / mk.sum(1) * 2 + 3).float().cpu()
+                tick("head + copy", t)
+    audio = reps * sum(len(w) for w in wavs) / 16000
+    whole = sum(totals.values())
+    print(f"== utmos22 parts, {dtype}, batch {batch}: {audio / whole:.0f} audio-s/s over the stages")
+    for name, v in totals.items():
+        print(f"   {name:20s} {v * 1000 / reps:8.1f} ms per pass  {100 * v / whole:5.1f} %")
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--n", type=int, default=64)
+    ap.add_argument("--only", nargs="*", choices=("seedtts-sim", "utmos22"))
+    ap.add_argument("--dtype", nargs="*", default=["float32"], choices=DTYPES)
+    ap.add_argument("--batch", type=int, nargs="*", default=[32])
+    ap.add_argument("--parts", action="store_true", help="utmos22: per-stage wall time instead of the profiler")
     args = ap.parse_args()
     from torch.profiler import ProfilerActivity, profile
 
     wavs = clips(args.n, 1)
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device.startswith("cuda") else [])
-    for name, make, work in (
-        ("seedtts-sim", lambda: scorer_models.seedtts_sim(args.device, args.quick, 32), lambda s: s.embed(wavs)),
-        ("utmos22", lambda: scorer_models.utmos22(args.device, args.quick, 32), lambda s: s.score_waves(wavs)),
-    ):
-        s = make()
-        work(s)
-        sync(args.device)
-        t0 = time.perf_counter()
-        work(s)
-        sync(args.device)
-        wall = time.perf_counter() - t0
-        with profile(activities=acts) as prof:
-            work(s)
-            sync(args.device)
-        sort = "cuda_time_total" if args.device.startswith("cuda") else "cpu_time_total"
-        print(f"== {name}: {wall * 1000:.1f} ms wall for {len(wavs)} clips")
-        print(prof.key_averages().table(sort_by=sort, row_limit=18, max_name_column_width=60))
-        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=60))
-        s.close()
+    makers = {
+        "seedtts-sim": (lambda b, d: scorer_models.seedtts_sim(args.device, args.quick, b, dtype=d),
+                        lambda s: s.embed(wavs)),
+        "utmos22": (lambda b, d: scorer_models.utmos22(args.device, args.quick, b, dtype=d),
+                    lambda s: s.score_waves(wavs)),
+    }
+    for name, (make, work) in makers.items():
+        if args.only and name not in args.only:
+            continue
+        for dtype in args.dtype:
+            for batch in args.batch:
+                s = make(batch, dtype)
+                work(s)
+                sync(args.device)
+                t0 = time.perf_counter()
+                work(s)
+                sync(args.device)
+                wall = time.perf_counter() - t0
+                audio = sum(len(w) for w in wavs) / 16000
+                print(f"== {name} {dtype} batch {batch}: {wall * 1000:.1f} ms wall for {len(wavs)} clips "
+                      f"({audio / wall:.0f} audio-s/s)", flush=True)
+                if args.parts and name == "utmos22":
+                    utmos_parts(s, wavs, args.device, dtype, batch)
+                elif not args.parts:
+                    with profile(activities=acts) as prof:
+                        work(s)
+                        sync(args.device)
+                    sort = "cuda_time_total" if args.device.startswith("cuda") else "cpu_time_total"
+                    print(prof.key_averages().table(sort_by=sort, row_limit=18, max_name_column_width=60))
+                    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12,
+                                                    max_name_column_width=60))
+                s.close()
     return 0
 
 
