@@ -57,7 +57,22 @@ def main() -> int:
         print(f"utmos22 {size} {args.device} {dtype} vs cpu float32: max |MOS diff| {np.abs(a - b).max():.3g}; "
               f"on {args.device}: batched vs one-at-a-time {np.abs(single - b).max():.3g}")
         dev.close()
+    resample_check(args.device)
     return 0
+
+
+def resample_check(device: str) -> None:
+    """The scorers' device-side resampling (padded_batch, one call per batch) against each clip
+    resampled alone on the CPU (resample_sinc), for the rates engines write."""
+    from stats.quality.resample import padded_batch, resample_sinc
+
+    rng = np.random.default_rng(9)
+    for rate in (24000, 22050, 44100, 48000):
+        waves = [(0.3 * rng.standard_normal(int(rate * s))).astype(np.float32) for s in (1.1, 3.7, 4.0, 5.3)]
+        x, n = padded_batch([(w, rate) for w in waves], 16000, device)
+        worst = max(float(np.abs(x[j, : int(n[j])].cpu().numpy() - resample_sinc(w, rate, 16000)).max())
+                    for j, w in enumerate(waves))
+        print(f"resample {rate} -> 16000 Hz on {device}, batch of {len(waves)} vs each alone on cpu: max |diff| {worst:.3g}")
 
 
 if __name__ == "__main__":

@@ -32,8 +32,8 @@ def test_prefetched_batches_score_exactly_as_one_at_a_time(tmp_path, monkeypatch
     items = _items(tmp_path)
     folder = build_tiny_utmos22(tmp_path / "utmos", seed=2)
     reads: list[str] = []
-    real_read = audio._read
-    monkeypatch.setattr(audio, "_read", lambda p, r, s: (reads.append(str(p)), real_read(p, r, s))[1])
+    real_read = audio.read_native  # every path reads a file through it (utmos22 at the file's rate)
+    monkeypatch.setattr(audio, "read_native", lambda p: (reads.append(str(p)), real_read(p))[1])
     batched = score_files(make_scorer("utmos22", {"utmos22": folder}, device="cpu", batch_size=2), items)
     alone = make_scorer("utmos22", {"utmos22": folder}, device="cpu", batch_size=1)
     alone.ensure_loaded()

@@ -82,6 +82,34 @@ def test_batched_equals_one_at_a_time(scorer):
         assert cosine100(batched[0], batched[i]) == pytest.approx(cosine100(singles[0], singles[i]), abs=1e-3)
 
 
+def test_files_at_several_rates_score_as_each_file_resampled_alone(folder, tmp_path):
+    """score_batch reads outputs and prompts at their own rates and resamples each rate's padded
+    batch at once on the device (stats.quality.resample.padded_batch): every SIM equals the one
+    from embedding each file read and resampled alone (load_audio, sinc)."""
+    import soundfile as sf
+
+    from stats.quality.audio import load_audio
+    from stats.quality.base import ScoreItem
+    from stats.quality.sim import cosine100
+
+    def wav(name, n, rate, seed):
+        p = tmp_path / name
+        sf.write(p, _waves(seed, (n,))[0], rate)
+        return p
+
+    prompts = [wav("p0.wav", 30000, 24000, 7), wav("p1.wav", 20000, 16000, 8)]
+    outs = [wav(f"o{i}.wav", n, r, i) for i, (n, r) in enumerate([(24000, 24000), (31001, 24000), (9000, 22050),
+                                                                   (16000, 16000), (44100, 44100)])]
+    s = SeedTtsSimScorer(folder, device="cpu", batch_size=8)
+    items = [ScoreItem("r", i, "u", o, "", prompts[i % 2]) for i, o in enumerate(outs)]
+    res = s.score_batch(items)
+    alone = SeedTtsSimScorer(folder, device="cpu", batch_size=1)
+    for it, r in zip(items, res):
+        a = alone.embed([load_audio(it.audio_path, resampler="sinc")])[0]
+        b = alone.embed([load_audio(it.prompt_wav, resampler="sinc")])[0]
+        assert r.status == "ok" and r.value == pytest.approx(cosine100(a, b), abs=1e-4)
+
+
 def test_too_short_clip_is_an_error_not_a_crash(scorer, tmp_path):
     short, ok = tmp_path / "short.wav", tmp_path / "ok.wav"
     sf.write(short, np.zeros(200, dtype=np.float32), 16000)

@@ -109,6 +109,26 @@ def test_score_batch_reads_files_and_reports_bad_ones(scorer, tmp_path):
     assert res[2].status == "error" and "e.wav" in res[2].error
 
 
+def test_files_resampled_in_batches_equal_each_file_resampled_alone(folder, tmp_path):
+    """score_batch reads files at their own rates and resamples a padded batch at once
+    (stats.quality.resample.resample_sinc_batch); every score equals the one from that file read
+    and resampled alone (load_audio, sinc) and scored alone, across rates and lengths in one batch."""
+    from stats.quality.audio import load_audio
+
+    paths = []
+    for i, (n, rate) in enumerate([(24000, 24000), (30011, 24000), (7001, 24000), (16000, 16000), (44100, 44100),
+                                   (9000, 22050)]):
+        p = tmp_path / f"c{i}.wav"
+        sf.write(p, _waves((n,), seed=i)[0], rate)
+        paths.append(p)
+    s = Utmos22Scorer(folder, device="cpu", batch_size=8)
+    res = s.score_batch([ScoreItem("r", i, "u", p, "", None) for i, p in enumerate(paths)])
+    assert sorted(s.last_calls) == [1, 1, 1, 3]  # one call per rate: 16, 22.05, 24 (three clips) and 44.1 kHz
+    alone = [s.score_waves([load_audio(p, resampler="sinc")])[0] for p in paths]
+    assert [r.status for r in res] == ["ok"] * len(paths)
+    assert [r.value for r in res] == pytest.approx(alone, abs=1e-6)
+
+
 @pytest.mark.parametrize("how, needle", [
     ("truncated", "not a PyTorch checkpoint"),
     ("missing tensor", "lacks 1 tensor(s), e.g. blstm.bias_hh_l0"),

@@ -7,7 +7,7 @@ import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import soundfile as sf
@@ -20,6 +20,9 @@ SCORER_RATE = 16000
 
 class AudioError(Exception):
     """A WAV cannot be read or holds no samples; becomes a scorer-error row, not a crash."""
+
+
+NATIVE = "native"  # the resampler name under which the Prefetcher holds files read at their own rate
 
 
 def load_audio(path: Path, rate: int = SCORER_RATE, resampler: str = "soxr") -> np.ndarray:
@@ -35,14 +38,27 @@ def load_audio(path: Path, rate: int = SCORER_RATE, resampler: str = "soxr") -> 
     return _read(path, rate, resampler)
 
 
-def _read(path: Path, rate: int, resampler: str) -> np.ndarray:
+def load_native(path: Path) -> tuple[np.ndarray, int]:
+    """(mono float32 samples, rate) at the file's own rate, for a scorer that resamples on its
+    device (stats.quality.resample.resample_sinc_batch)."""
+    ahead = _PREFETCH.get()
+    if ahead is not None and (loaded := ahead.take(path, 0, NATIVE)) is not None:
+        return loaded.result()
+    return read_native(path)
+
+
+def read_native(path: Path) -> tuple[np.ndarray, int]:
     try:
         data, sr = sf.read(str(path), dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError, OSError) as exc:
         raise AudioError(f"unreadable audio {path}: {first_line(exc)}") from None
     if data.shape[0] == 0:
         raise AudioError(f"empty audio {path}")
-    mono = data.mean(axis=1)
+    return (data[:, 0] if data.shape[1] == 1 else data.mean(axis=1)), int(sr)
+
+
+def _read(path: Path, rate: int, resampler: str) -> np.ndarray:
+    mono, sr = read_native(path)
     if resampler == "sinc":
         from stats.quality.resample import resample_sinc
         return resample_sinc(mono, sr, rate)
@@ -69,6 +85,17 @@ def load_each(paths: Sequence[Path], rate: int = SCORER_RATE,
     return out, {i: w for i, w in enumerate(out) if not isinstance(w, str)}
 
 
+def load_each_native(paths: Sequence[Path]) -> tuple[list[tuple[np.ndarray, int] | str], dict[int, tuple[np.ndarray, int]]]:
+    """`load_native` per path, as `load_each` does (an unreadable file becomes its error text)."""
+    out: list[tuple[np.ndarray, int] | str] = []
+    for path in paths:
+        try:
+            out.append(load_native(path))
+        except AudioError as exc:
+            out.append(str(exc))
+    return out, {i: w for i, w in enumerate(out) if not isinstance(w, str)}
+
+
 _PREFETCH: contextvars.ContextVar["Prefetcher | None"] = contextvars.ContextVar("audio_prefetch", default=None)
 
 
@@ -86,21 +113,22 @@ class Prefetcher:
         n = workers or min(4, max(1, (os.cpu_count() or 2) - 1))
         self._pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="audio-prefetch",
                                         initializer=_one_torch_thread)
-        self._pending: dict[tuple[str, int, str], Future[np.ndarray]] = {}
+        self._pending: dict[tuple[str, int, str], Future[Any]] = {}
 
     def submit(self, paths: Sequence[Path | None], rate: int = SCORER_RATE, resampler: str = "soxr") -> None:
         for path in paths:
-            key = (str(path), rate, resampler)
+            key = _key(path, rate, resampler)
             if path is not None and key not in self._pending:
-                self._pending[key] = self._pool.submit(_read, Path(path), rate, resampler)
+                self._pending[key] = (self._pool.submit(read_native, Path(path)) if resampler == NATIVE
+                                      else self._pool.submit(_read, Path(path), rate, resampler))
 
-    def take(self, path: Path, rate: int, resampler: str) -> Future[np.ndarray] | None:
-        return self._pending.pop((str(path), rate, resampler), None)
+    def take(self, path: Path, rate: int, resampler: str) -> Future[Any] | None:
+        return self._pending.pop(_key(path, rate, resampler), None)
 
     def forget(self, paths: Sequence[Path | None], rate: int = SCORER_RATE, resampler: str = "soxr") -> None:
         """Drop what a batch did not take (a file the scorer skipped), so nothing piles up."""
         for path in paths:
-            fut = self._pending.pop((str(path), rate, resampler), None)
+            fut = self._pending.pop(_key(path, rate, resampler), None)
             if fut is not None:
                 fut.cancel()
 
@@ -109,6 +137,10 @@ class Prefetcher:
             fut.cancel()
         self._pending.clear()
         self._pool.shutdown(wait=True)
+
+
+def _key(path: Path | None, rate: int, resampler: str) -> tuple[str, int, str]:
+    return str(path), 0 if resampler == NATIVE else rate, resampler  # a native read has no target rate
 
 
 def _one_torch_thread() -> None:

@@ -89,6 +89,12 @@ class Scorer(ABC):
         """How stored WAVs reach 16 kHz (stats.quality.audio.load_audio); a scorer names its own."""
         return "soxr"
 
+    @property
+    def reads_as(self) -> str:
+        """What the prefetcher reads the next batch's WAVs as: `resampler`, or "native" (the file's
+        own rate) for a scorer that resamples on its device."""
+        return self.resampler
+
     def __init__(self, model_dir: Path | None = None, *, device: str | None = None,
                  batch_size: int | None = None, dtype: str | None = None):
         self.model_dir = Path(model_dir).expanduser() if model_dir else None

@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
 
 ZERO_CROSSINGS = 6
 ROLLOFF = 0.99
@@ -44,13 +48,61 @@ def resample_sinc(wave: np.ndarray, orig_rate: int, new_rate: int) -> np.ndarray
     if int(orig_rate) == int(new_rate):
         return wave
     import torch
+
+    x = torch.from_numpy(np.ascontiguousarray(wave)).reshape(1, -1)
+    return resample_sinc_batch(x, int(orig_rate), int(new_rate))[0, : out_length(len(wave), orig_rate, new_rate)].numpy().copy()
+
+
+def out_length(samples: int, orig_rate: int, new_rate: int) -> int:
+    """How many samples a clip of `samples` at `orig_rate` has at `new_rate`: ceil(n * new / orig)."""
+    g = math.gcd(int(orig_rate), int(new_rate))
+    orig, new = int(orig_rate) // g, int(new_rate) // g
+    return math.ceil(new * int(samples) / orig)
+
+
+def resample_sinc_batch(wave: "torch.Tensor", orig_rate: int, new_rate: int) -> "torch.Tensor":
+    """[B, T] float32 clips zero-padded at the end, on any device -> [B, out_length(T)].
+
+    Each clip's first out_length(n) outputs equal its own resample_sinc: past a clip's end both
+    see zeros, so padding does not reach them. Always IEEE fp32, never TF32 or autocast, whatever
+    the scorer's compute dtype: the inputs the model sees must not depend on it."""
+    import torch
     import torch.nn.functional as F
 
     kern, width, orig, new = sinc_kernel(int(orig_rate), int(new_rate))
-    n = wave.shape[-1]
-    x = torch.from_numpy(np.ascontiguousarray(wave)).reshape(1, 1, n)
-    x = F.pad(x, (width, width + orig))
-    with torch.inference_mode():
-        y = F.conv1d(x, torch.from_numpy(kern)[:, None, :], stride=orig)  # [1, new, frames]
-    y = y.transpose(1, 2).reshape(-1)
-    return y[: math.ceil(new * n / orig)].numpy().copy()
+    b, n = wave.shape
+    x = F.pad(wave.float().reshape(b, 1, n), (width, width + orig))
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        with torch.inference_mode(), torch.autocast(device_type=wave.device.type, enabled=False):
+            y = F.conv1d(x, torch.from_numpy(kern)[:, None, :].to(wave.device), stride=orig)  # [B, new, frames]
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
+    return y.transpose(1, 2).reshape(b, -1)[:, : math.ceil(new * n / orig)]
+
+
+def padded_batch(clips: Sequence[tuple[np.ndarray, int]], rate: int,
+                 device: "str | torch.device") -> tuple["torch.Tensor", "torch.Tensor"]:
+    """Clips that share one source rate -> ([B, T] float32 at `rate` on `device`, [B] lengths).
+
+    The clips are zero-padded at their source rate, moved to the device and resampled there in
+    one call; past each clip's own length the batch is zero again, so every row is that clip
+    resampled alone and zero-padded. Resampling on the device leaves the CPU only the file reads
+    (docs/quality.md, "Throughput")."""
+    import torch
+
+    from_rate = {int(sr) for _, sr in clips}
+    if len(from_rate) != 1:
+        raise ValueError(f"padded_batch needs clips of one rate, got {sorted(from_rate)}")
+    src = from_rate.pop()
+    n = [out_length(len(w), src, rate) for w, _ in clips]
+    wave = torch.zeros(len(clips), max(len(w) for w, _ in clips), dtype=torch.float32)
+    for j, (w, _) in enumerate(clips):
+        wave[j, : len(w)] = torch.from_numpy(np.asarray(w, dtype=np.float32))
+    lengths = torch.tensor(n, dtype=torch.long, device=device)
+    x = wave.to(device)
+    if src != int(rate):
+        x = resample_sinc_batch(x, src, int(rate))[:, : max(n)]
+        x = x.masked_fill(torch.arange(x.shape[1], device=x.device)[None, :] >= lengths[:, None], 0.0)
+    return x, lengths

@@ -330,7 +330,7 @@ def scored_in_batches(scorer: Scorer, items: Sequence[ScoreItem]) -> Iterator[tu
     model scores the current one (stats.quality.audio.Prefetcher)."""
     size = scorer.batch_size
     batches = [list(items[s:s + size]) for s in range(0, len(items), size)]
-    resampler = scorer.resampler
+    resampler = scorer.reads_as
     if not scorer.prefetches:
         for k, batch in enumerate(batches):
             yield k * size, scorer.score_batch(batch)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from data.errors import one_line
-from stats.quality.audio import AudioError, load_audio, load_each
+from stats.quality.audio import NATIVE, SCORER_RATE, load_each, load_each_native
 from stats.quality.base import ScoreItem, ScoreResult, Scorer
 from stats.quality.precision import DTYPES, precision
 
@@ -44,6 +44,12 @@ class SimScorer(Scorer):
         """Speaker embeddings of 16 kHz mono float32 waveforms (an error text for a clip the
         model cannot embed, e.g. shorter than its first conv window)."""
 
+    def _embed_files(self, paths: Sequence[Path]) -> tuple[list[Any], dict[int, np.ndarray | str]]:
+        """(per file: its samples or its load error text; index -> embedding or error text for
+        those that loaded)."""
+        loaded, good = load_each(paths, resampler=self.resampler)
+        return loaded, dict(zip(good, self.embed(list(good.values())))) if good else {}
+
     def similarity(self, a: np.ndarray, b: np.ndarray) -> float:
         """SIM between two waveforms (used by tests and the GPU check)."""
         self.ensure_loaded()
@@ -53,17 +59,12 @@ class SimScorer(Scorer):
         return cosine100(ea, eb)
 
     def _prompt_embeddings(self, prompts: set[Path]) -> dict[Path, np.ndarray | str]:
-        todo = [p for p in prompts if p not in self._prompt_cache]
+        """Embedding (or error text) per prompt wav; embeddings are cached for the scorer's life."""
+        todo = sorted(p for p in prompts if p not in self._prompt_cache)
+        loaded, embs = self._embed_files(todo) if todo else ([], {})
         errors: dict[Path, str] = {}
-        wavs: list[np.ndarray] = []
-        ok: list[Path] = []
-        for p in todo:
-            try:
-                wavs.append(load_audio(p, resampler=self.resampler))
-                ok.append(p)
-            except AudioError as exc:
-                errors[p] = f"prompt wav: {exc}"
-        for p, e in zip(ok, self.embed(wavs) if wavs else []):
+        for k, p in enumerate(todo):
+            e = loaded[k] if isinstance(loaded[k], str) else embs[k]
             if isinstance(e, str):
                 errors[p] = f"prompt wav: {e}"
             else:
@@ -74,15 +75,14 @@ class SimScorer(Scorer):
         try:
             self.ensure_loaded()
             prompts = self._prompt_embeddings({it.prompt_wav for it in items if it.prompt_wav})
-            outs, good = load_each([it.audio_path for it in items], resampler=self.resampler)
-            embs = dict(zip(good, self.embed(list(good.values())))) if good else {}
+            outs, embs = self._embed_files([it.audio_path for it in items])
         except Exception as exc:  # a model failure marks the batch, keeps the run going
             return [ScoreResult.failed(f"{self.name} failed: {one_line(exc)}") for _ in items]
         return [_similarity_result(outs[i], None if it.prompt_wav is None else prompts[it.prompt_wav], embs.get(i))
                 for i, it in enumerate(items)]
 
 
-def _similarity_result(out: np.ndarray | str, prompt: np.ndarray | str | None, emb: np.ndarray | str | None) -> ScoreResult:
+def _similarity_result(out: object, prompt: np.ndarray | str | None, emb: np.ndarray | str | None) -> ScoreResult:
     """One item's SIM from its loaded output (or load error), its prompt embedding (or error; None:
     no prompt wav) and its output embedding (None where the output did not load)."""
     if isinstance(out, str):
@@ -297,35 +297,45 @@ class SeedTtsSimScorer(SimScorer):
         del ck
 
     def embed(self, wavs: Sequence[np.ndarray]) -> list[np.ndarray | str]:
-        self.ensure_loaded()
-        out: list[np.ndarray | str] = [""] * len(wavs)
-        need = self.loaded(self._ssl).cfg.min_samples
-        ok = [i for i, w in enumerate(wavs) if len(w) >= need]
-        for i in set(range(len(wavs))) - set(ok):
-            out[i] = f"clip too short for WavLM: {len(wavs[i])} samples at 16 kHz, needs {need}"
-        order = sorted(ok, key=lambda i: len(wavs[i]))
-        self.last_batches = []
-        for start in range(0, len(order), self.batch_size):
-            idx = order[start:start + self.batch_size]
-            self.last_batches.append(len(idx))
-            for i, e in zip(idx, self._embed_padded([wavs[i] for i in idx])):
-                out[i] = e.astype(np.float64)
-        return out
+        return self.embed_clips([(w, SCORER_RATE) for w in wavs])
 
-    def _embed_padded(self, wavs: Sequence[np.ndarray]) -> np.ndarray:
+    def embed_clips(self, clips: Sequence[tuple[np.ndarray, int]]) -> list[np.ndarray | str]:
+        """Embeddings of clips at their own rates: per rate, length-sorted batches reach 16 kHz on
+        the device (stats.quality.resample.padded_batch) and run with per-clip masks."""
         import torch
 
+        from stats.quality.resample import out_length, padded_batch
         from stats.quality.wavlm import frame_mask
-        lengths = torch.tensor([len(w) for w in wavs], dtype=torch.long)
-        wave = torch.zeros(len(wavs), int(lengths.max()), dtype=torch.float32)
-        for j, w in enumerate(wavs):
-            wave[j, : len(w)] = torch.from_numpy(np.asarray(w, dtype=np.float32))
-        wave, lengths = wave.to(self.device), lengths.to(self.device)
+
+        self.ensure_loaded()
+        out: list[np.ndarray | str] = [""] * len(clips)
+        need = self.loaded(self._ssl).cfg.min_samples
+        n16 = [out_length(len(w), sr, SCORER_RATE) for w, sr in clips]
+        ok = [i for i in range(len(clips)) if n16[i] >= need]
+        for i in set(range(len(clips))) - set(ok):
+            out[i] = f"clip too short for WavLM: {n16[i]} samples at 16 kHz, needs {need}"
+        self.last_batches = []
         ssl, head = self.loaded(self._ssl), self.loaded(self._head)
-        with torch.inference_mode(), precision(self.dtype, self.device):
-            states, frames = ssl(wave, lengths)
-            emb = head(states, frame_mask(frames, states[0].shape[1]))
-        return emb.float().cpu().numpy()
+        for rate in sorted({clips[i][1] for i in ok}):
+            order = sorted((i for i in ok if clips[i][1] == rate), key=lambda i: len(clips[i][0]))
+            for start in range(0, len(order), self.batch_size):
+                idx = order[start:start + self.batch_size]
+                self.last_batches.append(len(idx))
+                wave, lengths = padded_batch([clips[i] for i in idx], SCORER_RATE, self.device)
+                with torch.inference_mode(), precision(self.dtype, self.device):
+                    states, frames = ssl(wave, lengths)
+                    emb = head(states, frame_mask(frames, states[0].shape[1]))
+                for i, e in zip(idx, emb.float().cpu().numpy()):
+                    out[i] = e.astype(np.float64)
+        return out
+
+    def _embed_files(self, paths: Sequence[Path]) -> tuple[list[Any], dict[int, np.ndarray | str]]:
+        loaded, good = load_each_native(paths)
+        return loaded, dict(zip(good, self.embed_clips(list(good.values())))) if good else {}
+
+    @property
+    def reads_as(self) -> str:
+        return NATIVE  # read at the file's own rate, resampled on the device
 
     def describe(self) -> dict:
         return super().describe() | {"ssl_weights": self._source, "resampler": self.resampler}

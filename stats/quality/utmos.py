@@ -36,7 +36,7 @@ import numpy as np
 
 from data.errors import CampaignError, one_line
 from data.hashing import sha256_file
-from stats.quality.audio import SCORER_RATE, load_each
+from stats.quality.audio import NATIVE, SCORER_RATE, load_each, load_each_native
 from stats.quality.base import ScoreItem, ScoreResult, Scorer
 from stats.quality.precision import DTYPES, precision
 from stats.quality.utmos_model import STATE_FILE
@@ -359,27 +359,36 @@ class Utmos22Scorer(Scorer):
         return out.detach().float().reshape(-1).cpu().numpy()
 
     def _native_scores(self, wavs: Sequence[np.ndarray]) -> list[float | str]:
-        """Release-state-dict path: length-sorted padded batches with per-clip lengths."""
+        """Release-state-dict path over 16 kHz waveforms."""
+        return self._score_clips([(w, SCORER_RATE) for w in wavs])
+
+    def _score_clips(self, clips: Sequence[tuple[np.ndarray, int]]) -> list[float | str]:
+        """Release-state-dict path over clips at their own rates: per rate, length-sorted
+        zero-padded batches go to the device, reach 16 kHz there through the protocol's sinc
+        resampler (stats.quality.resample.padded_batch: each clip's samples are those of its own
+        resample_sinc), and run with per-clip lengths."""
         import torch
 
-        out: list[float | str] = [""] * len(wavs)
+        from stats.quality.resample import out_length, padded_batch
+
+        out: list[float | str] = [""] * len(clips)
         native = self.loaded(self._native)
         need = native.min_samples
-        ok = [i for i, w in enumerate(wavs) if len(w) >= need]
-        for i in set(range(len(wavs))) - set(ok):
-            out[i] = f"utmos22: clip too short: {len(wavs[i])} samples at 16 kHz, needs {need}"
-        order = sorted(ok, key=lambda i: len(wavs[i]))
-        for s in range(0, len(order), self.batch_size):
-            idx = order[s:s + self.batch_size]
-            self.last_calls.append(len(idx))
-            lengths = torch.tensor([len(wavs[i]) for i in idx], dtype=torch.long)
-            wave = torch.zeros(len(idx), int(lengths.max()), dtype=torch.float32)
-            for j, i in enumerate(idx):
-                wave[j, : len(wavs[i])] = torch.from_numpy(np.asarray(wavs[i], dtype=np.float32))
-            with torch.inference_mode(), precision(self.dtype, self.device):
-                vals = native(wave.to(self.device), lengths.to(self.device)).float().cpu().numpy()
-            for i, v in zip(idx, vals):
-                out[i] = float(v) if math.isfinite(float(v)) else f"utmos22 gave a non-finite score ({v})"
+        n16 = [out_length(len(w), sr, SCORER_RATE) for w, sr in clips]
+        ok = [i for i in range(len(clips)) if n16[i] >= need]
+        for i in set(range(len(clips))) - set(ok):
+            out[i] = f"utmos22: clip too short: {n16[i]} samples at 16 kHz, needs {need}"
+        rates = sorted({clips[i][1] for i in ok})
+        for rate in rates:
+            order = sorted((i for i in ok if clips[i][1] == rate), key=lambda i: len(clips[i][0]))
+            for s in range(0, len(order), self.batch_size):
+                idx = order[s:s + self.batch_size]
+                self.last_calls.append(len(idx))
+                x, lengths = padded_batch([clips[i] for i in idx], SCORER_RATE, self.device)
+                with torch.inference_mode(), precision(self.dtype, self.device):
+                    vals = native(x, lengths).float().cpu().numpy()
+                for i, v in zip(idx, vals):
+                    out[i] = float(v) if math.isfinite(float(v)) else f"utmos22 gave a non-finite score ({v})"
         return out
 
     def score_waves(self, wavs: Sequence[np.ndarray]) -> list[float | str]:
@@ -403,10 +412,22 @@ class Utmos22Scorer(Scorer):
                 out[i] = float(v) if math.isfinite(float(v)) else f"utmos22 gave a non-finite score ({v})"
         return out
 
+    @property
+    def reads_as(self) -> str:
+        """The release-state-dict path reads files at their own rate and resamples on the device."""
+        return NATIVE if self.mode == "state" else self.resampler
+
     def score_batch(self, items: Sequence[ScoreItem]) -> list[ScoreResult]:
         self.ensure_loaded()
-        loaded, good = load_each([it.audio_path for it in items], resampler=self.resampler)
-        scores = dict(zip(good, self.score_waves(list(good.values())))) if good else {}
+        paths = [it.audio_path for it in items]
+        loaded: Sequence[object]
+        if self._native is not None:
+            loaded, clips = load_each_native(paths)
+            self.last_calls = []
+            scores = dict(zip(clips, self._score_clips(list(clips.values())))) if clips else {}
+        else:
+            loaded, good = load_each(paths, resampler=self.resampler)
+            scores = dict(zip(good, self.score_waves(list(good.values())))) if good else {}
         results = []
         for i, w in enumerate(loaded):
             v = w if isinstance(w, str) else scores[i]

@@ -145,15 +145,25 @@ def frame_mask(lengths: torch.Tensor, frames: int) -> torch.Tensor:
 
 
 def masked_group_norm(x: torch.Tensor, valid: torch.Tensor, norm: nn.GroupNorm) -> torch.Tensor:
-    """GroupNorm with one channel per group over valid frames only (fp32, as unilm's Fp32GroupNorm)."""
+    """GroupNorm with one channel per group over valid frames only (fp32, as unilm's Fp32GroupNorm).
+
+    This tensor is the largest of the forward pass (512 channels at 3.2 kHz): each clip's statistics
+    come from one `var_mean` over its own valid frames and the affine map is one fused `addcmul`,
+    so the tensor is read three times instead of the dozen passes an elementwise masked formula
+    makes (docs/quality.md, "Throughput")."""
     xf = x.float()
-    m = valid[:, None, :].to(xf.dtype)
-    n = m.sum(-1, keepdim=True).clamp(min=1.0)
-    mean = (xf * m).sum(-1, keepdim=True) / n
-    var = (((xf - mean) * m) ** 2).sum(-1, keepdim=True) / n
-    y = (xf - mean) / torch.sqrt(var + norm.eps)
-    y = y * norm.weight.float()[None, :, None] + norm.bias.float()[None, :, None]
-    return y.to(x.dtype)
+    full = xf.shape[-1]
+    stats = []
+    for j, n in enumerate(valid.sum(1).tolist()):
+        if n == 0:  # no valid frame: mean 0, variance 0 (the clip is rejected before the model anyway)
+            stats.append((xf.new_zeros(xf.shape[1], 1), xf.new_zeros(xf.shape[1], 1)))
+        else:
+            stats.append(torch.var_mean(xf[j] if n == full else xf[j, :, :n], dim=-1, correction=0, keepdim=True))
+    var = torch.stack([v for v, _ in stats])
+    mean = torch.stack([m for _, m in stats])
+    scale = torch.rsqrt(var + norm.eps) * norm.weight.float()[None, :, None]
+    shift = norm.bias.float()[None, :, None] - mean * scale
+    return torch.addcmul(shift, xf, scale).to(x.dtype)
 
 
 class _Transpose(nn.Module):
@@ -233,10 +243,13 @@ class PosConv(nn.Module):
         self.remove = 1 if cfg.conv_pos % 2 == 0 else 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, C, T]
-        y = getattr(self, "0")(x)
-        if self.remove:
-            y = y[:, :, : -self.remove]
-        return F.gelu(y)
+        # in fp32 whatever the compute dtype: cuDNN's fp16 kernels for this grouped 128-tap conv
+        # were 7x slower than its fp32 ones on the H200 (docs/quality.md, "Throughput")
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            y = getattr(self, "0")(x.float())
+            if self.remove:
+                y = y[:, :, : -self.remove]
+            return F.gelu(y).to(x.dtype)
 
 
 def relative_buckets(q_len: int, k_len: int, num_buckets: int, max_distance: int, device) -> torch.Tensor:
