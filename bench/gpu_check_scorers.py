@@ -69,7 +69,7 @@ def resample_check(device: str) -> None:
     rng = np.random.default_rng(9)
     for rate in (24000, 22050, 44100, 48000):
         waves = [(0.3 * rng.standard_normal(int(rate * s))).astype(np.float32) for s in (1.1, 3.7, 4.0, 5.3)]
-        x, n = padded_batch([(w, rate) for w in waves], 16000, device)
+        x, n, _ = padded_batch([(w, rate) for w in waves], 16000, device)
         worst = max(float(np.abs(x[j, : int(n[j])].cpu().numpy() - resample_sinc(w, rate, 16000)).max())
                     for j, w in enumerate(waves))
         print(f"resample {rate} -> 16000 Hz on {device}, batch of {len(waves)} vs each alone on cpu: max |diff| {worst:.3g}")

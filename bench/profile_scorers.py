@@ -87,6 +87,41 @@ def utmos_parts(s, wavs, device: str, dtype: str, batch: int, reps: int = 3) -> 
         print(f"   {name:20s} {v * 1000 / reps:8.1f} ms per pass  {100 * v / whole:5.1f} %")
 
 
+def profile_files(s, n: int, device: str, acts) -> None:
+    """Wall time and profile of scored_in_batches over `n` WAVs at 24 kHz (reads, staging, model)."""
+    import tempfile
+
+    from bench_scorers import write_files
+    from torch.profiler import profile
+
+    from stats.quality.base import ScoreItem
+    from stats.quality.scoring import scored_in_batches
+
+    wavs = clips(n, 3)
+    outs, prompts = write_files(Path(tempfile.mkdtemp()), wavs, clips(max(1, n // 8), 4) * 8)
+    items = [ScoreItem("bench", i, f"u{i}", p, "text", q) for i, (p, q) in enumerate(zip(outs, prompts))]
+    audio = sum(len(w) for w in wavs) / 16000
+
+    def run() -> None:
+        if hasattr(s, "_prompt_cache"):
+            s._prompt_cache.clear()
+        for _ in scored_in_batches(s, items):
+            pass
+    run()
+    sync(device)
+    t0 = time.perf_counter()
+    run()
+    sync(device)
+    wall = time.perf_counter() - t0
+    print(f"== files: {n} WAVs ({audio:.0f} audio-s) in {wall * 1000:.0f} ms: {audio / wall:.0f} audio-s/s", flush=True)
+    with profile(activities=acts) as prof:
+        run()
+        sync(device)
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15, max_name_column_width=60))
+    if device.startswith("cuda"):
+        print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=15, max_name_column_width=60))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda")
@@ -96,6 +131,8 @@ def main() -> int:
     ap.add_argument("--dtype", nargs="*", default=["float32"], choices=DTYPES)
     ap.add_argument("--batch", type=int, nargs="*", default=[32])
     ap.add_argument("--parts", action="store_true", help="utmos22: per-stage wall time instead of the profiler")
+    ap.add_argument("--files", type=int, default=0,
+                    help="profile the file-to-value path (campaign score's batching) over this many 24 kHz WAVs")
     args = ap.parse_args()
     from torch.profiler import ProfilerActivity, profile
 
@@ -122,7 +159,9 @@ def main() -> int:
                 audio = sum(len(w) for w in wavs) / 16000
                 print(f"== {name} {dtype} batch {batch}: {wall * 1000:.1f} ms wall for {len(wavs)} clips "
                       f"({audio / wall:.0f} audio-s/s)", flush=True)
-                if args.parts and name == "utmos22":
+                if args.files:
+                    profile_files(s, args.files, args.device, acts)
+                elif args.parts and name == "utmos22":
                     utmos_parts(s, wavs, args.device, dtype, batch)
                 elif not args.parts:
                     with profile(activities=acts) as prof:

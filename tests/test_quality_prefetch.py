@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 import soundfile as sf
 
 from stats.quality import audio
@@ -54,3 +55,36 @@ def test_untaken_reads_are_dropped(tmp_path):
         ahead.submit([it.audio_path for it in items], resampler="sinc")
         ahead.forget([it.audio_path for it in items], resampler="sinc")
         assert ahead.take(items[0].audio_path, audio.SCORER_RATE, "sinc") is None
+
+
+def test_next_batch_is_submitted_before_the_previous_one_is_collected(tmp_path):
+    """scored_in_batches queues batch k+1 on the scorer before it collects batch k (Scorer.
+    submit_batch), so the device never waits for the CPU between batches; results still come in
+    order and equal scoring each batch alone."""
+    from stats.quality.scoring import scored_in_batches
+    from stats.quality.utmos import Utmos22Scorer
+
+    events: list[str] = []
+
+    class Recording(Utmos22Scorer):
+        def submit_batch(self, items):
+            k = items[0].request_index // 2
+            events.append(f"submit {k}")
+            finish = super().submit_batch(items)
+
+            def collect():
+                events.append(f"collect {k}")
+                return finish()
+            return collect
+
+    items = [it for it in _items(tmp_path) if it.request_index != 3][:6]
+    items = [ScoreItem("run", i, it.utt_id, it.audio_path, "text", None) for i, it in enumerate(items)]
+    folder = build_tiny_utmos22(tmp_path / "utmos", seed=2)
+    s = Recording(folder, device="cpu", batch_size=2)
+    got = list(scored_in_batches(s, items))
+    assert events == ["submit 0", "submit 1", "collect 0", "submit 2", "collect 1", "collect 2"]
+    assert [k for k, _ in got] == [0, 2, 4]
+    alone = Utmos22Scorer(folder, device="cpu", batch_size=2)
+    for k, results in got:
+        want = alone.score_batch(items[k:k + 2])
+        assert [r.value for r in results] == pytest.approx([r.value for r in want], abs=1e-6)

@@ -109,6 +109,23 @@ def test_score_batch_reads_files_and_reports_bad_ones(scorer, tmp_path):
     assert res[2].status == "error" and "e.wav" in res[2].error
 
 
+def test_host_lengths_change_no_score(scorer):
+    """The forward pass given the lengths on the host (no device round trip; longest first, or in
+    any order) scores exactly as the one that counts them on the device."""
+    m = scorer._native
+    w = _waves((16000, 11111, 8123, 3000))
+    x = torch.zeros(len(w), 16000)
+    for j, a in enumerate(w):
+        x[j, : len(a)] = torch.from_numpy(a)
+    lengths = torch.tensor([len(a) for a in w])
+    with torch.inference_mode():
+        device_counted = m(x, lengths)
+        host_sorted = m(x, lengths, [len(a) for a in w])
+        flipped = m(x.flip(0), lengths.flip(0), [len(a) for a in w][::-1])
+    assert torch.equal(device_counted, host_sorted)
+    torch.testing.assert_close(flipped.flip(0), host_sorted, atol=1e-6, rtol=0)
+
+
 def test_files_resampled_in_batches_equal_each_file_resampled_alone(folder, tmp_path):
     """score_batch reads files at their own rates and resamples a padded batch at once
     (stats.quality.resample.resample_sinc_batch); every score equals the one from that file read

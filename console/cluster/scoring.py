@@ -17,7 +17,7 @@ from __future__ import annotations
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from console.cluster.connect import ClusterError
 
@@ -102,16 +102,23 @@ class ShardedScorer:
                                    f"this host {self.local.model_hash[:12]}: the nodes must hold the same model folder")
         self._loaded = True
 
-    def score_batch(self, items: Sequence[Any]) -> list[Any]:
-        """Consecutive slices of the replicas' batch size, one per replica, in order."""
+    def submit_batch(self, items: Sequence[Any]) -> Callable[[], list[Any]]:
+        """Send consecutive slices of the replicas' batch size, one per replica, now; collect
+        their results, in order, when the returned function is called (Scorer.submit_batch)."""
         self.ensure_loaded()
         step = self.local.batch_size
         chunks = [list(items[i:i + step]) for i in range(0, len(items), step)]
         refs = [self.actors[k % len(self.actors)].score.remote(chunk, _blobs(chunk)) for k, chunk in enumerate(chunks)]
-        out: list[Any] = []
-        for got in self.ray.get(refs):
-            out += got
-        return out
+
+        def finish() -> list[Any]:
+            out: list[Any] = []
+            for got in self.ray.get(refs):
+                out += got
+            return out
+        return finish
+
+    def score_batch(self, items: Sequence[Any]) -> list[Any]:
+        return self.submit_batch(items)()
 
     def describe(self) -> dict:
         return {**self.local.describe(), "replicas": self.replicas}

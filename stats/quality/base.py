@@ -14,7 +14,7 @@ import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Sequence, TypeVar
+from typing import Callable, ClassVar, Sequence, TypeVar
 
 from data.hashing import cached_sha256_files, sha256_text
 from stats.quality.wer import WerCounts
@@ -172,6 +172,13 @@ class Scorer(ABC):
     @abstractmethod
     def score_batch(self, items: Sequence[ScoreItem]) -> list[ScoreResult]:
         """Score items; a per-item failure is an error result, never an exception."""
+
+    def submit_batch(self, items: Sequence[ScoreItem]) -> Callable[[], list[ScoreResult]]:
+        """Start scoring `items` and return what finishes it. A device scorer queues its work and
+        returns before the device is done, so `scored_in_batches` stages the next batch (and the
+        caller stores the previous one) while the device runs; here: score now."""
+        results = self.score_batch(items)
+        return lambda: results
 
     def describe(self) -> dict:
         """What ran: for progress lines and bench output."""

@@ -60,6 +60,19 @@ def out_length(samples: int, orig_rate: int, new_rate: int) -> int:
     return math.ceil(new * int(samples) / orig)
 
 
+_ON_DEVICE: dict[tuple[int, int, str], "torch.Tensor"] = {}
+
+
+def _kernel_on(orig_rate: int, new_rate: int, device: "torch.device") -> "torch.Tensor":
+    """The conv1d bank on `device`, copied there once (a per-batch copy would wait for the device)."""
+    import torch
+
+    key = (orig_rate, new_rate, str(device))
+    if key not in _ON_DEVICE:
+        _ON_DEVICE[key] = torch.from_numpy(sinc_kernel(orig_rate, new_rate)[0])[:, None, :].to(device)
+    return _ON_DEVICE[key]
+
+
 def resample_sinc_batch(wave: "torch.Tensor", orig_rate: int, new_rate: int) -> "torch.Tensor":
     """[B, T] float32 clips zero-padded at the end, on any device -> [B, out_length(T)].
 
@@ -76,20 +89,22 @@ def resample_sinc_batch(wave: "torch.Tensor", orig_rate: int, new_rate: int) -> 
     torch.backends.cudnn.allow_tf32 = False
     try:
         with torch.inference_mode(), torch.autocast(device_type=wave.device.type, enabled=False):
-            y = F.conv1d(x, torch.from_numpy(kern)[:, None, :].to(wave.device), stride=orig)  # [B, new, frames]
+            y = F.conv1d(x, _kernel_on(int(orig_rate), int(new_rate), wave.device), stride=orig)  # [B, new, frames]
     finally:
         torch.backends.cudnn.allow_tf32 = saved
     return y.transpose(1, 2).reshape(b, -1)[:, : math.ceil(new * n / orig)]
 
 
 def padded_batch(clips: Sequence[tuple[np.ndarray, int]], rate: int,
-                 device: "str | torch.device") -> tuple["torch.Tensor", "torch.Tensor"]:
-    """Clips that share one source rate -> ([B, T] float32 at `rate` on `device`, [B] lengths).
+                 device: "str | torch.device") -> tuple["torch.Tensor", "torch.Tensor", list[int]]:
+    """Clips that share one source rate -> ([B, T] float32 at `rate` on `device`, [B] lengths
+    there, the same lengths on the host).
 
     The clips are zero-padded at their source rate, moved to the device and resampled there in
     one call; past each clip's own length the batch is zero again, so every row is that clip
-    resampled alone and zero-padded. Resampling on the device leaves the CPU only the file reads
-    (docs/quality.md, "Throughput")."""
+    resampled alone and zero-padded. Resampling on the device leaves the CPU only the file reads.
+    On CUDA the batch is staged in pinned memory and copied without waiting for the device, so
+    the CPU can stage the next batch while the device works (docs/quality.md, "Throughput")."""
     import torch
 
     from_rate = {int(sr) for _, sr in clips}
@@ -97,12 +112,15 @@ def padded_batch(clips: Sequence[tuple[np.ndarray, int]], rate: int,
         raise ValueError(f"padded_batch needs clips of one rate, got {sorted(from_rate)}")
     src = from_rate.pop()
     n = [out_length(len(w), src, rate) for w, _ in clips]
-    wave = torch.zeros(len(clips), max(len(w) for w, _ in clips), dtype=torch.float32)
+    cuda = torch.device(device).type == "cuda"
+    width = max(len(w) for w, _ in clips)
+    wave = torch.empty(len(clips), width, dtype=torch.float32, pin_memory=cuda)
     for j, (w, _) in enumerate(clips):
         wave[j, : len(w)] = torch.from_numpy(np.asarray(w, dtype=np.float32))
-    lengths = torch.tensor(n, dtype=torch.long, device=device)
-    x = wave.to(device)
+        wave[j, len(w):] = 0.0
+    lengths = torch.tensor(n, dtype=torch.long, pin_memory=cuda).to(device, non_blocking=cuda)
+    x = wave.to(device, non_blocking=cuda)
     if src != int(rate):
         x = resample_sinc_batch(x, src, int(rate))[:, : max(n)]
         x = x.masked_fill(torch.arange(x.shape[1], device=x.device)[None, :] >= lengths[:, None], 0.0)
-    return x, lengths
+    return x, lengths, n

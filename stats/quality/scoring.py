@@ -325,25 +325,32 @@ def score_files(scorer: Scorer, items: Sequence[ScoreItem]) -> list[ScoreResult]
 
 
 def scored_in_batches(scorer: Scorer, items: Sequence[ScoreItem]) -> Iterator[tuple[int, list[ScoreResult]]]:
-    """(index of the batch's first item, its results) for `score_batch` over each `batch_size`
-    items in order; a device scorer's next batch of WAVs is read on a worker thread while the
-    model scores the current one (stats.quality.audio.Prefetcher)."""
+    """(index of the batch's first item, its results) for each `batch_size` items in order. A
+    device scorer's next batch of WAVs is read on worker threads while the model scores the
+    current one (stats.quality.audio.Prefetcher), and its next batch is submitted before the
+    current one's results are collected (Scorer.submit_batch), so the device does not wait for
+    the CPU to stage a batch or for the caller to store one."""
     size = scorer.batch_size
     batches = [list(items[s:s + size]) for s in range(0, len(items), size)]
-    resampler = scorer.reads_as
+    reads_as = scorer.reads_as
     if not scorer.prefetches:
         for k, batch in enumerate(batches):
             yield k * size, scorer.score_batch(batch)
         return
     with prefetching() as ahead:
         if batches:
-            ahead.submit([it.audio_path for it in batches[0]], resampler=resampler)
+            ahead.submit([it.audio_path for it in batches[0]], resampler=reads_as)
+        pending: tuple[int, Callable[[], list[ScoreResult]]] | None = None
         for k, batch in enumerate(batches):
             if k + 1 < len(batches):
-                ahead.submit([it.audio_path for it in batches[k + 1]], resampler=resampler)
-            results = scorer.score_batch(batch)
-            ahead.forget([it.audio_path for it in batch], resampler=resampler)
-            yield k * size, results
+                ahead.submit([it.audio_path for it in batches[k + 1]], resampler=reads_as)
+            finish = scorer.submit_batch(batch)
+            ahead.forget([it.audio_path for it in batch], resampler=reads_as)
+            if pending is not None:
+                yield pending[0], pending[1]()
+            pending = (k * size, finish)
+        if pending is not None:
+            yield pending[0], pending[1]()
 
 
 def _store_rows(store: Store, scorer: Scorer, plan_hash: str | None, rows: Sequence[dict]) -> None:

@@ -321,9 +321,9 @@ class SeedTtsSimScorer(SimScorer):
             for start in range(0, len(order), self.batch_size):
                 idx = order[start:start + self.batch_size]
                 self.last_batches.append(len(idx))
-                wave, lengths = padded_batch([clips[i] for i in idx], SCORER_RATE, self.device)
+                wave, lengths, host = padded_batch([clips[i] for i in idx], SCORER_RATE, self.device)
                 with torch.inference_mode(), precision(self.dtype, self.device):
-                    states, frames = ssl(wave, lengths)
+                    states, frames = ssl(wave, lengths, host)
                     emb = head(states, frame_mask(frames, states[0].shape[1]))
                 for i, e in zip(idx, emb.float().cpu().numpy()):
                     out[i] = e.astype(np.float64)

@@ -30,7 +30,7 @@ import zipfile
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -360,13 +360,15 @@ class Utmos22Scorer(Scorer):
 
     def _native_scores(self, wavs: Sequence[np.ndarray]) -> list[float | str]:
         """Release-state-dict path over 16 kHz waveforms."""
-        return self._score_clips([(w, SCORER_RATE) for w in wavs])
+        return self._launch_clips([(w, SCORER_RATE) for w in wavs])()
 
-    def _score_clips(self, clips: Sequence[tuple[np.ndarray, int]]) -> list[float | str]:
-        """Release-state-dict path over clips at their own rates: per rate, length-sorted
+    def _launch_clips(self, clips: Sequence[tuple[np.ndarray, int]]) -> Callable[[], list[float | str]]:
+        """Release-state-dict path over clips at their own rates: per rate, longest-first
         zero-padded batches go to the device, reach 16 kHz there through the protocol's sinc
         resampler (stats.quality.resample.padded_batch: each clip's samples are those of its own
-        resample_sinc), and run with per-clip lengths."""
+        resample_sinc), and run with per-clip lengths. At most two batches are in flight: each
+        batch's scores are copied back once the next one is queued, and the last one's when the
+        returned function is called."""
         import torch
 
         from stats.quality.resample import out_length, padded_batch
@@ -378,18 +380,29 @@ class Utmos22Scorer(Scorer):
         ok = [i for i in range(len(clips)) if n16[i] >= need]
         for i in set(range(len(clips))) - set(ok):
             out[i] = f"utmos22: clip too short: {n16[i]} samples at 16 kHz, needs {need}"
-        rates = sorted({clips[i][1] for i in ok})
-        for rate in rates:
-            order = sorted((i for i in ok if clips[i][1] == rate), key=lambda i: len(clips[i][0]))
+        queued: list[tuple[list[int], torch.Tensor]] = []
+
+        def collect(idx: list[int], vals: torch.Tensor) -> None:
+            for i, v in zip(idx, vals.cpu().numpy()):
+                out[i] = float(v) if math.isfinite(float(v)) else f"utmos22 gave a non-finite score ({v})"
+
+        for rate in sorted({clips[i][1] for i in ok}):
+            # longest first: the BLSTM packs a sorted batch without a device round trip
+            order = sorted((i for i in ok if clips[i][1] == rate), key=lambda i: -len(clips[i][0]))
             for s in range(0, len(order), self.batch_size):
                 idx = order[s:s + self.batch_size]
                 self.last_calls.append(len(idx))
-                x, lengths = padded_batch([clips[i] for i in idx], SCORER_RATE, self.device)
+                x, lengths, host = padded_batch([clips[i] for i in idx], SCORER_RATE, self.device)
                 with torch.inference_mode(), precision(self.dtype, self.device):
-                    vals = native(x, lengths).float().cpu().numpy()
-                for i, v in zip(idx, vals):
-                    out[i] = float(v) if math.isfinite(float(v)) else f"utmos22 gave a non-finite score ({v})"
-        return out
+                    queued.append((idx, native(x, lengths, host).float()))
+                if len(queued) > 1:
+                    collect(*queued.pop(0))
+
+        def finish() -> list[float | str]:
+            while queued:
+                collect(*queued.pop(0))
+            return out
+        return finish
 
     def score_waves(self, wavs: Sequence[np.ndarray]) -> list[float | str]:
         """MOS per 16 kHz mono waveform, or an error string for a clip the model rejects."""
@@ -418,20 +431,30 @@ class Utmos22Scorer(Scorer):
         return NATIVE if self.mode == "state" else self.resampler
 
     def score_batch(self, items: Sequence[ScoreItem]) -> list[ScoreResult]:
+        return self.submit_batch(items)()
+
+    def submit_batch(self, items: Sequence[ScoreItem]) -> Callable[[], list[ScoreResult]]:
+        """The release-state-dict path queues the batch on the device and returns; the export runs now."""
         self.ensure_loaded()
         paths = [it.audio_path for it in items]
         loaded: Sequence[object]
         if self._native is not None:
             loaded, clips = load_each_native(paths)
             self.last_calls = []
-            scores = dict(zip(clips, self._score_clips(list(clips.values())))) if clips else {}
+            finish = self._launch_clips(list(clips.values())) if clips else (lambda: [])
+            keys = list(clips)
         else:
             loaded, good = load_each(paths, resampler=self.resampler)
-            scores = dict(zip(good, self.score_waves(list(good.values())))) if good else {}
-        results = []
-        for i, w in enumerate(loaded):
-            v = w if isinstance(w, str) else scores[i]
-            results.append(ScoreResult.failed(v) if isinstance(v, str) else ScoreResult("ok", value=v))
+            values = self.score_waves(list(good.values())) if good else []
+            finish, keys = (lambda: values), list(good)
+
+        def results() -> list[ScoreResult]:
+            scores = dict(zip(keys, finish()))
+            out = []
+            for i, w in enumerate(loaded):
+                v = w if isinstance(w, str) else scores[i]
+                out.append(ScoreResult.failed(v) if isinstance(v, str) else ScoreResult("ok", value=v))
+            return out
         return results
 
     def describe(self) -> dict:

@@ -14,7 +14,7 @@ see its valid frames only, so batching does not change a score.
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import torch
 import torch.nn as nn
@@ -81,13 +81,17 @@ class Utmos22Strong(nn.Module):
     def min_samples(self) -> int:
         return self.wav2vec2.cfg.min_samples
 
-    def forward(self, wave: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        states, frames = self.wav2vec2(wave, lengths)
+    def forward(self, wave: torch.Tensor, lengths: torch.Tensor, host_lengths: Sequence[int] | None = None) -> torch.Tensor:
+        """`host_lengths` (the lengths on the host, longest first) lets the whole pass run without
+        waiting for the device: the norm's frame counts and the BLSTM's packing come from them."""
+        states, frames = self.wav2vec2(wave, lengths, host_lengths)
         x = states[-1]
         b, f, _ = x.shape
         x = torch.cat([x, self.domain_emb[:, None, :].expand(b, f, -1).to(x.dtype),
                        self.judge_emb[:, None, :].expand(b, f, -1).to(x.dtype)], dim=2)
-        packed = nn.utils.rnn.pack_padded_sequence(x, frames.cpu(), batch_first=True, enforce_sorted=False)
+        host = [self.wav2vec2.cfg.frames(n) for n in host_lengths] if host_lengths is not None else frames.tolist()
+        descending = all(a >= b for a, b in zip(host, host[1:]))
+        packed = nn.utils.rnn.pack_padded_sequence(x, torch.tensor(host), batch_first=True, enforce_sorted=descending)
         out, _ = self.blstm(packed)
         out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=f)
         score = self.projection(out).squeeze(-1)  # [B, F]

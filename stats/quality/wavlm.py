@@ -28,7 +28,7 @@ from __future__ import annotations
 import ast
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 import torch.nn as nn
@@ -144,17 +144,19 @@ def frame_mask(lengths: torch.Tensor, frames: int) -> torch.Tensor:
     return torch.arange(frames, device=lengths.device)[None, :] < lengths[:, None]
 
 
-def masked_group_norm(x: torch.Tensor, valid: torch.Tensor, norm: nn.GroupNorm) -> torch.Tensor:
+def masked_group_norm(x: torch.Tensor, valid: torch.Tensor, norm: nn.GroupNorm,
+                      counts: Sequence[int] | None = None) -> torch.Tensor:
     """GroupNorm with one channel per group over valid frames only (fp32, as unilm's Fp32GroupNorm).
 
     This tensor is the largest of the forward pass (512 channels at 3.2 kHz): each clip's statistics
     come from one `var_mean` over its own valid frames and the affine map is one fused `addcmul`,
     so the tensor is read three times instead of the dozen passes an elementwise masked formula
-    makes (docs/quality.md, "Throughput")."""
+    makes (docs/quality.md, "Throughput"). `counts`, each clip's valid frames known on the host,
+    spares a device-to-host wait in the middle of the forward pass."""
     xf = x.float()
     full = xf.shape[-1]
     stats = []
-    for j, n in enumerate(valid.sum(1).tolist()):
+    for j, n in enumerate(valid.sum(1).tolist() if counts is None else counts):
         if n == 0:  # no valid frame: mean 0, variance 0 (the clip is rejected before the model anyway)
             stats.append((xf.new_zeros(xf.shape[1], 1), xf.new_zeros(xf.shape[1], 1)))
         else:
@@ -184,14 +186,14 @@ class ConvBlock(nn.Module):
         elif norm == "group":
             self.add_module("2", nn.GroupNorm(n_out, n_out, affine=True))
 
-    def forward(self, x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, valid: torch.Tensor, counts: Sequence[int] | None = None) -> torch.Tensor:
         x = getattr(self, "0")(x)
         if self.norm_kind == "layer":
             ln = getattr(self, "2")[1]
             x = F.layer_norm(x.float().transpose(1, 2), ln.normalized_shape, ln.weight.float(), ln.bias.float(),
                              ln.eps).transpose(1, 2).to(x.dtype)
         elif self.norm_kind == "group":
-            x = masked_group_norm(x, valid[:, : x.shape[-1]], getattr(self, "2"))
+            x = masked_group_norm(x, valid[:, : x.shape[-1]], getattr(self, "2"), counts)
         return F.gelu(x)
 
 
@@ -206,15 +208,20 @@ class FeatureExtractor(nn.Module):
             n_in = dim
         self.conv_layers = nn.ModuleList(blocks)
 
-    def forward(self, wave: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """[B, T] samples -> ([B, C, F] features, [B] frame counts)."""
+    def forward(self, wave: torch.Tensor, lengths: torch.Tensor,
+                host_lengths: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """[B, T] samples -> ([B, C, F] features, [B] frame counts). `host_lengths`: the same
+        lengths on the host, so the masked norm need not wait for the device to count them."""
         x = wave[:, None, :]
         n = lengths
+        host = list(host_lengths) if host_lengths is not None else None
         for block, (_, kernel, stride) in zip(self.conv_layers, self.cfg.conv_layers):  # the blocks' k, stride
             n = torch.where(n >= kernel, torch.div(n - kernel, stride, rounding_mode="floor") + 1,
                             torch.zeros_like(n))
+            if host is not None:
+                host = [(c - kernel) // stride + 1 if c >= kernel else 0 for c in host]
             frames = (x.shape[-1] - kernel) // stride + 1
-            x = block(x, frame_mask(n, frames))
+            x = block(x, frame_mask(n, frames), host)
         return x, n
 
 
@@ -377,10 +384,11 @@ class WavLM(nn.Module):
         var = (((wave - mean) * m) ** 2).sum(1, keepdim=True) / n
         return ((wave - mean) / torch.sqrt(var + 1e-5)) * m
 
-    def forward(self, wave: torch.Tensor, lengths: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+    def forward(self, wave: torch.Tensor, lengths: torch.Tensor,
+                host_lengths: Sequence[int] | None = None) -> tuple[list[torch.Tensor], torch.Tensor]:
         if self.cfg.normalize:
             wave = self.normalize_waves(wave.float(), lengths).to(wave.dtype)
-        feats, frames = self.feature_extractor(wave, lengths)
+        feats, frames = self.feature_extractor(wave, lengths, host_lengths)
         x = self.layer_norm(feats.transpose(1, 2))
         if self.post_extract_proj is not None:
             x = self.post_extract_proj(x)
