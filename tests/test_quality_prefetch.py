@@ -34,7 +34,7 @@ def test_prefetched_batches_score_exactly_as_one_at_a_time(tmp_path, monkeypatch
     folder = build_tiny_utmos22(tmp_path / "utmos", seed=2)
     reads: list[str] = []
     real_read = audio.read_native  # every path reads a file through it (utmos22 at the file's rate)
-    monkeypatch.setattr(audio, "read_native", lambda p: (reads.append(str(p)), real_read(p))[1])
+    monkeypatch.setattr(audio, "read_native", lambda p, *a: (reads.append(str(p)), real_read(p, *a))[1])
     batched = score_files(make_scorer("utmos22", {"utmos22": folder}, device="cpu", batch_size=2), items)
     alone = make_scorer("utmos22", {"utmos22": folder}, device="cpu", batch_size=1)
     alone.ensure_loaded()

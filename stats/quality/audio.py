@@ -47,14 +47,32 @@ def load_native(path: Path) -> tuple[np.ndarray, int]:
     return read_native(path)
 
 
-def read_native(path: Path) -> tuple[np.ndarray, int]:
+def read_native(path: Path, pinned: bool = False) -> tuple[np.ndarray, int]:
+    """(mono float32 samples, rate). `pinned`: a mono file is read straight into page-locked
+    memory (torch's pinned host allocator), from which the device copies it without the CPU
+    waiting; the returned array is a view that keeps that memory alive."""
     try:
-        data, sr = sf.read(str(path), dtype="float32", always_2d=True)
+        with sf.SoundFile(str(path)) as f:
+            frames, channels, sr = f.frames, f.channels, f.samplerate
+            if frames <= 0:
+                raise AudioError(f"empty audio {path}")
+            out = _pinned(frames, channels) if pinned else None
+            data = f.read(frames, dtype="float32", always_2d=True, out=out)
     except (sf.LibsndfileError, RuntimeError, OSError) as exc:
         raise AudioError(f"unreadable audio {path}: {first_line(exc)}") from None
     if data.shape[0] == 0:
         raise AudioError(f"empty audio {path}")
     return (data[:, 0] if data.shape[1] == 1 else data.mean(axis=1)), int(sr)
+
+
+def _pinned(frames: int, channels: int) -> np.ndarray | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    return torch.empty((frames, channels), dtype=torch.float32, pin_memory=True).numpy()
 
 
 def _read(path: Path, rate: int, resampler: str) -> np.ndarray:
@@ -109,8 +127,9 @@ class Prefetcher:
     resampler's small conv1d takes ~2 ms on one thread and far longer when many threads contend,
     and the workers parallelise over files instead."""
 
-    def __init__(self, workers: int | None = None) -> None:
+    def __init__(self, workers: int | None = None, pinned: bool = False) -> None:
         n = workers or min(4, max(1, (os.cpu_count() or 2) - 1))
+        self.pinned = pinned  # native reads land in page-locked memory (a CUDA scorer's batches)
         self._pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="audio-prefetch",
                                         initializer=_one_torch_thread)
         self._pending: dict[tuple[str, int, str], Future[Any]] = {}
@@ -119,7 +138,7 @@ class Prefetcher:
         for path in paths:
             key = _key(path, rate, resampler)
             if path is not None and key not in self._pending:
-                self._pending[key] = (self._pool.submit(read_native, Path(path)) if resampler == NATIVE
+                self._pending[key] = (self._pool.submit(read_native, Path(path), self.pinned) if resampler == NATIVE
                                       else self._pool.submit(_read, Path(path), rate, resampler))
 
     def take(self, path: Path, rate: int, resampler: str) -> Future[Any] | None:
@@ -152,9 +171,9 @@ def _one_torch_thread() -> None:
 
 
 @contextmanager
-def prefetching() -> Iterator[Prefetcher]:
+def prefetching(pinned: bool = False) -> Iterator[Prefetcher]:
     """Make a Prefetcher the one `load_audio` consults in this context (not in other threads)."""
-    ahead = Prefetcher()
+    ahead = Prefetcher(pinned=pinned)
     token = _PREFETCH.set(ahead)
     try:
         yield ahead

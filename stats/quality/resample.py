@@ -103,8 +103,9 @@ def padded_batch(clips: Sequence[tuple[np.ndarray, int]], rate: int,
     The clips are zero-padded at their source rate, moved to the device and resampled there in
     one call; past each clip's own length the batch is zero again, so every row is that clip
     resampled alone and zero-padded. Resampling on the device leaves the CPU only the file reads.
-    On CUDA the batch is staged in pinned memory and copied without waiting for the device, so
-    the CPU can stage the next batch while the device works (docs/quality.md, "Throughput")."""
+    On CUDA each clip is copied into its row of a zeroed device tensor; a clip read into pinned
+    memory (stats.quality.audio.read_native) is copied without the CPU waiting, so it must stay
+    alive until the batch's results are back (the caller keeps it; docs/quality.md, "Throughput")."""
     import torch
 
     from_rate = {int(sr) for _, sr in clips}
@@ -114,12 +115,15 @@ def padded_batch(clips: Sequence[tuple[np.ndarray, int]], rate: int,
     n = [out_length(len(w), src, rate) for w, _ in clips]
     cuda = torch.device(device).type == "cuda"
     width = max(len(w) for w, _ in clips)
-    wave = torch.empty(len(clips), width, dtype=torch.float32, pin_memory=cuda)
-    for j, (w, _) in enumerate(clips):
-        wave[j, : len(w)] = torch.from_numpy(np.asarray(w, dtype=np.float32))
-        wave[j, len(w):] = 0.0
     lengths = torch.tensor(n, dtype=torch.long, pin_memory=cuda).to(device, non_blocking=cuda)
-    x = wave.to(device, non_blocking=cuda)
+    if cuda:  # each clip copied into its row on the device; from pinned memory without waiting
+        x = torch.zeros(len(clips), width, dtype=torch.float32, device=device)
+        for j, (w, _) in enumerate(clips):
+            x[j, : len(w)].copy_(torch.from_numpy(np.asarray(w, dtype=np.float32)), non_blocking=True)
+    else:
+        x = torch.zeros(len(clips), width, dtype=torch.float32)
+        for j, (w, _) in enumerate(clips):
+            x[j, : len(w)] = torch.from_numpy(np.asarray(w, dtype=np.float32))
     if src != int(rate):
         x = resample_sinc_batch(x, src, int(rate))[:, : max(n)]
         x = x.masked_fill(torch.arange(x.shape[1], device=x.device)[None, :] >= lengths[:, None], 0.0)

@@ -337,7 +337,7 @@ def scored_in_batches(scorer: Scorer, items: Sequence[ScoreItem]) -> Iterator[tu
         for k, batch in enumerate(batches):
             yield k * size, scorer.score_batch(batch)
         return
-    with prefetching() as ahead:
+    with prefetching(pinned=str(scorer.device).startswith("cuda")) as ahead:
         if batches:
             ahead.submit([it.audio_path for it in batches[0]], resampler=reads_as)
         pending: tuple[int, Callable[[], list[ScoreResult]]] | None = None

@@ -380,9 +380,10 @@ class Utmos22Scorer(Scorer):
         ok = [i for i in range(len(clips)) if n16[i] >= need]
         for i in set(range(len(clips))) - set(ok):
             out[i] = f"utmos22: clip too short: {n16[i]} samples at 16 kHz, needs {need}"
-        queued: list[tuple[list[int], torch.Tensor]] = []
+        # (indexes, scores on the device, the clips: alive until their copies to the device are done)
+        queued: list[tuple[list[int], torch.Tensor, object]] = []
 
-        def collect(idx: list[int], vals: torch.Tensor) -> None:
+        def collect(idx: list[int], vals: torch.Tensor, _sources: object) -> None:
             for i, v in zip(idx, vals.cpu().numpy()):
                 out[i] = float(v) if math.isfinite(float(v)) else f"utmos22 gave a non-finite score ({v})"
 
@@ -392,9 +393,10 @@ class Utmos22Scorer(Scorer):
             for s in range(0, len(order), self.batch_size):
                 idx = order[s:s + self.batch_size]
                 self.last_calls.append(len(idx))
-                x, lengths, host = padded_batch([clips[i] for i in idx], SCORER_RATE, self.device)
+                sources = [clips[i] for i in idx]
+                x, lengths, host = padded_batch(sources, SCORER_RATE, self.device)
                 with torch.inference_mode(), precision(self.dtype, self.device):
-                    queued.append((idx, native(x, lengths, host).float()))
+                    queued.append((idx, native(x, lengths, host).float(), sources))
                 if len(queued) > 1:
                     collect(*queued.pop(0))
 
