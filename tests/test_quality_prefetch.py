@@ -88,3 +88,26 @@ def test_next_batch_is_submitted_before_the_previous_one_is_collected(tmp_path):
     for k, results in got:
         want = alone.score_batch(items[k:k + 2])
         assert [r.value for r in results] == pytest.approx([r.value for r in want], abs=1e-6)
+
+
+def test_switch_interval_is_short_while_batches_run_and_restored_after(tmp_path):
+    """Readers must not hold the GIL for 5 ms while the model's thread waits (scoring.py
+    _short_gil_turns): 0.5 ms while a prefetching scorer's batches run, the caller's after."""
+    import sys
+
+    from stats.quality.scoring import READER_SWITCH_S, scored_in_batches
+    from stats.quality.utmos import Utmos22Scorer
+
+    seen: list[float] = []
+
+    class Watching(Utmos22Scorer):
+        def submit_batch(self, items):
+            seen.append(sys.getswitchinterval())
+            return super().submit_batch(items)
+
+    items = [it for it in _items(tmp_path) if it.request_index != 3][:4]
+    before = sys.getswitchinterval()
+    s = Watching(build_tiny_utmos22(tmp_path / "utmos", seed=2), device="cpu", batch_size=2)
+    assert len(list(scored_in_batches(s, items))) == 2
+    assert seen == [READER_SWITCH_S, READER_SWITCH_S] and READER_SWITCH_S < before
+    assert sys.getswitchinterval() == before
