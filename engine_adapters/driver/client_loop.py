@@ -18,6 +18,7 @@ from engine_adapters.driver.answers import error_text, what_arrived
 from engine_adapters.driver.decode import decode_batch
 from engine_adapters.driver.heap import prepare_heap, reserve_for
 from engine_adapters.driver.overhead import GcPauses, summarise_ns
+from engine_adapters.driver.periodic import Periodic
 from engine_adapters.driver.results import DriveSummary, RawResult
 from engine_adapters.driver.shards import PEER_STOPPED, ShardRole
 from engine_adapters.driver.spec import DriveSpec, RequestSpec
@@ -26,6 +27,7 @@ from engine_adapters.transport import DEFAULT_TRANSPORT, TRANSPORTS, TransportEr
 TICK_S = 0.010  # event-loop lag ticker period
 FLUSH_S = 0.100  # how often the child ships a batch of records
 INFLIGHT_S = 0.5  # how often the child reports the requests still streaming (when asked to)
+WATCH_S = 0.05  # how often the drive asks whether it is cancelled
 GC_VALVE = 1_000_000  # net new GC-tracked objects that trigger one collection while the collector is off
 # an SSE end-marker event closing the bytes read so far (checked on the last 64 bytes only)
 _DONE_TAIL = re.compile(rb"(?:\A|\n)data: ?\[DONE\]\r?\n\r?\n\Z")
@@ -176,11 +178,13 @@ class DriveLoop:
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
 
-    async def ticker(self) -> None:
+    def ticker(self) -> Periodic:
         """Event-loop lag: every TICK_S, how long a callback scheduled with call_soon waits before
         it runs, i.e. how long the loop is busy with work already queued. Not the lateness of a
         timer: uvloop's timers and loop.time() have 1 ms resolution, which read as a steady
-        ~1 ms "lag" on an idle loop."""
+        ~1 ms "lag" on an idle loop. The probe is scheduled from a ready callback (`arm`), as the
+        ticker task's step scheduled it when it woke from its sleep: it then waits for the loop's
+        next pass, socket reads included, not only for the rest of the timer phase."""
         loop = asyncio.get_running_loop()
         lag = self.loop_lag_ns
         now = time.perf_counter_ns
@@ -188,16 +192,12 @@ class DriveLoop:
         def probe(t0: int) -> None:
             lag.append(now() - t0)
 
-        while True:
-            await asyncio.sleep(TICK_S)
+        def arm() -> None:
             loop.call_soon(probe, now())
             if not gc.isenabled() and gc.get_count()[0] > GC_VALVE:
                 gc.collect(1)  # only a leak gets here: pause once rather than grow without bound
 
-    async def flusher(self) -> None:
-        while True:
-            await asyncio.sleep(FLUSH_S)
-            self.flush()
+        return Periodic(TICK_S, lambda: loop.call_soon(arm))
 
     def flush(self) -> None:
         if self.pending:
@@ -235,7 +235,7 @@ class DriveLoop:
             gc.disable()
         ready = shard.wait_ready() if shard is not None else True  # the run's shared start instant
         started_ns = time.perf_counter_ns()
-        aux = [asyncio.ensure_future(self.ticker()), asyncio.ensure_future(self.flusher())]
+        aux = [self.ticker(), Periodic(FLUSH_S, self.flush)]
         pauses = GcPauses()
         gc.callbacks.append(pauses)
         cpu0 = time.process_time()
@@ -255,14 +255,12 @@ class DriveLoop:
 
         task = asyncio.ensure_future(drive())
 
-        async def watch() -> None:
-            while not task.done():
-                if cancel():
-                    task.cancel()
-                    return
-                await asyncio.sleep(0.05)
+        def watch() -> None:
+            if not task.done() and cancel():
+                task.cancel()
 
-        watcher = asyncio.ensure_future(watch())
+        asyncio.get_running_loop().call_soon(watch)  # once right after the drive's first step, then every WATCH_S
+        aux.append(Periodic(WATCH_S, watch))
         error = None
         try:
             await task
@@ -275,7 +273,6 @@ class DriveLoop:
         finally:
             if meet and not passed and shard is not None:  # leaving before the phases met: no peer waits for it
                 shard.abort()
-            watcher.cancel()
             for a in aux:
                 a.cancel()
             await transport.close()
