@@ -109,10 +109,12 @@ class DriveLoop:
             if open_bytes > limit:
                 raw.overflow = f"SSE event exceeds {limit} bytes"
                 return True
-            tail = data[-64:] if len(data) >= 64 else (tail + data)[-64:]
+            # `tail` ends with the last 64 bytes read: a long read is its own tail (a reference, no
+            # copy per read); only a short one is joined to what came before
+            tail = data if len(data) >= 64 else tail[-64:] + data
             # the endswith pre-check (C, ~0.1 us) keeps the regex (~1.3 us) to the few reads that
             # could end with the marker: an audio event ends with "}" then the blank line
-            return tail.endswith(_DONE_ENDS) and _DONE_TAIL.search(tail) is not None
+            return tail.endswith(_DONE_ENDS) and _DONE_TAIL.search(tail[-64:]) is not None
         return sink
 
     async def one(self, transport: Any, index: int, req: RequestSpec, warm: bool) -> None:
