@@ -180,16 +180,22 @@ class DriveLoop:
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
 
-    def ticker(self) -> Periodic:
+    def ticker(self, chores: tuple[tuple[int, Callable[[], object]], ...] = ()) -> Periodic:
         """Event-loop lag: every TICK_S, how long a callback scheduled with call_soon waits before
         it runs, i.e. how long the loop is busy with work already queued. Not the lateness of a
         timer: uvloop's timers and loop.time() have 1 ms resolution, which read as a steady
         ~1 ms "lag" on an idle loop. The probe is scheduled from a ready callback (`arm`), as the
         ticker task's step scheduled it when it woke from its sleep: it then waits for the loop's
-        next pass, socket reads included, not only for the rest of the timer phase."""
+        next pass, socket reads included, not only for the rest of the timer phase.
+
+        `chores` are (n, fn): fn runs on every n-th tick, before the probe is armed (so never
+        inside a probe's window). The flusher and the cancel watch ride on the ticker's wake-ups
+        instead of waking the loop on their own timers: a wake-up of a loop that was waiting
+        costs tens of µs of CPU, whatever little it does (docs/performance.md, "Per-event CPU")."""
         loop = asyncio.get_running_loop()
         lag = self.loop_lag_ns
         now = time.perf_counter_ns
+        ticks = 0
 
         def probe(t0: int) -> None:
             lag.append(now() - t0)
@@ -199,7 +205,15 @@ class DriveLoop:
             if not gc.isenabled() and gc.get_count()[0] > GC_VALVE:
                 gc.collect(1)  # only a leak gets here: pause once rather than grow without bound
 
-        return Periodic(TICK_S, lambda: loop.call_soon(arm))
+        def tick() -> None:
+            nonlocal ticks
+            ticks += 1
+            for n, fn in chores:
+                if ticks % n == 0:
+                    fn()
+            loop.call_soon(arm)
+
+        return Periodic(TICK_S, tick)
 
     def flush(self) -> None:
         if self.pending:
@@ -237,7 +251,6 @@ class DriveLoop:
             gc.disable()
         ready = shard.wait_ready() if shard is not None else True  # the run's shared start instant
         started_ns = time.perf_counter_ns()
-        aux = [self.ticker(), Periodic(FLUSH_S, self.flush)]
         pauses = GcPauses()
         gc.callbacks.append(pauses)
         cpu0 = time.process_time()
@@ -261,8 +274,8 @@ class DriveLoop:
             if not task.done() and cancel():
                 task.cancel()
 
-        asyncio.get_running_loop().call_soon(watch)  # once right after the drive's first step, then every WATCH_S
-        aux.append(Periodic(WATCH_S, watch))
+        asyncio.get_running_loop().call_soon(watch)  # once right after the drive's first step, then with the ticks
+        ticker = self.ticker(((round(FLUSH_S / TICK_S), self.flush), (round(WATCH_S / TICK_S), watch)))
         error = None
         try:
             await task
@@ -275,8 +288,7 @@ class DriveLoop:
         finally:
             if meet and not passed and shard is not None:  # leaving before the phases met: no peer waits for it
                 shard.abort()
-            for a in aux:
-                a.cancel()
+            ticker.cancel()
             await transport.close()
             self.flush()
             cpu_s = time.process_time() - cpu0

@@ -1,10 +1,10 @@
 """A function run every `period` seconds on the event loop as a plain timer callback.
 
-The drive's housekeeping (the loop-lag ticker, the flusher, the cancel watch) used to be tasks
-looping over `asyncio.sleep`: each wake-up was a future, a timer, a task step and a coroutine
-resumption. A re-armed timer callback is one timer and one call per period, which at the
-ticker's 100 Hz was a few per cent of the driver's CPU per audio event on the 2-core dev box
-(docs/performance.md, "Per-event CPU (issue 18, item 1)")."""
+The drive's housekeeping (the loop-lag ticker, with the flusher and the cancel watch riding on
+its ticks: DriveLoop.ticker) used to be three tasks looping over `asyncio.sleep`: each wake-up
+was a future, a timer, a task step and a coroutine resumption, and each woke a waiting loop on
+its own. One re-armed timer callback is one timer and one call per tick (docs/performance.md,
+"Per-event CPU (issue 18, item 1)")."""
 
 from __future__ import annotations
 
