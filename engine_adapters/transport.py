@@ -195,6 +195,11 @@ class _Exchange:
             elif sink(t, data):
                 self.done.set_result(False)
 
+    async def read_body(self, sink: Sink) -> bool:
+        """StreamResponse.body: feed `sink` until it stops (False) or the body ends (True)."""
+        self.attach(sink)
+        return await self.done
+
     def finish(self) -> None:
         if self.sink is None:  # the body ended before anyone asked for it: body() replays `early`
             self.early.append((0, b""))
@@ -318,6 +323,60 @@ class _Connection(asyncio.BufferedProtocol):
             self.transport.abort()
 
 
+@dataclass(frozen=True)
+class _Target:
+    scheme: str
+    host: str
+    port: int
+    head: str  # the request head up to the content length's value
+
+
+class _Post:
+    """One request on the stamped transport as an async context manager: enter sends it and
+    waits for the response head, exit returns the connection to the pool or drops it."""
+
+    __slots__ = ("_owner", "_url", "_body", "_on_send", "_headers", "_conn", "_ex")
+
+    def __init__(self, owner: "StampedTransport", url: str, body: bytes, on_send: Callable[[], None],
+                 headers: dict[str, str] | None):
+        self._owner, self._url, self._body, self._on_send, self._headers = owner, url, body, on_send, headers
+        self._conn: _Connection | None = None
+        self._ex: _Exchange | None = None
+
+    async def __aenter__(self) -> StreamResponse:
+        t = self._owner._target(self._url, self._headers)
+        body = self._body
+        # head and body go out as two buffers (one writev): no copy of a body that carries a prompt
+        request = [f"{t.head}{len(body)}\r\n\r\n".encode("latin-1"), body]
+        self._on_send()
+        conn = self._conn = await self._owner._connect(t.scheme, t.host, t.port)
+        ex = self._ex = conn.exchange = _Exchange(asyncio.get_running_loop())
+        try:
+            conn.transport.writelines(request)  # type: ignore[union-attr]
+            status, content_type, content_encoding = await ex.head
+        except BaseException:
+            self._finish(False)
+            raise
+        return StreamResponse(status, ex.read_body, content_type, content_encoding)
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: object) -> None:
+        self._finish(exc_type is None)
+
+    def _finish(self, clean: bool) -> None:
+        conn, ex = self._conn, self._ex
+        assert conn is not None and ex is not None
+        done = ex.done
+        failed = done.done() and (done.cancelled() or done.exception() is not None)  # (marks it retrieved)
+        if conn.exchange is None and not failed:  # the message ended: reuse the connection
+            conn.release()
+        elif clean and done.done() and not failed:
+            conn.draining = True  # the sink stopped at the end marker: let the rest of the message arrive
+        else:  # timeout, cancellation, failure, or a body nobody finished reading
+            conn.exchange = None  # nobody waits any more: connection_lost has nothing to report
+            conn.abort()
+
+
 class StampedTransport:
     """HTTP/1.1 keep-alive client whose timing path is the protocol callback itself."""
 
@@ -332,6 +391,7 @@ class StampedTransport:
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
         self._open: set[_Connection] = set()
         self._read_buffer = memoryview(bytearray(READ_BUFFER_BYTES))  # every connection's reads land here
+        self._targets: dict[tuple[str, tuple[tuple[str, str], ...] | None], _Target] = {}
 
     async def _connect(self, scheme: str, host: str, port: int) -> _Connection:
         idle = self._idle.setdefault((scheme, host, port), [])
@@ -348,43 +408,28 @@ class StampedTransport:
         self._open.add(conn)
         return conn
 
-    @asynccontextmanager
-    async def post(self, url: str, body: bytes, on_send: Callable[[], None],
-                   headers: dict[str, str] | None = None) -> AsyncIterator[StreamResponse]:
-        u = urlsplit(url)
-        if u.scheme not in ("http", "https") or not u.hostname:
-            raise TransportError(f"unsupported URL {url!r}: need http:// or https:// and a host")
-        port = u.port or (443 if u.scheme == "https" else 80)
-        target = (u.path or "/") + (f"?{u.query}" if u.query else "")
-        hdrs = {**self.headers, **(headers or {})}
-        head = "".join(f"{k}: {v}\r\n" for k, v in hdrs.items() if k.lower() not in ("host", "content-length"))
-        # head and body go out as two buffers (one writev): no copy of a body that carries a prompt
-        request = [f"POST {target} HTTP/1.1\r\nhost: {u.netloc}\r\n{head}content-length: {len(body)}\r\n\r\n"
-                   .encode("latin-1"), body]
-        on_send()
-        conn = await self._connect(u.scheme, u.hostname, port)
-        ex = conn.exchange = _Exchange(asyncio.get_running_loop())
-        clean = False
-        try:
-            conn.transport.writelines(request)  # type: ignore[union-attr]
-            status, content_type, content_encoding = await ex.head
+    def _target(self, url: str, headers: dict[str, str] | None) -> _Target:
+        """Where a request goes and its head up to the content length, built once per (URL,
+        headers): parsing the URL and joining the head per request was per-request CPU."""
+        key = (url, tuple(headers.items()) if headers else None)
+        got = self._targets.get(key)
+        if got is None:
+            u = urlsplit(url)
+            if u.scheme not in ("http", "https") or not u.hostname:
+                raise TransportError(f"unsupported URL {url!r}: need http:// or https:// and a host")
+            port = u.port or (443 if u.scheme == "https" else 80)
+            target = (u.path or "/") + (f"?{u.query}" if u.query else "")
+            hdrs = {**self.headers, **(headers or {})}
+            head = "".join(f"{k}: {v}\r\n" for k, v in hdrs.items() if k.lower() not in ("host", "content-length"))
+            got = self._targets[key] = _Target(u.scheme, u.hostname, port,
+                                               f"POST {target} HTTP/1.1\r\nhost: {u.netloc}\r\n{head}content-length: ")
+        return got
 
-            async def read_body(sink: Sink) -> bool:
-                ex.attach(sink)
-                return await ex.done
-
-            yield StreamResponse(status, read_body, content_type, content_encoding)
-            clean = True
-        finally:
-            done = ex.done
-            failed = done.done() and (done.cancelled() or done.exception() is not None)  # (marks it retrieved)
-            if conn.exchange is None and not failed:  # the message ended: reuse the connection
-                conn.release()
-            elif clean and done.done() and not failed:
-                conn.draining = True  # the sink stopped at the end marker: let the rest of the message arrive
-            else:  # timeout, cancellation, failure, or a body nobody finished reading
-                conn.exchange = None  # nobody waits any more: connection_lost has nothing to report
-                conn.abort()
+    def post(self, url: str, body: bytes, on_send: Callable[[], None],
+             headers: dict[str, str] | None = None) -> _Post:
+        """`async with transport.post(...) as resp`: a class, not an async generator, because its
+        enter and exit run once per request in the driver's loop."""
+        return _Post(self, url, body, on_send, headers)
 
     async def close(self) -> None:
         for conn in list(self._open):

@@ -18,6 +18,7 @@ from engine_adapters.driver.answers import error_text, what_arrived
 from engine_adapters.driver.decode import decode_batch
 from engine_adapters.driver.heap import prepare_heap, reserve_for
 from engine_adapters.driver.overhead import GcPauses, summarise_ns
+from engine_adapters.driver.periodic import Periodic
 from engine_adapters.driver.results import DriveSummary, RawResult
 from engine_adapters.driver.shards import PEER_STOPPED, ShardRole
 from engine_adapters.driver.spec import DriveSpec, RequestSpec
@@ -26,6 +27,7 @@ from engine_adapters.transport import DEFAULT_TRANSPORT, TRANSPORTS, TransportEr
 TICK_S = 0.010  # event-loop lag ticker period
 FLUSH_S = 0.100  # how often the child ships a batch of records
 INFLIGHT_S = 0.5  # how often the child reports the requests still streaming (when asked to)
+WATCH_S = 0.05  # how often the drive asks whether it is cancelled
 GC_VALVE = 1_000_000  # net new GC-tracked objects that trigger one collection while the collector is off
 # an SSE end-marker event closing the bytes read so far (checked on the last 64 bytes only)
 _DONE_TAIL = re.compile(rb"(?:\A|\n)data: ?\[DONE\]\r?\n\r?\n\Z")
@@ -107,10 +109,12 @@ class DriveLoop:
             if open_bytes > limit:
                 raw.overflow = f"SSE event exceeds {limit} bytes"
                 return True
-            tail = data[-64:] if len(data) >= 64 else (tail + data)[-64:]
+            # `tail` ends with the last 64 bytes read: a long read is its own tail (a reference, no
+            # copy per read); only a short one is joined to what came before
+            tail = data if len(data) >= 64 else tail[-64:] + data
             # the endswith pre-check (C, ~0.1 us) keeps the regex (~1.3 us) to the few reads that
             # could end with the marker: an audio event ends with "}" then the blank line
-            return tail.endswith(_DONE_ENDS) and _DONE_TAIL.search(tail) is not None
+            return tail.endswith(_DONE_ENDS) and _DONE_TAIL.search(tail[-64:]) is not None
         return sink
 
     async def one(self, transport: Any, index: int, req: RequestSpec, warm: bool) -> None:
@@ -176,28 +180,40 @@ class DriveLoop:
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
 
-    async def ticker(self) -> None:
+    def ticker(self, chores: tuple[tuple[int, Callable[[], object]], ...] = ()) -> Periodic:
         """Event-loop lag: every TICK_S, how long a callback scheduled with call_soon waits before
         it runs, i.e. how long the loop is busy with work already queued. Not the lateness of a
         timer: uvloop's timers and loop.time() have 1 ms resolution, which read as a steady
-        ~1 ms "lag" on an idle loop."""
+        ~1 ms "lag" on an idle loop. The probe is scheduled from a ready callback (`arm`), as the
+        ticker task's step scheduled it when it woke from its sleep: it then waits for the loop's
+        next pass, socket reads included, not only for the rest of the timer phase.
+
+        `chores` are (n, fn): fn runs on every n-th tick, before the probe is armed (so never
+        inside a probe's window). The flusher and the cancel watch ride on the ticker's wake-ups
+        instead of waking the loop on their own timers: a wake-up of a loop that was waiting
+        costs tens of µs of CPU, whatever little it does (docs/performance.md, "Per-event CPU")."""
         loop = asyncio.get_running_loop()
         lag = self.loop_lag_ns
         now = time.perf_counter_ns
+        ticks = 0
 
         def probe(t0: int) -> None:
             lag.append(now() - t0)
 
-        while True:
-            await asyncio.sleep(TICK_S)
+        def arm() -> None:
             loop.call_soon(probe, now())
             if not gc.isenabled() and gc.get_count()[0] > GC_VALVE:
                 gc.collect(1)  # only a leak gets here: pause once rather than grow without bound
 
-    async def flusher(self) -> None:
-        while True:
-            await asyncio.sleep(FLUSH_S)
-            self.flush()
+        def tick() -> None:
+            nonlocal ticks
+            ticks += 1
+            for n, fn in chores:
+                if ticks % n == 0:
+                    fn()
+            loop.call_soon(arm)
+
+        return Periodic(TICK_S, tick)
 
     def flush(self) -> None:
         if self.pending:
@@ -235,7 +251,6 @@ class DriveLoop:
             gc.disable()
         ready = shard.wait_ready() if shard is not None else True  # the run's shared start instant
         started_ns = time.perf_counter_ns()
-        aux = [asyncio.ensure_future(self.ticker()), asyncio.ensure_future(self.flusher())]
         pauses = GcPauses()
         gc.callbacks.append(pauses)
         cpu0 = time.process_time()
@@ -255,14 +270,12 @@ class DriveLoop:
 
         task = asyncio.ensure_future(drive())
 
-        async def watch() -> None:
-            while not task.done():
-                if cancel():
-                    task.cancel()
-                    return
-                await asyncio.sleep(0.05)
+        def watch() -> None:
+            if not task.done() and cancel():
+                task.cancel()
 
-        watcher = asyncio.ensure_future(watch())
+        asyncio.get_running_loop().call_soon(watch)  # once right after the drive's first step, then with the ticks
+        ticker = self.ticker(((round(FLUSH_S / TICK_S), self.flush), (round(WATCH_S / TICK_S), watch)))
         error = None
         try:
             await task
@@ -275,9 +288,7 @@ class DriveLoop:
         finally:
             if meet and not passed and shard is not None:  # leaving before the phases met: no peer waits for it
                 shard.abort()
-            watcher.cancel()
-            for a in aux:
-                a.cancel()
+            ticker.cancel()
             await transport.close()
             self.flush()
             cpu_s = time.process_time() - cpu0

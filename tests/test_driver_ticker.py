@@ -1,0 +1,98 @@
+"""The drive's housekeeping on one timer (engine_adapters/driver/client_loop.py, DriveLoop.ticker;
+periodic.py): the loop-lag probe still waits through a whole loop pass, socket-read callbacks
+included (as it did when a sleeping task armed it), and the chores riding on the ticks (flush,
+cancel watch) run every n-th tick, never inside a probe's window."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import statistics
+import time
+
+from engine_adapters.driver.client_loop import TICK_S, DriveLoop, new_event_loop
+from engine_adapters.driver.periodic import Periodic
+from engine_adapters.driver.spec import DriveSpec
+
+READ_HOLD_S = 0.004  # how long each socket-read callback keeps the loop busy
+
+
+def _drive_loop() -> DriveLoop:
+    return DriveLoop(DriveSpec("x", "http://127.0.0.1:1", "vllm-omni", 1, []), lambda batch: None)
+
+
+def _run(seconds: float, chore_every: int, chore_hold_s: float = 0.0,
+         read_hold_s: float = READ_HOLD_S) -> tuple[list[int], int, int]:
+    """(loop-lag samples ns, ticks' chore runs, socket reads) over `seconds` of a loop whose socket
+    is always readable and whose every read callback holds the loop `read_hold_s`."""
+    dl = _drive_loop()
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.sendall(b"x" * 4096)  # more than the run reads: readable on every pass
+    reads = chores = 0
+
+    def on_read() -> None:
+        nonlocal reads
+        a.recv(1)
+        reads += 1
+        time.sleep(read_hold_s)
+
+    def chore() -> None:
+        nonlocal chores
+        chores += 1
+        time.sleep(chore_hold_s)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        loop.add_reader(a.fileno(), on_read)
+        ticker = dl.ticker(((chore_every, chore),))
+        await asyncio.sleep(seconds)
+        ticker.cancel()
+        loop.remove_reader(a.fileno())
+
+    loop = new_event_loop()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+        a.close()
+        b.close()
+    return dl.loop_lag_ns, chores, reads
+
+
+def test_probe_waits_through_a_pass_with_socket_reads():
+    lag, chores, reads = _run(0.3, chore_every=3)
+    assert reads > 10 and len(lag) >= 5
+    # every probe's wait holds at least one read callback: armed from a ready callback, it runs on
+    # the loop's next pass (a probe armed straight from the timer would run before the reads: ~0)
+    assert min(lag) >= READ_HOLD_S * 1e9 * 0.9, lag
+    assert abs(chores - len(lag) // 3) <= 1  # every 3rd tick
+
+
+def test_chores_run_before_the_probe_is_armed():
+    # a chore on every tick, much longer than a read callback but shorter than a tick: inside
+    # the probe's window it would be in every sample
+    hold = 0.007
+    lag, chores, _ = _run(0.4, chore_every=1, chore_hold_s=hold, read_hold_s=0.001)
+    assert chores >= 10 and len(lag) >= 10
+    assert statistics.median(lag) < hold / 2 * 1e9, lag
+
+
+def test_periodic_runs_every_period_until_cancelled():
+    calls: list[float] = []
+
+    async def main() -> None:
+        p = Periodic(TICK_S, lambda: calls.append(time.monotonic()))
+        await asyncio.sleep(TICK_S * 10.5)
+        p.cancel()
+        n = len(calls)
+        await asyncio.sleep(TICK_S * 3)
+        assert len(calls) == n  # nothing after cancel
+
+    loop = new_event_loop()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert 5 <= len(calls) <= 11
+    assert all(b - a >= TICK_S * 0.9 for a, b in zip(calls, calls[1:]))
