@@ -7,6 +7,7 @@ import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from struct import error as struct_error
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -48,9 +49,12 @@ def load_native(path: Path) -> tuple[np.ndarray, int]:
 
 
 def read_native(path: Path, pinned: bool = False) -> tuple[np.ndarray, int]:
-    """(mono float32 samples, rate). `pinned`: a mono file is read straight into page-locked
-    memory (torch's pinned host allocator), from which the device copies it without the CPU
-    waiting; the returned array is a view that keeps that memory alive."""
+    """(mono float32 samples, rate). `pinned`: the samples land straight in page-locked memory
+    (torch's pinned host allocator), from which the device copies them without the CPU waiting;
+    the returned array is a view that keeps that memory alive."""
+    fast = _read_plain_wav(path, pinned)
+    if fast is not None:
+        return fast
     try:
         with sf.SoundFile(str(path)) as f:
             frames, channels, sr = f.frames, f.channels, f.samplerate
@@ -63,6 +67,40 @@ def read_native(path: Path, pinned: bool = False) -> tuple[np.ndarray, int]:
     if data.shape[0] == 0:
         raise AudioError(f"empty audio {path}")
     return (data[:, 0] if data.shape[1] == 1 else data.mean(axis=1)), int(sr)
+
+
+def _read_plain_wav(path: Path, pinned: bool) -> tuple[np.ndarray, int] | None:
+    """A 16-bit PCM or float32 WAV (what engines write) in one file read and one conversion;
+    None for anything else, which soundfile then reads (and names the problem of).
+
+    The samples equal soundfile's: int16 x 2**-15 is exact in float32, float32 is kept as is
+    (tests/test_quality_support.py). Why not soundfile here: it makes about twenty C calls per
+    file, each giving up and retaking the GIL, and a device scorer's readers then queue behind the
+    thread launching the model (docs/quality.md, "Throughput (session 6)")."""
+    import io
+    import warnings
+
+    from scipy.io import wavfile
+
+    try:
+        raw = Path(path).read_bytes()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", wavfile.WavFileWarning)
+            sr, data = wavfile.read(io.BytesIO(raw))
+    except (OSError, ValueError, EOFError, struct_error):
+        return None
+    if data.dtype not in (np.int16, np.float32) or data.shape[0] == 0 or data.ndim > 2:
+        return None
+    frames, channels = data.shape[0], (1 if data.ndim == 1 else data.shape[1])
+    out = _pinned(frames, channels) if pinned else None
+    if out is None:
+        out = np.empty((frames, channels), np.float32)
+    src = data.reshape(frames, channels)
+    if data.dtype == np.int16:
+        np.multiply(src, np.float32(2.0 ** -15), out=out, dtype=np.float32)
+    else:
+        out[...] = src
+    return (out[:, 0] if channels == 1 else out.mean(axis=1)), int(sr)
 
 
 def _pinned(frames: int, channels: int) -> np.ndarray | None:
