@@ -56,3 +56,24 @@ def test_tf32_rows_never_share_a_model_hash_with_fp32(tmp_path):
     assert fp32.model_hash != tf32.model_hash and "tf32" in tf32.version
     with pytest.raises(Exception, match="tf32 needs a CUDA device"):
         tf32.ensure_loaded()
+
+
+def test_positional_conv_and_resampler_run_in_fp32_under_autocast():
+    """The positional conv (cuDNN's fp16 kernels for it were 7x slower) and the resampler (the
+    model's input must not depend on the compute dtype) leave autocast: under a reduced-precision
+    autocast they give the fp32 result (CPU bfloat16 autocast stands in for CUDA fp16 here)."""
+    from stats.quality.resample import resample_sinc_batch
+    from stats.quality.wavlm import PosConv, WavLMConfig
+
+    torch.manual_seed(0)
+    pc = PosConv(WavLMConfig.from_cfg({"encoder_embed_dim": 32, "encoder_attention_heads": 4, "conv_pos": 8,
+                                       "conv_pos_groups": 4}))
+    torch.nn.init.normal_(pc._modules["0"].weight_v)
+    x = torch.randn(2, 32, 50)
+    wave = torch.randn(2, 2400)
+    with torch.inference_mode():
+        want, want_rs = pc(x), resample_sinc_batch(wave, 24000, 16000)
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            got, got_rs = pc(x), resample_sinc_batch(wave, 24000, 16000)
+    assert got.dtype == torch.float32 and torch.equal(got, want)
+    assert got_rs.dtype == torch.float32 and torch.equal(got_rs, want_rs)
