@@ -67,3 +67,13 @@ def test_header_only_wav_is_empty(tmp_path):
     sf.write(path, np.zeros((0, 1), np.float32), 24000, subtype="PCM_16")
     with pytest.raises(audio.AudioError, match="empty audio"):
         audio.read_native(path)
+
+
+def test_truncated_data_chunk_reads_what_is_there_as_soundfile_does(tmp_path):
+    path = tmp_path / "cut.wav"
+    sf.write(path, (0.1 * np.random.default_rng(1).standard_normal(24000)).astype(np.float32), 24000,
+             subtype="PCM_16")
+    path.write_bytes(path.read_bytes()[:-1001])  # the header still declares the whole data chunk
+    got, _ = audio.read_native(path)
+    want, _ = _soundfile(path)
+    assert len(got) == 23499 and np.array_equal(got, want)
