@@ -308,7 +308,9 @@ def summarise(runs: dict[int, dict[str, list[dict]]]) -> dict:
                         "loop_lag_max_ms": _top(rows, "loop_lag_max_ms"),
                         "engine_slip_p50_ms": _slip(rows, "slip_p50_ms"), "engine_slip_p99_ms": _slip(rows, "slip_p99_ms"),
                         "engine_slip_max_ms": _slip(rows, "slip_max_ms", _top),
-                        "engine_timeline_breaks": _slip(rows, "timeline_breaks", _top)}
+                        "engine_timeline_breaks": _slip(rows, "timeline_breaks", _top),
+                        "engine_write_gap_p99_ms": _slip(rows, "write_gap_p99_ms"),
+                        "engine_write_gap_max_ms": _slip(rows, "write_gap_max_ms", _top)}
         if "plain" in got:
             pairs = [(dr["p99_ms"] / pl["p99_ms"], k) for k, (dr, pl) in enumerate(zip(got["driver"], got["plain"]))]
             ratio, rep = max(pairs)
@@ -325,12 +327,14 @@ def summarise(runs: dict[int, dict[str, list[dict]]]) -> dict:
 
 def print_table(summary: dict, clients: list[str], shards: list[int | str] | None = None) -> None:
     print("arrival - emit skew (ms) over audio events; median of the repeats (max, loop lag and slip max: "
-          "the highest); engine slip = the engine's own write time - its step's due time, same run")
+          "the highest); engine slip = the engine's own write time - its step's due time, same run; "
+          "write gap = the engine's emit stamp to its write's return (late to the client through no fault of it)")
     vs = variants(clients, shards or [1])
     cols = [key for key, *_ in vs] + ["plain"]
     labels = {key: label for key, label, *_ in vs}
     head = (f"{'C':>5} {'client':>16} {'live max':>8} {'live med':>8} {'events/s':>9} {'p50':>7} {'p99':>7} "
-            f"{'max':>7} {'CPU us/ev':>9} {'loop lag':>8} {'slip p50':>8} {'slip p99':>8} {'slip max':>8} {'breaks':>6}")
+            f"{'max':>7} {'CPU us/ev':>9} {'loop lag':>8} {'slip p50':>8} {'slip p99':>8} {'slip max':>8} {'breaks':>6} "
+            f"{'gap p99':>8} {'gap max':>8}")
     print(head)
     for c, row in summary["per_concurrency"].items():
         for who in cols:
@@ -341,7 +345,8 @@ def print_table(summary: dict, clients: list[str], shards: list[int | str] | Non
             print(f"{c:>5} {name:>16} {r['live_max']:>8.0f} {r['live_median']:>8.1f} {r['event_rate']:>9.0f} "
                   f"{r['p50_ms']:>7.3f} {r['p99_ms']:>7.3f} {r['max_ms']:>7.3f} {r['cpu_us_per_event']:>9.1f} "
                   f"{r['loop_lag_max_ms']:>8.3f} {r['engine_slip_p50_ms']:>8.3f} {r['engine_slip_p99_ms']:>8.3f} "
-                  f"{r['engine_slip_max_ms']:>8.3f} {r['engine_timeline_breaks']:>6.0f}")
+                  f"{r['engine_slip_max_ms']:>8.3f} {r['engine_timeline_breaks']:>6.0f} "
+                  f"{r['engine_write_gap_p99_ms']:>8.3f} {r['engine_write_gap_max_ms']:>8.3f}")
         if "worst_p99_ratio" in row:
             print(f"{c:>5} {'p99 ratio':>16} driver/plain {row['driver']['p99_ms'] / row['plain']['p99_ms']:.2f} "
                   f"(medians), worst pair {row['worst_p99_ratio']:.2f}")

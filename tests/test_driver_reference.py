@@ -105,7 +105,7 @@ def test_timing_fidelity_bench_reports_every_figure(tmp_path, capsys):
     drv, plain = res["summary"]["8"]["driver"], res["summary"]["8"]["plain"]
     assert drv["live_max"] >= 7 and plain["live_max"] >= 7, res["summary"]
     for key in ("event_rate", "p50_ms", "p99_ms", "max_ms", "cpu_us_per_event", "loop_lag_max_ms",
-                "engine_slip_p99_ms", "engine_slip_max_ms"):
+                "engine_slip_p99_ms", "engine_slip_max_ms", "engine_write_gap_p99_ms", "engine_write_gap_max_ms"):
         assert drv[key] == drv[key] and drv[key] >= 0, (key, drv)  # present and not NaN
     assert plain["engine_slip_p99_ms"] >= 0 and drv["events"] == plain["events"] > 0
     # the driver process's collector is off while it drives (docs/performance.md): no pause from it

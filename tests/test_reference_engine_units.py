@@ -306,10 +306,24 @@ def test_schedule_log_windows_slip_and_steps():
     log.chunk(5, 0)  # no due time (a text event): not a chunk of the schedule
     s = log.summary(since_ns=50 * ms)
     assert s["chunks"] == 5 and s["slip_max_ms"] == 9.0 and s["slip_p50_ms"] == 7.0
+    assert s["write_gap_max_ms"] == 0.0  # not measured for these chunks
     assert s["steps"] == 5 and s["timeline_breaks"] == 1 and s["step_nominal_ms"] == 10.0
     assert log.summary(0, 55 * ms)["timeline_breaks"] == 0
     assert log.summary(0)["chunks"] == 6  # chunks 0-3 were dropped when the log filled
     assert log.summary(10**12)["slip_p99_ms"] is None
+
+
+def test_schedule_log_reports_the_gap_from_emit_stamp_to_write_return():
+    from engine_adapters.reference.scheduler import ScheduleLog
+
+    log = ScheduleLog()
+    ms = 1_000_000
+    for k in range(100):  # the write returned k/10 ms after the stamp; one write blocked 25 ms
+        emit = 10 * k * ms + 1
+        log.chunk(emit, emit, emit + (25 * ms if k == 42 else k * ms // 10))
+    s = log.summary()
+    assert s["write_gap_max_ms"] == 25.0 and s["write_gap_p99_ms"] == 10.051  # numpy's linear percentile
+    assert log.summary(since_ns=430 * ms)["write_gap_max_ms"] == 9.9  # the blocked write is outside
 
 
 def test_scheduler_keeps_a_nominal_timeline_and_posts_to_a_sink():

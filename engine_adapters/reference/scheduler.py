@@ -109,16 +109,23 @@ class ScheduleLog:
         self.capacity = capacity
         self.emit_ns = array("q")
         self.slip_ns = array("q")
+        # per chunk: from the emit stamp to the write's return. A client sees an event late by
+        # this much without any fault of its own (the engine preempted, or the write blocking)
+        self.gap_ns = array("q")
         self.step_due_ns = array("q")
         self.step_nominal_ns = array("q")
         self.step_breaks = array("b")
 
-    def chunk(self, emit_ns: int, due_ns: int) -> None:
+    def chunk(self, emit_ns: int, due_ns: int, written_ns: int = 0) -> None:
+        """One audio write: its emit stamp, its step's due time (0: not a scheduled chunk) and
+        when the write returned (0: not measured)."""
         if due_ns:
             self.emit_ns.append(emit_ns)
             self.slip_ns.append(emit_ns - due_ns)
+            self.gap_ns.append(written_ns - emit_ns if written_ns else 0)
             if len(self.emit_ns) > self.capacity:
-                del self.emit_ns[: self.capacity // 2], self.slip_ns[: self.capacity // 2]
+                half = self.capacity // 2
+                del self.emit_ns[:half], self.slip_ns[:half], self.gap_ns[:half]
 
     def step(self, due_ns: int, nominal_ns: int, broke: bool) -> None:
         self.step_due_ns.append(due_ns)
@@ -135,15 +142,18 @@ class ScheduleLog:
         emit = np.frombuffer(self.emit_ns, dtype=np.int64)
         keep = (emit >= since_ns) & (emit <= end)
         slip = np.frombuffer(self.slip_ns, dtype=np.int64)[keep] / 1e6
+        gap = np.frombuffer(self.gap_ns, dtype=np.int64)[keep] / 1e6
         due = np.frombuffer(self.step_due_ns, dtype=np.int64)
         steps = (due >= since_ns) & (due <= end)
         out: dict[str, Any] = {"chunks": int(slip.size), "steps": int(steps.sum()),
                                "timeline_breaks": int(np.frombuffer(self.step_breaks, dtype=np.int8)[steps].sum()),
                                "slip_p50_ms": None, "slip_p99_ms": None, "slip_max_ms": None,
-                               "step_nominal_ms": None}
+                               "write_gap_p99_ms": None, "write_gap_max_ms": None, "step_nominal_ms": None}
         if slip.size:
             out.update(slip_p50_ms=round(float(np.percentile(slip, 50)), 3),
-                       slip_p99_ms=round(float(np.percentile(slip, 99)), 3), slip_max_ms=round(float(slip.max()), 3))
+                       slip_p99_ms=round(float(np.percentile(slip, 99)), 3), slip_max_ms=round(float(slip.max()), 3),
+                       write_gap_p99_ms=round(float(np.percentile(gap, 99)), 3),
+                       write_gap_max_ms=round(float(gap.max()), 3))
         if steps.any():
             out["step_nominal_ms"] = round(float(np.frombuffer(self.step_nominal_ns, dtype=np.int64)[steps].mean()) / 1e6, 3)
         return out

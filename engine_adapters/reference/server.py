@@ -291,7 +291,7 @@ class ReferenceEngine:
                      due_ns: int = 0) -> None:
         data, emit_ns = stamp(frame)
         await resp.write(data)
-        self.scheduler.schedule.chunk(emit_ns, due_ns)
+        self.scheduler.schedule.chunk(emit_ns, due_ns, time.perf_counter_ns())
         if self.emit_log is not None and frame.audio_samples:
             self.emit_log.record(ctx.request_id, chunk, emit_ns, frame.audio_samples, len(data))
 
@@ -477,7 +477,7 @@ class _DirectStream:
             raise ConnectionResetError("the client closed the connection")
         data, emit_ns = stamp(frame)
         t.write(b"%x\r\n%b\r\n" % (len(data), data))  # type: ignore[attr-defined]
-        self.engine.scheduler.schedule.chunk(emit_ns, due_ns)
+        self.engine.scheduler.schedule.chunk(emit_ns, due_ns, time.perf_counter_ns())
         log = self.engine.emit_log
         if log is not None and frame.audio_samples:
             log.record(self.ctx.request_id, chunk, emit_ns, frame.audio_samples, len(data))
