@@ -328,7 +328,7 @@ def summarise(runs: dict[int, dict[str, list[dict]]]) -> dict:
 def print_table(summary: dict, clients: list[str], shards: list[int | str] | None = None) -> None:
     print("arrival - emit skew (ms) over audio events; median of the repeats (max, loop lag and slip max: "
           "the highest); engine slip = the engine's own write time - its step's due time, same run; "
-          "write gap = the engine's emit stamp to its write's return (late to the client through no fault of it)")
+          "write gap = the engine's emit stamp to its write's return (an upper bound on the engine's share)")
     vs = variants(clients, shards or [1])
     cols = [key for key, *_ in vs] + ["plain"]
     labels = {key: label for key, label, *_ in vs}

@@ -109,8 +109,8 @@ class ScheduleLog:
         self.capacity = capacity
         self.emit_ns = array("q")
         self.slip_ns = array("q")
-        # per chunk: from the emit stamp to the write's return. A client sees an event late by
-        # this much without any fault of its own (the engine preempted, or the write blocking)
+        # per chunk: from the emit stamp to the write's return, an upper bound on the engine's own
+        # share of a late event (it also counts a preemption after the kernel took the bytes)
         self.gap_ns = array("q")
         self.step_due_ns = array("q")
         self.step_nominal_ns = array("q")
