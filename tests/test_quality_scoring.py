@@ -125,6 +125,16 @@ def test_cli_score_and_recheck(scored, capsys, monkeypatch):
         assert main(["score", "--recheck", "nobody-t9", "--db", db]) == 2
         assert main(["score", str(tmp / "nope.json"), "--db", db]) == 2
         assert main(["score", str(tmp / "plan.json"), "--db", db, "--scorer", "bogus"]) == 2
+        # per-scorer batch sizes: NAME=N reaches that scorer; bad values are one line, exit 2
+        rc = main(["score", str(tmp / "plan.json"), "--db", db, "--artifacts", str(art), "--scorer", "pocketsphinx",
+                   "--batch-size", "4", "--batch-size", "pocketsphinx=3"])
+        assert rc == 0 and "batch 3)" in capsys.readouterr().out
+        for bad, needle in (("pocketsphinx=0", "must be >= 1"), ("x", "not N or NAME=N"),
+                            ("utmos22=8", "utmos22 is not scored in this pass")):
+            assert main(["score", str(tmp / "plan.json"), "--db", db, "--artifacts", str(art), "--scorer",
+                         "pocketsphinx", "--batch-size", bad]) == 2
+            err = capsys.readouterr().err
+            assert needle in err and len(err.strip().splitlines()) == 1, err
     finally:
         reopened = Store(db)
         scored[0].con = reopened.con  # later tests (none today) keep a usable store

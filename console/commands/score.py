@@ -24,7 +24,9 @@ def register(sub) -> None:
     p.add_argument("--db", help="run store (default: $CAMPAIGN_DB or ./campaign.duckdb)")
     p.add_argument("--artifacts", help="folder holding the output audio (default: 'artifacts' next to the database)")
     p.add_argument("--device", help="torch device for model scorers (default: cuda if available, else cpu)")
-    p.add_argument("--batch-size", type=int, help="outputs per scorer batch (default: per scorer)")
+    p.add_argument("--batch-size", action="append", metavar="N|NAME=N",
+                   help="outputs per scorer batch: N for every scorer, NAME=N for one (repeatable; default: per "
+                        "scorer). On an H200: utmos22=256 (docs/quality.md, 'Throughput')")
     p.add_argument("--gaps", type=int, default=20, help="list at most this many gaps (default 20; 0: none)")
     p.add_argument("--strict", action="store_true", help="exit 1 when any expected output lacks a score")
     p.add_argument("--cluster", metavar="local|auto|ray://HOST:PORT",
@@ -45,9 +47,27 @@ def _plan(args, store):
     return frozen_plan_for_file(store, args.plan)
 
 
+def batch_sizes(values: list[str] | None) -> tuple[int | None, dict[str, int]]:
+    """`--batch-size` values -> (the size for every scorer or None, scorer name -> its own size)."""
+    every: int | None = None
+    per: dict[str, int] = {}
+    for v in values or []:
+        name, _, num = v.rpartition("=")
+        try:
+            n = int(num)
+        except ValueError:
+            raise CampaignError(f"--batch-size {v}: not N or NAME=N with N a whole number") from None
+        if n < 1:
+            raise CampaignError(f"--batch-size {v}: must be >= 1, got {n}")
+        if name:
+            per[name] = n
+        else:
+            every = n
+    return every, per
+
+
 def cmd_score(args) -> int:
-    if args.batch_size is not None and args.batch_size < 1:
-        raise CampaignError(f"--batch-size: must be >= 1, got {args.batch_size}")
+    args.batch_size, args.batch_sizes = batch_sizes(args.batch_size)
     if args.recheck:
         return _recheck(args)
     if not args.plan:
@@ -84,7 +104,8 @@ def cmd_score(args) -> int:
                 progress.update(tasks[scorer.scorer_id], completed=done, total=total)
 
             summaries = score_plan(store, plan, scorers=args.scorer, artifacts_dir=artifacts, device=args.device,
-                                   batch_size=args.batch_size, on_start=on_start, on_progress=on_progress, wrap=wrap)
+                                   batch_size=args.batch_size, batch_sizes=args.batch_sizes, on_start=on_start,
+                                   on_progress=on_progress, wrap=wrap)
         print_rows(["scorer", "metric", "expected", "stored before", "computed", "reused", "copied from earlier",
                     "ok", "errors", "not scorable", "s"],
                    [(s.scorer_id, s.metric, s.expected, s.existing, s.computed, s.reused_pass, s.reused_stored,

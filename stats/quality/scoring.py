@@ -400,12 +400,13 @@ def _audit(store: Store, plan_hash: str | None, scorer: Scorer, s: ScoreSummary,
 
 
 def score_plan(store: Store, plan: Plan, *, scorers: Iterable[str] | None = None, artifacts_dir: Path | None = None,
-               device: str | None = None, batch_size: int | None = None,
+               device: str | None = None, batch_size: int | None = None, batch_sizes: Mapping[str, int] | None = None,
                on_start: Callable[[Scorer, int], None] | None = None,
                on_progress: Callable[[Scorer, int, int], None] | None = None,
                wrap: Callable[[Scorer], Any] | None = None) -> list[ScoreSummary]:
     """Score every expected output of the plan's quality cells with the named scorers (default:
-    the plan's quality.scorers). Unavailable scorers raise one CampaignError naming why. `wrap`
+    the plan's quality.scorers). `batch_sizes` gives named scorers their own batch size (the
+    others take `batch_size`, else their default). Unavailable scorers raise one CampaignError naming why. `wrap`
     replaces each scorer by a stand-in with the same interface (console/cluster/scoring.py
     shards its batches across GPU actors)."""
     from data.manifest import load_plan_workload
@@ -413,8 +414,12 @@ def score_plan(store: Store, plan: Plan, *, scorers: Iterable[str] | None = None
     names = list(scorers) if scorers else list(plan_scorers(plan).values())
     paths, dtypes = plan.quality.model_paths, plan.quality.dtypes
     artifacts_dir = artifacts_dir or default_artifacts_dir(store)
+    per = dict(batch_sizes or {})
+    if unknown := sorted(set(per) - set(names)):
+        raise CampaignError(f"--batch-size {unknown[0]}={per[unknown[0]]}: {unknown[0]} is not scored in this pass "
+                            f"(scorers: {', '.join(names)})")
     try:
-        built = [make_scorer(n, paths, dtypes=dtypes, device=device, batch_size=batch_size) for n in names]
+        built = [make_scorer(n, paths, dtypes=dtypes, device=device, batch_size=per.get(n, batch_size)) for n in names]
     except UnknownScorer as exc:
         raise CampaignError(f"--scorer: {exc}") from None
     except ValueError as exc:
