@@ -7,7 +7,7 @@ at once, the audio-event rate, and the engine's own schedule slip over the same 
 so client delay can be told from engine delay (docs/performance.md).
 
     python bench/bench_timing_fidelity.py [--profile wide] [--concurrencies 64 256 1024] [--repeats N]
-        [--clients stamped,aiohttp] [--shards 1,4,8] [--live] [--waves 2] [--json PATH]
+        [--clients stamped,aiohttp] [--shards 1,4,8] [--live] [--pin] [--waves 2] [--json PATH]
 
 Without --profile the engine runs the synthetic `fidelity` profile (every sequence decodes
 together, one 1 s chunk per step, C = 1, 8, 32, 128 by default). Each repeat measures every C,
@@ -113,13 +113,13 @@ class Side:
 
 
 def driver_side(url: str, c: int, reqs: list[RequestSpec], tmp: Path, client: str, live: bool = False,
-                shards: int | str = 1) -> Side:
+                shards: int | str = 1, cpus: tuple[int, ...] = ()) -> Side:
     """The driver as the console runs it: `record_run` into a DuckDB file (decoding, WAV writing
     and store writes in this process while the driver process(es) stamp), figures read back by SQL;
     with `live`, a LiveFeed follows the run as under `campaign run` (in-flight reports included)."""
     run_id = f"fid-c{c}-{client}-k{shards}-{time.monotonic_ns()}"
     spec = DriveSpec(run_id, url, "vllm-omni", c, reqs, timeout_s=300, artifacts_dir=tmp / "art",
-                     request_options={"client": client}, shards=shards)
+                     request_options={"client": client}, shards=shards, cpus=cpus)
     t0 = time.perf_counter_ns()
     with open_store(tmp / "fidelity.duckdb") as store, (LiveFeed(tmp / "fidelity.duckdb") if live else nullcontext()) as feed:
         record_run(store, spec, engine="reference", kind="exploratory", telemetry=False, live=feed)
@@ -170,15 +170,23 @@ async def _plain(url: str, c: int, bodies: list[bytes]) -> dict:
     return {"deltas": deltas, "arrivals": arrivals, "spans": spans, "cpu_s": time.process_time() - cpu0}
 
 
-def _plain_child(url: str, c: int, bodies: list[bytes], out) -> None:
+def _plain_child(url: str, c: int, bodies: list[bytes], out, cpus: tuple[int, ...] = ()) -> None:
+    if cpus:
+        os.sched_setaffinity(0, set(cpus))
     out.put(asyncio.run(_plain(url, c, bodies)))
 
 
-def plain_side(url: str, c: int, bodies: list[bytes]) -> Side:
+def pin_process(pid: int, cpus: set[int]) -> None:
+    """Pin every thread a process has now (and, by inheritance, those it starts later)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(tid), cpus)
+
+
+def plain_side(url: str, c: int, bodies: list[bytes], cpus: tuple[int, ...] = ()) -> Side:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     t0 = time.perf_counter_ns()
-    p = ctx.Process(target=_plain_child, args=(url, c, bodies, q))
+    p = ctx.Process(target=_plain_child, args=(url, c, bodies, q, cpus))
     p.start()
     res = q.get(timeout=600)
     t1 = time.perf_counter_ns()
@@ -242,9 +250,10 @@ def variants(clients: list[str], shards: list[int | str]) -> list[tuple[str, str
 def measure(concurrencies: list[int], clients: str | list[str] = DEFAULT_TRANSPORT, *, profile: str | None = None,
             profiles_file: Path | None = None, requests_per_c: dict[int, int] | None = None, waves: int = 2,
             plain: bool = True, repeats: int = 1, live: bool = False, shards: list[int | str] | None = None,
-            log=lambda line: None) -> dict[int, dict[str, list[dict]]]:
+            log=lambda line: None, pin: bool = False) -> dict[int, dict[str, list[dict]]]:
     """Per C: {"driver": [figures per repeat], "driver:<label>": ..., "plain": ...} (see `variants`).
-    The engine runs `profile` (built-in or from `profiles_file`), else `fidelity`."""
+    The engine runs `profile` (built-in or from `profiles_file`), else `fidelity`. `pin`: the
+    engine on CPU 0, driver process k on CPU 1 + k (cycling), the plain client on CPUs 1..n-1."""
     clients = [clients] if isinstance(clients, str) else list(clients)
     runs: dict[int, dict[str, list[dict]]] = {}
     with tempfile.TemporaryDirectory() as td:
@@ -255,6 +264,14 @@ def measure(concurrencies: list[int], clients: str | list[str] = DEFAULT_TRANSPO
         prompt = prompt_wav(tmp / "prompt.wav")
         d = get_dialect("vllm-omni")
         eng = start_engine(tmp, profile=profile, profiles_file=profiles_file)
+        clients_cpus: tuple[int, ...] = ()
+        if pin:
+            n = os.cpu_count() or 1
+            if n < 2:
+                raise SystemExit("--pin needs at least 2 CPUs (the engine gets CPU 0)")
+            assert eng.proc is not None
+            pin_process(eng.proc.pid, {0})
+            clients_cpus = tuple(range(1, n))
         try:
             for rep in range(repeats):
                 for c in concurrencies:
@@ -263,11 +280,11 @@ def measure(concurrencies: list[int], clients: str | list[str] = DEFAULT_TRANSPO
                     got = runs.setdefault(c, {})
                     sides: list[tuple[str, Side]] = []
                     for key, _, cl, k in variants(clients, shards or [1]):
-                        sides.append((key, driver_side(eng.spec.url, c, reqs, tmp, cl, live, k)))
+                        sides.append((key, driver_side(eng.spec.url, c, reqs, tmp, cl, live, k, clients_cpus)))
                         sides[-1][1].engine = engine_schedule(eng.spec.url, sides[-1][1].t0, sides[-1][1].t1)
                     if plain:
                         bodies = [json.dumps(d.build_body(r.text, str(prompt), None)).encode() for r in reqs]
-                        side = plain_side(eng.spec.url, c, bodies)
+                        side = plain_side(eng.spec.url, c, bodies, clients_cpus)
                         side.engine = engine_schedule(eng.spec.url, side.t0, side.t1)
                         sides.append(("plain", side))
                     for who, side in sides:
@@ -382,6 +399,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--waves", type=int, default=2, help="requests per C = max(32, waves x C)")
     ap.add_argument("--live", action="store_true", help="drive with a LiveFeed attached, as `campaign run` does")
+    ap.add_argument("--pin", action="store_true",
+                    help="the engine on CPU 0, driver process k on CPU 1 + k, the plain client on CPUs 1..n-1")
     ap.add_argument("--json", type=Path, default=None, help="write every figure (per repeat and summarised) here")
     args = ap.parse_args(argv)
     cs = _concurrencies(args.concurrencies) if args.concurrencies else DEFAULT_CS.get(args.profile, DEFAULT_CS[None])
@@ -403,10 +422,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--repeats and every concurrency must be >= 1")
     started = time.time()
     runs = measure(cs, clients, profile=args.profile, profiles_file=args.profiles_file, repeats=args.repeats,
-                   waves=args.waves, live=args.live, shards=shards, log=lambda line: print(line, file=sys.stderr, flush=True))
+                   waves=args.waves, live=args.live, shards=shards, pin=args.pin,
+                   log=lambda line: print(line, file=sys.stderr, flush=True))
     summary = summarise(runs)
     print(f"profile {args.profile or 'fidelity'}; {args.repeats} repeat(s); clients {', '.join(clients)} vs plain aiohttp"
-          f"{'; live feed attached' if args.live else ''}; driver shards {', '.join(map(str, shards))}; "
+          f"{'; live feed attached' if args.live else ''}{'; pinned to CPUs' if args.pin else ''}; "
+          f"driver shards {', '.join(map(str, shards))}; "
           f"{os.cpu_count()} CPUs")
     print_table(summary, clients, shards)
     if args.json:
@@ -417,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
                         "processor": platform.processor()},
             "wall_s": round(time.time() - started, 1), "profile": args.profile or "fidelity", "clients": clients,
-            "shards": shards,
+            "shards": shards, "pinned": args.pin,
             "summary": {str(c): v for c, v in summary["per_concurrency"].items()},
             "worst_pair": summary["worst_pair"], "ceiling": summary["ceiling"],
             "runs": {str(c): got for c, got in runs.items()},

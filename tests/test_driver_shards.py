@@ -171,3 +171,22 @@ def test_no_more_shards_than_a_phase_keeps_busy(prompt, tmp_path):
     assert DriverProcess(spec).shards == 2 and len(DriverProcess(spec).pids) == 2
     assert DriverProcess(DriveSpec("cap", "http://127.0.0.1:1", "vllm-omni", 8, _requests(prompt, 2),
                                    warmup_requests=3, shards=4)).shards == 3
+
+
+def test_pinned_shards_run_on_their_cpus(store, engine, tmp_path, prompt):
+    """DriveSpec.cpus pins driver process k to cpus[k % len]: each shard reports the one CPU it ran
+    on, and the run stores what an unpinned run stores; a CPU the process may not use is one line."""
+    import os
+
+    usable = sorted(os.sched_getaffinity(0))
+    pins = (usable[-1], usable[0])
+    spec = DriveSpec("pin2", engine.spec.url, "vllm-omni", 4, _requests(prompt, 8), timeout_s=60,
+                     artifacts_dir=tmp_path / "a", sampling={"seed": 42, "temperature": 0.0}, shards=2, cpus=pins)
+    run_id = record_run(store, spec, engine="ref", kind="exploratory", telemetry=False)
+    run = store.query("SELECT status, driver_overhead_json FROM runs WHERE run_id = ?", [run_id])[0]
+    assert run["status"] == "complete", run
+    shards = json.loads(run["driver_overhead_json"])["shards"]
+    assert [s["cpus"] for s in shards] == [[pins[0]], [pins[1]]]
+    assert store.scalar("SELECT count(*) FROM requests WHERE run_id = ? AND outcome = 'ok'", [run_id]) == 8
+    with pytest.raises(ValueError, match=r"cpus: 100000 is not a CPU of this machine \(0-\d+\)"):
+        DriveSpec("bad", engine.spec.url, "vllm-omni", 1, [], cpus=(100000,)).validate()

@@ -3,6 +3,7 @@ interval, run the drive with the collector frozen and ship everything through th
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from typing import Any
@@ -27,11 +28,20 @@ def child_main(spec: DriveSpec | None, conn: Any, cancel_evt: Any, report_inflig
             return
         control.close()
     assert spec is not None
+    pin = spec.cpus[(shard.index if shard is not None else 0) % len(spec.cpus)] if spec.cpus else None
+    unpinned = None
+    if pin is not None:  # before the sender thread starts, so it inherits the pin
+        try:
+            os.sched_setaffinity(0, {pin})
+        except OSError as exc:  # e.g. a CPU outside this container's cpuset: the drive fails saying so
+            unpinned = f"cpus: cannot run on CPU {pin}: {exc.strerror or exc}"
     # when the loop thread wakes with data while the sender thread runs Python code, it waits for
     # the GIL up to the switch interval (5 ms by default) before the sender is made to yield
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     sender = Sender(conn.fileno())
     try:
+        if unpinned:
+            raise ValueError(unpinned)
         summary = drive_raw(spec, lambda batch: sender.put("raw", batch), cancel_evt.is_set,
                             (lambda raws: sender.put("inflight", raws)) if report_inflight else None,
                             freeze_gc=True, shard=shard)  # the driver process only: freezing is for the process's life

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import os
 import re
 import resource
 import time
@@ -301,7 +302,8 @@ class DriveLoop:
             anchor_wall_ns=anchor_wall, anchor_perf_ns=anchor_perf, sent=self.sent, cancelled=self.cancelled,
             overhead={"send_lag": summarise_ns(self.send_lag_ns), "loop_lag": summarise_ns(self.loop_lag_ns),
                       "tick_ms": TICK_S * 1000, "cpu_s": round(cpu_s, 4), "gc": pauses.summary(),
-                      "page_faults": faults, **({"heap": heap.summary()} if heap else {})},
+                      "page_faults": faults, **({"heap": heap.summary()} if heap else {}),
+                      **({"cpus": sorted(os.sched_getaffinity(0))} if spec.cpus else {})},
             error=error,
             samples_ns={} if shard is None else {"send_lag": self.send_lag_ns, "loop_lag": self.loop_lag_ns,
                                                  "start": [started_ns]},

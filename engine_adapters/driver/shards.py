@@ -121,7 +121,8 @@ def merge_summaries(parts: Sequence[DriveSummary], *, cancelled: bool) -> DriveS
         "shards": [{"sent": p.sent, "cpu_s": p.overhead.get("cpu_s"),
                     "loop_lag_max_ms": (p.overhead.get("loop_lag") or {}).get("max_ms"),
                     "gc_collections": (p.overhead.get("gc") or {}).get("collections"),
-                    "page_faults": p.overhead.get("page_faults"), "heap": p.overhead.get("heap")} for p in parts],
+                    "page_faults": p.overhead.get("page_faults"), "heap": p.overhead.get("heap"),
+                    **({"cpus": p.overhead["cpus"]} if "cpus" in p.overhead else {})} for p in parts],
     }
     error = next((p.error for p in parts if p.error and not p.error.startswith(PEER_STOPPED)), None)
     return DriveSummary(loop_impl=first.loop_impl, client_impl=first.client_impl, anchor_wall_ns=first.anchor_wall_ns,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,9 @@ class DriveSpec:
     request_options: dict[str, Any] = field(default_factory=dict)
     # driver processes the drive is spread over: an integer, or "auto" (driver/shards.py)
     shards: int | str = 1
+    # CPUs to pin the driver to: process k of the drive (shard k; 0 unsharded) runs on
+    # cpus[k % len(cpus)], its sender thread with it. Empty: the scheduler places them
+    cpus: tuple[int, ...] = ()
 
     def validate(self) -> None:
         if self.concurrency < 1:
@@ -42,6 +46,13 @@ class DriveSpec:
         if self.warmup_requests < 0:
             raise ValueError(f"warmup_requests must be >= 0, got {self.warmup_requests}")
         check_shards(self.shards)
+        if self.cpus:  # against the machine's CPUs, not this process's affinity (a pinned shard checks too)
+            if not hasattr(os, "sched_setaffinity"):
+                raise ValueError("cpus: this OS cannot pin a process to a CPU")
+            n = os.cpu_count() or 1
+            for cpu in self.cpus:
+                if isinstance(cpu, bool) or not isinstance(cpu, int) or not 0 <= cpu < n:
+                    raise ValueError(f"cpus: {cpu!r} is not a CPU of this machine (0-{n - 1})")
         for name, value in (self.request_options.get("headers") or {}).items():
             try:  # HTTP/1.1 header fields are latin-1 on the wire
                 f"{name}: {value}".encode("latin-1")
