@@ -291,8 +291,8 @@ def check_audit(root: Path, store: Store) -> Step:
 
 
 def check_run_metrics(store: Store) -> Step:
-    from stats.metrics.stored import compute_from_rows
     from data.metric_params import MetricParams
+    from stats.metrics.stored import compute_from_rows
 
     rows = store.query("SELECT run_id, params_json, metrics_json FROM run_metrics ORDER BY run_id")
     fresh = compute_from_rows(store, [(r["run_id"], MetricParams.from_mapping(json.loads(r["params_json"]))) for r in rows])

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from data.audit import append_event
 from data.digest import run_digest
+from data.launches import announce_launch, store_launch
 from data.plans import EngineSpec
 from data.records import RequestRecord
 from data.store import Store, utcnow
@@ -288,14 +289,14 @@ def launch_engine(store: Store, spec: EngineSpec, *, log_dir: Path, plan_hash: s
         eng.start(checkpoint_cache)
         eng.wait_healthy()
     except EngineStartError:
-        store.insert("engine_launches", eng.row)
+        store_launch(store, eng.row)
         raise
     except BaseException:
         eng.stop()
         eng.row.update(status="startup_failed", failure_reason=eng.row.get("failure_reason") or "launch interrupted")
-        store.insert("engine_launches", eng.row)
+        store_launch(store, eng.row)
         raise
-    store.insert("engine_launches", eng.row)
+    store_launch(store, eng.row)
     return eng
 
 
@@ -309,7 +310,9 @@ def update_launch(store: Store, row: dict[str, Any]) -> None:
     """Store a launch's later state (stopped/crashed, exit code, log tail) from its row; also used
     for launches a cluster node reports (console/cluster/recorder.py)."""
     cols = [c for c in _LAUNCH_STORED if c in row]
-    store.con.execute(
-        f"UPDATE engine_launches SET {', '.join(f'{c} = ?' for c in cols)} WHERE launch_id = ?",
-        [row[c] for c in cols] + [row["launch_id"]],
-    )
+    with store.transaction():
+        store.con.execute(
+            f"UPDATE engine_launches SET {', '.join(f'{c} = ?' for c in cols)} WHERE launch_id = ?",
+            [row[c] for c in cols] + [row["launch_id"]],
+        )
+        announce_launch(store, row["launch_id"])

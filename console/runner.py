@@ -28,6 +28,7 @@ from data.audit import append_event, atomic
 from data.digest import row_sha256, run_digest
 from data.errors import CampaignError
 from data.hashing import canonical_json
+from data.launches import announce_launch
 from data.manifest import build_manifest, holdout_opened, load_plan_workload
 from data.plans import EngineSpec, Plan, engine_environment, plan_secrets
 from data.store import Store, utcnow
@@ -212,8 +213,10 @@ def recover_interrupted(store: Store, plan: Plan, log: Callable[[str], None]) ->
             # port is free for the relaunch (engine_adapters/process_group.py)
             stop_group(o["pid"], grace_s=10.0, kill_wait_s=5.0)
             log(f"stopped engine {o['engine']} (pid {o['pid']}) left running by the interrupted runner")
-        store.con.execute("UPDATE engine_launches SET status = 'crashed', failure_reason = coalesce(failure_reason, ?) "
-                          "WHERE launch_id = ?", ["runner died while the engine was up", o["launch_id"]])
+        with atomic(store):
+            store.con.execute("UPDATE engine_launches SET status = 'crashed', failure_reason = coalesce(failure_reason, ?) "
+                              "WHERE launch_id = ?", ["runner died while the engine was up", o["launch_id"]])
+            announce_launch(store, o["launch_id"])
     return [r["run_id"] for r in stale]
 
 

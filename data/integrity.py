@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import dataclass
-from pathlib import Path
 from functools import partial
+from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import duckdb
@@ -265,6 +265,46 @@ def check_attempts(store: Store, evs: list[dict[str, Any]]) -> Check:
     return _result("attempts", problems, f"{n} attempt(s) match their attempt_recorded events")
 
 
+_LAUNCH_FIELDS = ("engine", "status")
+
+
+def check_launches(store: Store, evs: list[dict[str, Any]]) -> Check:
+    """Every engine launch (what exactly ran: argv, revision, checkpoint hashes, how it ended)
+    matches the launch_recorded event of its last write. Launches from before these events
+    (a store older than them: no launch_recorded event when the launch started) are counted, not
+    compared (docs/integrity.md, "Launches")."""
+    last = _by_subject(evs, "launch_recorded", last=True)
+    first = min((e["seq"] for e in evs if e["kind"] == "launch_recorded"), default=None)
+    since = next((e["event_time"] for e in evs if e["seq"] == first), None) if first is not None else None
+    rows = store.query("SELECT launch_id, plan_hash, engine, status, started_at FROM engine_launches "
+                       "ORDER BY started_at, launch_id")
+    problems, legacy = [], 0
+    for r in rows:
+        lid = r["launch_id"]
+        e = last.get(lid)
+        if e is None:
+            if since is None or (r["started_at"] is not None and r["started_at"] < since):
+                legacy += 1
+            else:
+                problems.append(f"launch {lid}: no launch_recorded event for it (inserted by hand)")
+            continue
+        p, seq = e["payload"], e["seq"]
+        wrong = [f"{k} is {r[k]!r} but its last launch_recorded event (seq {seq}) says {p.get(k)!r}"
+                 for k in _LAUNCH_FIELDS if r[k] != p.get(k)]
+        if r["plan_hash"] != e["plan_hash"]:
+            wrong.append(f"plan_hash is {r['plan_hash']!r} but its last launch_recorded event (seq {seq}) "
+                         f"says {e['plan_hash']!r}")
+        if wrong:
+            problems.append(f"launch {lid}: {wrong[0]}")
+        elif not _row_matches(store, "engine_launches", "launch_id", lid, p):
+            problems.append(f"launch {lid}: row differs from the one recorded at seq {seq} (edited)")
+    stored = {r["launch_id"] for r in rows}
+    problems += [f"launch {lid}: recorded at seq {e['seq']} but its row is missing (deleted)"
+                 for lid, e in last.items() if lid not in stored]
+    note = f"; {legacy} from before launch events counted, not compared" if legacy else ""
+    return _result("launches", problems, f"{len(rows) - legacy} launch(es) match their launch_recorded events{note}")
+
+
 def _digest_problem(rid: str, seq: int, recorded: dict[str, Any], got: dict[str, Any]) -> str | None:
     for table in [t for t, _ in RUN_TABLES] + ["gpu_samples"]:
         want, have = recorded.get(table), got[table]  # run_digests gives every table, rows 0 included
@@ -368,7 +408,7 @@ def check_sql_writes(store: Store, evs: list[dict[str, Any]]) -> Check:
 CHECKS: tuple[tuple[str, Callable[[Store, list[dict[str, Any]]], Check]], ...] = (
     ("store file", check_file), ("schema", check_schema), ("chain", check_chain), ("plans", check_plans),
     ("manifests", check_manifests), ("verdicts", check_verdicts), ("exclusions", check_exclusions),
-    ("runs", check_runs), ("attempts", check_attempts), ("scores", check_scores), ("sql writes", check_sql_writes),
+    ("runs", check_runs), ("attempts", check_attempts), ("launches", check_launches), ("scores", check_scores), ("sql writes", check_sql_writes),
 )
 
 

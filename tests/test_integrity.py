@@ -93,6 +93,7 @@ def test_untouched_store_verifies(campaign, tmp_path, capsys):
     assert "audit chain OK" in r.stdout and "audit verify OK" in r.stdout
     assert re.search(r"ok +runs +4 run\(s\) match the digests recorded at run end", r.stdout)
     assert re.search(r"ok +attempts +[1-9]\d* attempt\(s\) match their attempt_recorded events", r.stdout)
+    assert re.search(r"ok +launches +[1-9]\d* launch\(es\) match their launch_recorded events\n", r.stdout)
     assert re.search(r"ok +verdicts +2 verdict", r.stdout)
     assert re.search(r"ok +anchor +the chain still holds", r.stdout)
     assert re.search(r"ok +metrics +[1-9]\d* stored run-metrics row\(s\) equal a recomputation", r.stdout)
@@ -124,6 +125,17 @@ TAMPER = [
                            "WHERE engine = 'ref-fast'"], "attempts", "row differs from the one recorded"),
     ("attempt-outcome", ["UPDATE attempts SET outcome = 'rejected' WHERE attempt_id = (SELECT min(attempt_id) "
                          "FROM attempts)"], "attempts", "outcome is 'rejected' but its attempt_recorded event"),
+    # what exactly ran: a launch's argv, revision, checkpoint hashes and how it ended
+    ("edit-a-launch", ["UPDATE engine_launches SET revision = 'v9-hand-edited' WHERE launch_id = "
+                       "(SELECT min(launch_id) FROM engine_launches)"], "launches", "row differs from the one recorded"),
+    ("launch-status", ["UPDATE engine_launches SET status = 'crashed' WHERE launch_id = "
+                       "(SELECT min(launch_id) FROM engine_launches)"], "launches",
+     "status is 'crashed' but its last launch_recorded event"),
+    ("delete-a-launch", ["DELETE FROM engine_launches WHERE launch_id = (SELECT min(launch_id) FROM engine_launches)"],
+     "launches", "its row is missing (deleted)"),
+    ("insert-a-launch", ["INSERT INTO engine_launches SELECT * REPLACE ('hand-' || launch_id AS launch_id, now() AS "
+                         "started_at) FROM engine_launches WHERE launch_id = (SELECT min(launch_id) FROM engine_launches)"],
+     "launches", "no launch_recorded event for it (inserted by hand)"),
     # the stored per-run metrics every view reads: an edit there changes what users see
     ("edit-stored-metrics",
      ["UPDATE run_metrics SET metrics_json = replace(metrics_json, '\"throughput\": ', '\"throughput\": 1')"],
@@ -148,7 +160,7 @@ def _tamper_guard(db: Path, statements: list[str]) -> str:
     """A fingerprint of the tables a case edits, to prove the edit happened."""
     con = duckdb.connect(str(db), read_only=True)
     try:
-        tables = {t for t in ("verdicts", "audit_events", "plans", "requests", "run_metrics", "attempts")
+        tables = {t for t in ("verdicts", "audit_events", "plans", "requests", "run_metrics", "attempts", "engine_launches")
                   if any(t in s for s in statements)}
         present = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
         return json.dumps({t: str(con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall()) if t in present else None
@@ -433,3 +445,18 @@ def test_scores_stored_before_score_digests_are_counted_not_compared(scored, tmp
     _tamper(db, "INSERT INTO quality_scores SELECT * REPLACE ('utmos22' AS scorer_id) FROM quality_scores LIMIT 1")
     r = _verify(capsys, db)  # a row of a scorer no older pass recorded: slipped in
     assert r.returncode == 1 and "audit verify FAILED: scores: score utmos22 run " in r.stdout, r.stdout
+
+
+def test_launches_from_before_launch_events_are_counted_not_compared(tmp_path, capsys):
+    """A store written before launch_recorded events existed: its launches have none, and audit
+    verify says they were not compared instead of calling them inserted by hand."""
+    from datetime import datetime, timezone
+
+    db = tmp_path / "old.duckdb"
+    with Store(db) as s:
+        s.insert("engine_launches", {"launch_id": "old-1", "engine": "e", "adapter": "reference", "status": "stopped",
+                                     "started_at": datetime(2026, 1, 1, tzinfo=timezone.utc)})
+    r = _verify(capsys, db)
+    assert r.returncode == 0, r.stdout
+    assert re.search(r"ok +launches +0 launch\(es\) match their launch_recorded events; 1 from before launch "
+                     r"events counted, not compared", r.stdout)

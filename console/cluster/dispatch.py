@@ -28,8 +28,19 @@ from console.cluster.groups import pair_groups
 from console.cluster.recorder import Recorder
 from console.cluster.shape import check_shape, probe
 from console.runner import (
-    Cell, EngineManager, RunnerOptions, RunnerResult, check_preconditions, completed_cells, drive_spec,
-    new_cell_run_id, plan_cells, plan_requests, recover_interrupted, refuse_rerun, run_params,
+    Cell,
+    EngineManager,
+    RunnerOptions,
+    RunnerResult,
+    check_preconditions,
+    completed_cells,
+    drive_spec,
+    new_cell_run_id,
+    plan_cells,
+    plan_requests,
+    recover_interrupted,
+    refuse_rerun,
+    run_params,
 )
 from data.errors import CampaignError, one_line
 from data.plans import Plan, engine_environment, plan_secrets

@@ -18,6 +18,7 @@ from typing import Any, Callable
 from console.recording import begin_run, finish_run, update_launch
 from console.runner import EXPLORATORY_NOTE, Cell, cell_problem, record_attempt
 from data.hashing import sha256_bytes
+from data.launches import store_launch
 from data.store import Store
 from data.writer import BatchWriter
 
@@ -113,7 +114,7 @@ class Recorder:
 
     def _on_launch(self, g: GroupState, row: dict[str, Any]) -> None:
         row = self._keep_log(row)
-        self.store.insert("engine_launches", row)
+        store_launch(self.store, row)
         engine = self.plan.engine(row["engine"])
         if row.get("status") == "startup_failed":
             reason = f"startup failed: engine {row['engine']!r}: {row.get('failure_reason')}"

@@ -75,8 +75,7 @@ def cmd_score(args) -> int:
     if not Path(args.plan).is_file():
         raise CampaignError(f"{args.plan}: no such plan file")
     from rich.console import Console
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from data.store import open_store
     from stats.quality.scoring import score_plan
@@ -154,11 +153,11 @@ def _print_coverage(console: Console, store, plan, artifacts: Path, max_gaps: in
 
 
 def _recheck(args) -> int:
-    from stats.quality.recheck import recheck
     from rich.console import Console
 
     from data.store import open_store
-    from stats.quality.registry import scorer_class, UnknownScorer
+    from stats.quality.recheck import recheck
+    from stats.quality.registry import UnknownScorer, scorer_class
 
     console = Console()
     with open_store(args.db) as store:

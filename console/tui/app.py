@@ -25,8 +25,16 @@ from textual.widgets import DataTable, Footer, Header, Input, Static, TabbedCont
 from console.live import live_path, read_snapshot, writer_alive
 from console.tui.data import load_browser
 from console.tui.messages import (
-    AuditLoaded, CampaignFinished, LiveSnapshotUpdated, ReadingSnapshot, ReportsLoaded, RunSelected, RunsLoaded, StoreLocked,
-    StoreUnavailable, VerdictsLoaded,
+    AuditLoaded,
+    CampaignFinished,
+    LiveSnapshotUpdated,
+    ReadingSnapshot,
+    ReportsLoaded,
+    RunSelected,
+    RunsLoaded,
+    StoreLocked,
+    StoreUnavailable,
+    VerdictsLoaded,
 )
 from console.tui.panes.gates import GatesPane
 from console.tui.panes.live import LivePane
@@ -34,8 +42,19 @@ from console.tui.panes.plan import PlanPane
 from console.tui.panes.sql import SqlPane
 from console.tui.screens import RunDetailScreen
 from console.tui.widgets import (
-    FAIL_STYLE, PASS_STYLE, STALL_STYLE, display_path, failed_cell, fmt, header, num, spread_cell, stalls_cell,
-    status_text, truncated_cell, verdict_text,
+    FAIL_STYLE,
+    PASS_STYLE,
+    STALL_STYLE,
+    display_path,
+    failed_cell,
+    fmt,
+    header,
+    num,
+    spread_cell,
+    stalls_cell,
+    status_text,
+    truncated_cell,
+    verdict_text,
 )
 from data.errors import CampaignError
 from stats.metrics import METRICS_BY_NAME, METRICS_VERSION

@@ -14,7 +14,15 @@ from textual.widgets import DataTable, Footer, Label, Sparkline, Static
 from console.tui.data import RunDetail, load_run_detail, open_read_only
 from console.tui.messages import RunDetailFailed, RunDetailLoaded
 from console.tui.widgets import (
-    FAIL_STYLE, SECONDS_DEF, GpuPanel, arrival_bins, fmt, header, num, outcome_text, stalls_cell,
+    FAIL_STYLE,
+    SECONDS_DEF,
+    GpuPanel,
+    arrival_bins,
+    fmt,
+    header,
+    num,
+    outcome_text,
+    stalls_cell,
     status_text,
 )
 from data.errors import CampaignError

@@ -1,0 +1,32 @@
+"""Engine launch rows under the audit chain (docs/integrity.md, "Launches").
+
+A launch row changes over its life (ready, then stopped or crashed), so it cannot be hashed once
+at insert like a verdict. Every write of a row is followed, in the same transaction, by a
+`launch_recorded` event holding the row's hash as it now stands; `audit verify` compares each
+row with its last event."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from data.audit import append_event
+from data.digest import row_sha256
+
+if TYPE_CHECKING:
+    from data.store import Store
+
+
+def store_launch(store: Store, row: dict[str, Any]) -> None:
+    """Insert a launch row and, in the same transaction, its launch_recorded event."""
+    with store.transaction():
+        store.insert("engine_launches", row)
+        announce_launch(store, row["launch_id"])
+
+
+def announce_launch(store: Store, launch_id: str) -> None:
+    """A launch_recorded event for the row as it now stands (engine, status, row hash). Call it
+    inside the transaction that wrote the row."""
+    r = store.query("SELECT plan_hash, engine, status FROM engine_launches WHERE launch_id = ?", [launch_id])[0]
+    append_event(store, "launch_recorded", plan_hash=r["plan_hash"], subject=launch_id,
+                 payload={"engine": r["engine"], "status": r["status"],
+                          **row_sha256(store, "engine_launches", "launch_id", launch_id)})
