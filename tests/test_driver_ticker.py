@@ -48,6 +48,9 @@ def _run(seconds: float, chore_every: int, chore_hold_s: float = 0.0,
         ticker = dl.ticker(((chore_every, chore),))
         await asyncio.sleep(seconds)
         ticker.cancel()
+        # a probe armed by the last tick still runs on a pass with a read: stop reading only then
+        # (removed first, that probe could run on a pass without one, a teardown artefact)
+        await asyncio.sleep(2 * TICK_S + read_hold_s)
         loop.remove_reader(a.fileno())
 
     loop = new_event_loop()
