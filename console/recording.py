@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from data.audit import append_event
 from data.digest import run_digest
-from data.launches import announce_launch, store_launch
+from data.launches import store_launch, update_launch
 from data.plans import EngineSpec
 from data.records import RequestRecord
 from data.store import Store, utcnow
@@ -277,7 +277,6 @@ def record_run(
     return spec.run_id
 
 
-_LAUNCH_STORED = ("status", "ready_ns", "stopped_ns", "failure_reason", "log_tail", "exit_code", "pid")
 
 
 def launch_engine(store: Store, spec: EngineSpec, *, log_dir: Path, plan_hash: str | None = None,
@@ -305,14 +304,3 @@ def stop_engine(store: Store, eng: EngineProcess, grace_s: float = 10.0) -> None
     eng.stop(grace_s)
     update_launch(store, eng.row)
 
-
-def update_launch(store: Store, row: dict[str, Any]) -> None:
-    """Store a launch's later state (stopped/crashed, exit code, log tail) from its row; also used
-    for launches a cluster node reports (console/cluster/recorder.py)."""
-    cols = [c for c in _LAUNCH_STORED if c in row]
-    with store.transaction():
-        store.con.execute(
-            f"UPDATE engine_launches SET {', '.join(f'{c} = ?' for c in cols)} WHERE launch_id = ?",
-            [row[c] for c in cols] + [row["launch_id"]],
-        )
-        announce_launch(store, row["launch_id"])

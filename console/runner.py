@@ -28,7 +28,7 @@ from data.audit import append_event, atomic
 from data.digest import row_sha256, run_digest
 from data.errors import CampaignError
 from data.hashing import canonical_json
-from data.launches import announce_launch
+from data.launches import update_launch
 from data.manifest import build_manifest, holdout_opened, load_plan_workload
 from data.plans import EngineSpec, Plan, engine_environment, plan_secrets
 from data.store import Store, utcnow
@@ -205,7 +205,8 @@ def recover_interrupted(store: Store, plan: Plan, log: Callable[[str], None]) ->
                                   "digest": run_digest(store, r["run_id"])})
         log(f"run {r['run_id']} ({r['cell_key']}) was interrupted; marked incomplete, its cell will run again")
     orphans = store.query(
-        "SELECT launch_id, engine, pid, argv_json FROM engine_launches WHERE plan_hash = ? AND status IN ('starting', 'ready')",
+        "SELECT launch_id, engine, pid, argv_json, failure_reason FROM engine_launches WHERE plan_hash = ? "
+        "AND status IN ('starting', 'ready')",
         [plan.hash])
     for o in orphans:
         if o["pid"] and _pid_matches(o["pid"], json.loads(o["argv_json"])):
@@ -213,10 +214,9 @@ def recover_interrupted(store: Store, plan: Plan, log: Callable[[str], None]) ->
             # port is free for the relaunch (engine_adapters/process_group.py)
             stop_group(o["pid"], grace_s=10.0, kill_wait_s=5.0)
             log(f"stopped engine {o['engine']} (pid {o['pid']}) left running by the interrupted runner")
-        with atomic(store):
-            store.con.execute("UPDATE engine_launches SET status = 'crashed', failure_reason = coalesce(failure_reason, ?) "
-                              "WHERE launch_id = ?", ["runner died while the engine was up", o["launch_id"]])
-            announce_launch(store, o["launch_id"])
+        update_launch(store, {"launch_id": o["launch_id"], "status": "crashed",
+                              "failure_reason": o["failure_reason"] if o["failure_reason"] is not None
+                              else "runner died while the engine was up"})
     return [r["run_id"] for r in stale]
 
 

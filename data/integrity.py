@@ -198,24 +198,32 @@ _VERDICT_JSON = (("inputs_json", "inputs_sha256"), ("checks_json", "checks_sha25
 
 def _rows_against_events(store: Store, evs: list[dict[str, Any]], *, table: str, key: str, kind: str, noun: str,
                          verb: str, fields: Sequence[str],
-                         extra: Callable[[dict[str, Any], dict[str, Any], int], list[str]] | None = None
-                         ) -> tuple[list[str], int]:
-    """(problems, rows) for a table whose every row an event announced: each row has its event,
-    the `fields` and the plan hash equal the event's, `extra` finds nothing, the row matches the
-    event's row hash, and every event still has its row."""
-    announced = _by_subject(evs, kind)
-    rows = store.query(f"SELECT * FROM {table} ORDER BY created_at, {key}")
-    problems = []
+                         extra: Callable[[dict[str, Any], dict[str, Any], int], list[str]] | None = None,
+                         order: str = "created_at", last: bool = False,
+                         unannounced_ok: Callable[[dict[str, Any]], bool] | None = None
+                         ) -> tuple[list[str], int, int]:
+    """(problems, rows compared, rows passed by `unannounced_ok`) for a table whose every row an
+    event announced: each row has its event (with `last`, its latest: a row rewritten over its
+    life), the `fields` and the plan hash equal the event's, `extra` finds nothing, the row
+    matches the event's row hash, and every event still has its row. A row without an event is
+    inserted by hand unless `unannounced_ok` says it predates such events."""
+    announced = _by_subject(evs, kind, last=last)
+    which = f"last {kind}" if last else kind
+    rows = store.query(f"SELECT * FROM {table} ORDER BY {order}, {key}")
+    problems, legacy = [], 0
     for r in rows:
         rid = r[key]
         e = announced.get(rid)
         if e is None:
-            problems.append(f"{noun} {rid}: no {kind} event for it (inserted by hand)")
+            if unannounced_ok is not None and unannounced_ok(r):
+                legacy += 1
+            else:
+                problems.append(f"{noun} {rid}: no {kind} event for it (inserted by hand)")
             continue
         p, seq = e["payload"], e["seq"]
-        wrong = [f"{k} is {r[k]!r} but its {kind} event (seq {seq}) says {p.get(k)!r}" for k in fields if r[k] != p.get(k)]
+        wrong = [f"{k} is {r[k]!r} but its {which} event (seq {seq}) says {p.get(k)!r}" for k in fields if r[k] != p.get(k)]
         if r["plan_hash"] != e["plan_hash"]:
-            wrong.append(f"plan_hash is {r['plan_hash']!r} but its {kind} event (seq {seq}) says {e['plan_hash']!r}")
+            wrong.append(f"plan_hash is {r['plan_hash']!r} but its {which} event (seq {seq}) says {e['plan_hash']!r}")
         wrong += extra(r, p, seq) if extra else []
         if wrong:
             problems.append(f"{noun} {rid}: {wrong[0]}")
@@ -224,7 +232,7 @@ def _rows_against_events(store: Store, evs: list[dict[str, Any]], *, table: str,
     stored = {r[key] for r in rows}
     problems += [f"{noun} {rid}: {verb} at seq {e['seq']} but its row is missing (deleted)"
                  for rid, e in announced.items() if rid not in stored]
-    return problems, len(rows)
+    return problems, len(rows) - legacy, legacy
 
 
 def _verdict_json_problems(r: dict[str, Any], p: dict[str, Any], seq: int) -> list[str]:
@@ -233,7 +241,7 @@ def _verdict_json_problems(r: dict[str, Any], p: dict[str, Any], seq: int) -> li
 
 
 def check_verdicts(store: Store, evs: list[dict[str, Any]]) -> Check:
-    problems, n = _rows_against_events(store, evs, table="verdicts", key="verdict_id", kind="verdict_issued",
+    problems, n, _ = _rows_against_events(store, evs, table="verdicts", key="verdict_id", kind="verdict_issued",
                                        noun="verdict", verb="issued", fields=_VERDICT_FIELDS, extra=_verdict_json_problems)
     return _result("verdicts", problems, f"{n} verdict row(s) match their verdict_issued events")
 
@@ -260,7 +268,7 @@ _ATTEMPT_FIELDS = ("engine", "outcome", "reason", "launch_id")
 def check_attempts(store: Store, evs: list[dict[str, Any]]) -> Check:
     """Every configuration tried is listed as recorded: a deleted startup failure or rejected
     candidate would hide what was tried before the one that was kept."""
-    problems, n = _rows_against_events(store, evs, table="attempts", key="attempt_id", kind="attempt_recorded",
+    problems, n, _ = _rows_against_events(store, evs, table="attempts", key="attempt_id", kind="attempt_recorded",
                                        noun="attempt", verb="recorded", fields=_ATTEMPT_FIELDS)
     return _result("attempts", problems, f"{n} attempt(s) match their attempt_recorded events")
 
@@ -270,39 +278,20 @@ _LAUNCH_FIELDS = ("engine", "status")
 
 def check_launches(store: Store, evs: list[dict[str, Any]]) -> Check:
     """Every engine launch (what exactly ran: argv, revision, checkpoint hashes, how it ended)
-    matches the launch_recorded event of its last write. Launches from before these events
-    (a store older than them: no launch_recorded event when the launch started) are counted, not
-    compared (docs/integrity.md, "Launches")."""
-    last = _by_subject(evs, "launch_recorded", last=True)
-    first = min((e["seq"] for e in evs if e["kind"] == "launch_recorded"), default=None)
-    since = next((e["event_time"] for e in evs if e["seq"] == first), None) if first is not None else None
-    rows = store.query("SELECT launch_id, plan_hash, engine, status, started_at FROM engine_launches "
-                       "ORDER BY started_at, launch_id")
-    problems, legacy = [], 0
-    for r in rows:
-        lid = r["launch_id"]
-        e = last.get(lid)
-        if e is None:
-            if since is None or (r["started_at"] is not None and r["started_at"] < since):
-                legacy += 1
-            else:
-                problems.append(f"launch {lid}: no launch_recorded event for it (inserted by hand)")
-            continue
-        p, seq = e["payload"], e["seq"]
-        wrong = [f"{k} is {r[k]!r} but its last launch_recorded event (seq {seq}) says {p.get(k)!r}"
-                 for k in _LAUNCH_FIELDS if r[k] != p.get(k)]
-        if r["plan_hash"] != e["plan_hash"]:
-            wrong.append(f"plan_hash is {r['plan_hash']!r} but its last launch_recorded event (seq {seq}) "
-                         f"says {e['plan_hash']!r}")
-        if wrong:
-            problems.append(f"launch {lid}: {wrong[0]}")
-        elif not _row_matches(store, "engine_launches", "launch_id", lid, p):
-            problems.append(f"launch {lid}: row differs from the one recorded at seq {seq} (edited)")
-    stored = {r["launch_id"] for r in rows}
-    problems += [f"launch {lid}: recorded at seq {e['seq']} but its row is missing (deleted)"
-                 for lid, e in last.items() if lid not in stored]
-    note = f"; {legacy} from before launch events counted, not compared" if legacy else ""
-    return _result("launches", problems, f"{len(rows) - legacy} launch(es) match their launch_recorded events{note}")
+    matches the launch_recorded event of its last write. Launches that started before the
+    store's first launch_recorded event (a store older than these events) are counted, not
+    compared (docs/integrity.md, "launches")."""
+    since = next((e["event_time"] for e in evs if e["kind"] == "launch_recorded"), None)  # evs are in seq order
+
+    def legacy(r: dict[str, Any]) -> bool:
+        return since is None or (r["started_at"] is not None and r["started_at"] < since)
+
+    problems, n, old = _rows_against_events(store, evs, table="engine_launches", key="launch_id",
+                                            kind="launch_recorded", noun="launch", verb="recorded",
+                                            fields=_LAUNCH_FIELDS, order="started_at", last=True,
+                                            unannounced_ok=legacy)
+    note = f"; {old} from before launch events counted, not compared" if old else ""
+    return _result("launches", problems, f"{n} launch(es) match their launch_recorded events{note}")
 
 
 def _digest_problem(rid: str, seq: int, recorded: dict[str, Any], got: dict[str, Any]) -> str | None:

@@ -16,10 +16,24 @@ if TYPE_CHECKING:
     from data.store import Store
 
 
+LATER = ("status", "ready_ns", "stopped_ns", "failure_reason", "log_tail", "exit_code", "pid")  # what changes after launch
+
+
 def store_launch(store: Store, row: dict[str, Any]) -> None:
     """Insert a launch row and, in the same transaction, its launch_recorded event."""
     with store.transaction():
         store.insert("engine_launches", row)
+        announce_launch(store, row["launch_id"])
+
+
+def update_launch(store: Store, row: dict[str, Any]) -> None:
+    """Store a launch's later state (stopped/crashed, exit code, log tail, the `LATER` columns the
+    row holds) and, in the same transaction, its launch_recorded event. Used by the engine's stop,
+    a resume that finds it orphaned, and a cluster node's report."""
+    cols = [c for c in LATER if c in row]
+    with store.transaction():
+        store.con.execute(f"UPDATE engine_launches SET {', '.join(f'{c} = ?' for c in cols)} WHERE launch_id = ?",
+                          [row[c] for c in cols] + [row["launch_id"]])
         announce_launch(store, row["launch_id"])
 
 
