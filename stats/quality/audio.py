@@ -8,7 +8,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from struct import error as struct_error
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import numpy as np
 import soundfile as sf
@@ -57,16 +57,15 @@ def read_native(path: Path, pinned: bool = False) -> tuple[np.ndarray, int]:
         return fast
     try:
         with sf.SoundFile(str(path)) as f:
-            frames, channels, sr = f.frames, f.channels, f.samplerate
-            if frames <= 0:
+            if f.frames <= 0:
                 raise AudioError(f"empty audio {path}")
-            out = _pinned(frames, channels) if pinned else None
-            data = f.read(frames, dtype="float32", always_2d=True, out=out)
+            data = f.read(f.frames, dtype="float32", always_2d=True, out=_buffer(f.frames, f.channels, pinned))
+            sr = f.samplerate
     except (sf.LibsndfileError, RuntimeError, OSError) as exc:
         raise AudioError(f"unreadable audio {path}: {first_line(exc)}") from None
-    if data.shape[0] == 0:
+    if data.shape[0] == 0:  # a header that promises frames the file does not hold
         raise AudioError(f"empty audio {path}")
-    return (data[:, 0] if data.shape[1] == 1 else data.mean(axis=1)), int(sr)
+    return _mono(data), int(sr)
 
 
 def _read_plain_wav(path: Path, pinned: bool) -> tuple[np.ndarray, int] | None:
@@ -74,7 +73,7 @@ def _read_plain_wav(path: Path, pinned: bool) -> tuple[np.ndarray, int] | None:
     None for anything else, which soundfile then reads (and names the problem of).
 
     The samples equal soundfile's: int16 x 2**-15 is exact in float32, float32 is kept as is
-    (tests/test_quality_support.py). Why not soundfile here: it makes about twenty C calls per
+    (tests/test_quality_audio_read.py). Why not soundfile here: it makes about twenty C calls per
     file, each giving up and retaking the GIL, and a device scorer's readers then queue behind the
     thread launching the model (docs/quality.md, "Throughput (session 6)")."""
     import io
@@ -91,26 +90,30 @@ def _read_plain_wav(path: Path, pinned: bool) -> tuple[np.ndarray, int] | None:
         return None
     if data.dtype not in (np.int16, np.float32) or data.shape[0] == 0 or data.ndim > 2:
         return None
-    frames, channels = data.shape[0], (1 if data.ndim == 1 else data.shape[1])
-    out = _pinned(frames, channels) if pinned else None
-    if out is None:
-        out = np.empty((frames, channels), np.float32)
-    src = data.reshape(frames, channels)
+    src = data.reshape(data.shape[0], -1)
+    out = _buffer(*src.shape, pinned)
     if data.dtype == np.int16:
         np.multiply(src, np.float32(2.0 ** -15), out=out, dtype=np.float32)
     else:
         out[...] = src
-    return (out[:, 0] if channels == 1 else out.mean(axis=1)), int(sr)
+    return _mono(out), int(sr)
 
 
-def _pinned(frames: int, channels: int) -> np.ndarray | None:
-    try:
-        import torch
-    except ImportError:
-        return None
-    if not torch.cuda.is_available():
-        return None
-    return torch.empty((frames, channels), dtype=torch.float32, pin_memory=True).numpy()
+def _mono(data: np.ndarray) -> np.ndarray:
+    """[frames, channels] -> [frames]: the only channel as is, else the channels' mean."""
+    return data[:, 0] if data.shape[1] == 1 else data.mean(axis=1)
+
+
+def _buffer(frames: int, channels: int, pinned: bool) -> np.ndarray:
+    """float32 [frames, channels] to read into: page-locked when asked and CUDA is there."""
+    if pinned:
+        try:
+            import torch
+        except ImportError:
+            torch = None  # type: ignore[assignment]
+        if torch is not None and torch.cuda.is_available():
+            return torch.empty((frames, channels), dtype=torch.float32, pin_memory=True).numpy()
+    return np.empty((frames, channels), np.float32)
 
 
 def _read(path: Path, rate: int, resampler: str) -> np.ndarray:
@@ -132,21 +135,22 @@ def load_each(paths: Sequence[Path], rate: int = SCORER_RATE,
               resampler: str = "soxr") -> tuple[list[np.ndarray | str], dict[int, np.ndarray]]:
     """`load_audio` per path, an unreadable file becoming its error text instead of failing the
     batch; also index -> waveform of those that loaded, which a scorer runs its model on."""
-    out: list[np.ndarray | str] = []
-    for path in paths:
-        try:
-            out.append(load_audio(path, rate, resampler))
-        except AudioError as exc:
-            out.append(str(exc))
-    return out, {i: w for i, w in enumerate(out) if not isinstance(w, str)}
+    return _each(paths, lambda p: load_audio(p, rate, resampler))
 
 
 def load_each_native(paths: Sequence[Path]) -> tuple[list[tuple[np.ndarray, int] | str], dict[int, tuple[np.ndarray, int]]]:
     """`load_native` per path, as `load_each` does (an unreadable file becomes its error text)."""
-    out: list[tuple[np.ndarray, int] | str] = []
+    return _each(paths, load_native)
+
+
+L = TypeVar("L")
+
+
+def _each(paths: Sequence[Path], load: Callable[[Path], L]) -> tuple[list[L | str], dict[int, L]]:
+    out: list[L | str] = []
     for path in paths:
         try:
-            out.append(load_native(path))
+            out.append(load(path))
         except AudioError as exc:
             out.append(str(exc))
     return out, {i: w for i, w in enumerate(out) if not isinstance(w, str)}

@@ -92,7 +92,7 @@ def resample_sinc_batch(wave: "torch.Tensor", orig_rate: int, new_rate: int) -> 
             y = F.conv1d(x, _kernel_on(int(orig_rate), int(new_rate), wave.device), stride=orig)  # [B, new, frames]
     finally:
         torch.backends.cudnn.allow_tf32 = saved
-    return y.transpose(1, 2).reshape(b, -1)[:, : math.ceil(new * n / orig)]
+    return y.transpose(1, 2).reshape(b, -1)[:, : out_length(n, orig, new)]
 
 
 def padded_batch(clips: Sequence[tuple[np.ndarray, int]], rate: int,
@@ -114,17 +114,26 @@ def padded_batch(clips: Sequence[tuple[np.ndarray, int]], rate: int,
     src = from_rate.pop()
     n = [out_length(len(w), src, rate) for w, _ in clips]
     cuda = torch.device(device).type == "cuda"
-    width = max(len(w) for w, _ in clips)
     lengths = torch.tensor(n, dtype=torch.long, pin_memory=cuda).to(device, non_blocking=cuda)
-    if cuda:  # each clip copied into its row on the device; from pinned memory without waiting
-        x = torch.zeros(len(clips), width, dtype=torch.float32, device=device)
-        for j, (w, _) in enumerate(clips):
-            x[j, : len(w)].copy_(torch.from_numpy(np.asarray(w, dtype=np.float32)), non_blocking=True)
-    else:
-        x = torch.zeros(len(clips), width, dtype=torch.float32)
-        for j, (w, _) in enumerate(clips):
-            x[j, : len(w)] = torch.from_numpy(np.asarray(w, dtype=np.float32))
+    x = torch.zeros(len(clips), max(len(w) for w, _ in clips), dtype=torch.float32, device=device)
+    for j, (w, _) in enumerate(clips):  # each clip into its row; on CUDA from pinned memory without waiting
+        x[j, : len(w)].copy_(torch.from_numpy(np.asarray(w, dtype=np.float32)), non_blocking=cuda)
     if src != int(rate):
         x = resample_sinc_batch(x, src, int(rate))[:, : max(n)]
         x = x.masked_fill(torch.arange(x.shape[1], device=x.device)[None, :] >= lengths[:, None], 0.0)
     return x, lengths, n
+
+
+def batches_by_rate(clips: Sequence[tuple[np.ndarray, int]], rate: int, size: int, min_samples: int,
+                    longest_first: bool = False) -> tuple[list[int], list[int], list[list[int]]]:
+    """How a scorer batches clips at their own rates: (each clip's length at `rate`, the indexes
+    of clips too short for the model there, batches of at most `size` indexes, one source rate
+    per batch, ordered by length within each rate: longest first or shortest first)."""
+    n = [out_length(len(w), sr, rate) for w, sr in clips]
+    short = [i for i in range(len(clips)) if n[i] < min_samples]
+    ok = [i for i in range(len(clips)) if n[i] >= min_samples]
+    batches = []
+    for src in sorted({clips[i][1] for i in ok}):
+        order = sorted((i for i in ok if clips[i][1] == src), key=lambda i: len(clips[i][0]), reverse=longest_first)
+        batches += [order[s:s + size] for s in range(0, len(order), size)]
+    return n, short, batches

@@ -304,29 +304,24 @@ class SeedTtsSimScorer(SimScorer):
         the device (stats.quality.resample.padded_batch) and run with per-clip masks."""
         import torch
 
-        from stats.quality.resample import out_length, padded_batch
+        from stats.quality.resample import batches_by_rate, padded_batch
         from stats.quality.wavlm import frame_mask
 
         self.ensure_loaded()
         out: list[np.ndarray | str] = [""] * len(clips)
-        need = self.loaded(self._ssl).cfg.min_samples
-        n16 = [out_length(len(w), sr, SCORER_RATE) for w, sr in clips]
-        ok = [i for i in range(len(clips)) if n16[i] >= need]
-        for i in set(range(len(clips))) - set(ok):
-            out[i] = f"clip too short for WavLM: {n16[i]} samples at 16 kHz, needs {need}"
-        self.last_batches = []
         ssl, head = self.loaded(self._ssl), self.loaded(self._head)
-        for rate in sorted({clips[i][1] for i in ok}):
-            order = sorted((i for i in ok if clips[i][1] == rate), key=lambda i: len(clips[i][0]))
-            for start in range(0, len(order), self.batch_size):
-                idx = order[start:start + self.batch_size]
-                self.last_batches.append(len(idx))
-                wave, lengths, host = padded_batch([clips[i] for i in idx], SCORER_RATE, self.device)
-                with torch.inference_mode(), precision(self.dtype, self.device):
-                    states, frames = ssl(wave, lengths, host)
-                    emb = head(states, frame_mask(frames, states[0].shape[1]))
-                for i, e in zip(idx, emb.float().cpu().numpy()):
-                    out[i] = e.astype(np.float64)
+        need = ssl.cfg.min_samples
+        n16, short, batches = batches_by_rate(clips, SCORER_RATE, self.batch_size, need)
+        for i in short:
+            out[i] = f"clip too short for WavLM: {n16[i]} samples at 16 kHz, needs {need}"
+        self.last_batches = [len(idx) for idx in batches]
+        for idx in batches:
+            wave, lengths, host = padded_batch([clips[i] for i in idx], SCORER_RATE, self.device)
+            with torch.inference_mode(), precision(self.dtype, self.device):
+                states, frames = ssl(wave, lengths, host)
+                emb = head(states, frame_mask(frames, states[0].shape[1]))
+            for i, e in zip(idx, emb.float().cpu().numpy()):
+                out[i] = e.astype(np.float64)
         return out
 
     def _embed_files(self, paths: Sequence[Path]) -> tuple[list[Any], dict[int, np.ndarray | str]]:

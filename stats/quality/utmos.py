@@ -371,14 +371,14 @@ class Utmos22Scorer(Scorer):
         returned function is called."""
         import torch
 
-        from stats.quality.resample import out_length, padded_batch
+        from stats.quality.resample import batches_by_rate, padded_batch
 
         out: list[float | str] = [""] * len(clips)
         native = self.loaded(self._native)
         need = native.min_samples
-        n16 = [out_length(len(w), sr, SCORER_RATE) for w, sr in clips]
-        ok = [i for i in range(len(clips)) if n16[i] >= need]
-        for i in set(range(len(clips))) - set(ok):
+        # longest first: the BLSTM packs a sorted batch without a device round trip
+        n16, short, batches = batches_by_rate(clips, SCORER_RATE, self.batch_size, need, longest_first=True)
+        for i in short:
             out[i] = f"utmos22: clip too short: {n16[i]} samples at 16 kHz, needs {need}"
         # (indexes, scores on the device, the clips: alive until their copies to the device are done)
         queued: list[tuple[list[int], torch.Tensor, object]] = []
@@ -387,18 +387,14 @@ class Utmos22Scorer(Scorer):
             for i, v in zip(idx, vals.cpu().numpy()):
                 out[i] = float(v) if math.isfinite(float(v)) else f"utmos22 gave a non-finite score ({v})"
 
-        for rate in sorted({clips[i][1] for i in ok}):
-            # longest first: the BLSTM packs a sorted batch without a device round trip
-            order = sorted((i for i in ok if clips[i][1] == rate), key=lambda i: -len(clips[i][0]))
-            for s in range(0, len(order), self.batch_size):
-                idx = order[s:s + self.batch_size]
-                self.last_calls.append(len(idx))
-                sources = [clips[i] for i in idx]
-                x, lengths, host = padded_batch(sources, SCORER_RATE, self.device)
-                with torch.inference_mode(), precision(self.dtype, self.device):
-                    queued.append((idx, native(x, lengths, host).float(), sources))
-                if len(queued) > 1:
-                    collect(*queued.pop(0))
+        for idx in batches:
+            self.last_calls.append(len(idx))
+            sources = [clips[i] for i in idx]
+            x, lengths, host = padded_batch(sources, SCORER_RATE, self.device)
+            with torch.inference_mode(), precision(self.dtype, self.device):
+                queued.append((idx, native(x, lengths, host).float(), sources))
+            if len(queued) > 1:
+                collect(*queued.pop(0))
 
         def finish() -> list[float | str]:
             while queued:

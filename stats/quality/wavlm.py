@@ -127,7 +127,7 @@ class WavLMConfig:
         """Frames the conv stack makes of one clip of `samples` samples (0 if too short)."""
         n = samples
         for _, k, s in self.conv_layers:
-            n = (n - k) // s + 1 if n >= k else 0
+            n = conv_frames(n, k, s)
         return max(n, 0)
 
     @property
@@ -137,6 +137,11 @@ class WavLMConfig:
         for _, k, s in reversed(self.conv_layers):
             n = (n - 1) * s + k
         return n
+
+
+def conv_frames(samples: int, kernel: int, stride: int) -> int:
+    """Outputs of one unpadded conv layer over `samples` inputs (0 if shorter than the kernel)."""
+    return (samples - kernel) // stride + 1 if samples >= kernel else 0
 
 
 def frame_mask(lengths: torch.Tensor, frames: int) -> torch.Tensor:
@@ -219,7 +224,7 @@ class FeatureExtractor(nn.Module):
             n = torch.where(n >= kernel, torch.div(n - kernel, stride, rounding_mode="floor") + 1,
                             torch.zeros_like(n))
             if host is not None:
-                host = [(c - kernel) // stride + 1 if c >= kernel else 0 for c in host]
+                host = [conv_frames(c, kernel, stride) for c in host]
             frames = (x.shape[-1] - kernel) // stride + 1
             x = block(x, frame_mask(n, frames), host)
         return x, n
