@@ -35,6 +35,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_timing_fidelity import start_engine  # noqa: E402
 
+from engine_adapters.driver.overhead import cpu_us_per_event  # noqa: E402
+
 # run in a fresh interpreter with PYTHONPATH = the tree under test: only the API both trees share
 DRIVE = r"""
 import json, sys, time
@@ -76,7 +78,7 @@ def drive(tree: Path, url: str, c: int, n: int, shards: str, tmp: Path) -> dict:
     out = subprocess.run([sys.executable, "-c", DRIVE, url, str(c), str(n), shards, str(tmp)], env=env, cwd=tree,
                          check=True, capture_output=True, text=True, timeout=900)
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    got["us_per_event"] = got["cpu_s"] / got["audio"] * 1e6 if got["audio"] else float("nan")
+    got["us_per_event"] = cpu_us_per_event(got["cpu_s"], got["audio"])
     return got
 
 

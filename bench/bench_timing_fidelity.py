@@ -46,6 +46,7 @@ from console.recording import record_run  # noqa: E402
 from data.store import open_store  # noqa: E402
 from engine_adapters.dialects import get_dialect  # noqa: E402
 from engine_adapters.driver import DriveSpec, RequestSpec  # noqa: E402
+from engine_adapters.driver.overhead import cpu_us_per_event  # noqa: E402
 from engine_adapters.driver.shards import check_shards  # noqa: E402
 from engine_adapters.lifecycle import EngineProcess  # noqa: E402
 from data.plans import EngineSpec  # noqa: E402
@@ -224,7 +225,7 @@ def figures(side: Side) -> dict:
            "p50_ms": float(np.percentile(d, 50)) if d.size else float("nan"),
            "p99_ms": float(np.percentile(d, 99)) if d.size else float("nan"),
            "max_ms": float(d.max()) if d.size else float("nan"),
-           "cpu_us_per_event": side.cpu_s / d.size * 1e6 if d.size else float("nan"),
+           "cpu_us_per_event": cpu_us_per_event(side.cpu_s, int(d.size)),
            "engine": side.engine}
     if side.loop_lag_max_ms is not None:
         out["loop_lag_max_ms"] = side.loop_lag_max_ms

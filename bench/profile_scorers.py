@@ -24,62 +24,40 @@ from stats.quality.precision import DTYPES  # noqa: E402
 
 
 def utmos_parts(s, wavs, device: str, dtype: str, batch: int, reps: int = 3) -> None:
-    """Per-stage wall time of the native UTMOS22 forward over the clips in batches of `batch`."""
-    import numpy as np
-    import torch
-    import torch.nn as nn
-
-    from stats.quality.precision import precision
-    from stats.quality.wavlm import frame_mask
-
+    """Per-stage wall time of UTMOS22's own forward (score_waves, one batch per call), the device
+    synchronised at each stage boundary by forward hooks on the model's modules: no copy of the
+    forward here that could drift from the scored one."""
     m = s._native
-    order = sorted(range(len(wavs)), key=lambda i: len(wavs[i]))
-    totals: dict[str, float] = {}
+    enc = m.wav2vec2.encoder
+    stamps: list[tuple[str, float]] = []
 
-    def tick(name: str, t0: float) -> float:
-        sync(device)
-        t = time.perf_counter()
-        totals[name] = totals.get(name, 0.0) + t - t0
-        return t
-
-    for _ in range(reps):
-        for k in range(0, len(order), batch):
-            idx = order[k:k + batch]
-            n = max(len(wavs[i]) for i in idx)
-            arr = np.zeros((len(idx), n), np.float32)
-            for j, i in enumerate(idx):
-                arr[j, :len(wavs[i])] = wavs[i]
+    def mark(name: str):
+        def hook(*_args) -> None:
             sync(device)
-            t = time.perf_counter()
-            wave = torch.from_numpy(arr).to(device)
-            lengths = torch.tensor([len(wavs[i]) for i in idx], device=device)
-            t = tick("upload", t)
-            with torch.inference_mode(), precision(dtype, device):
-                ssl = m.wav2vec2
-                feats, frames = ssl.feature_extractor(wave, lengths)
-                t = tick("conv front end", t)
-                x = ssl.layer_norm(feats.transpose(1, 2))
-                if ssl.post_extract_proj is not None:
-                    x = ssl.post_extract_proj(x)
-                valid = frame_mask(frames, x.shape[1])
-                x = x.masked_fill(~valid[:, :, None], 0.0)
-                x = x + ssl.encoder.pos_conv(x.transpose(1, 2)).transpose(1, 2)
-                x = ssl.encoder.layer_norm(x)
-                t = tick("pos conv + norm", t)
-                for layer in ssl.encoder.layers:
-                    x = layer(x, ~valid, None)
-                t = tick("transformer layers", t)
-                b, f, _ = x.shape
-                x = torch.cat([x, m.domain_emb[:, None, :].expand(b, f, -1).to(x.dtype),
-                               m.judge_emb[:, None, :].expand(b, f, -1).to(x.dtype)], dim=2)
-                packed = nn.utils.rnn.pack_padded_sequence(x, frames.cpu(), batch_first=True, enforce_sorted=False)
-                out, _ = m.blstm(packed)
-                out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=f)
-                t = tick("blstm", t)
-                score = m.projection(out).squeeze(-1)
-                mk = frame_mask(frames, f).to(score.dtype)
-                ((score * mk).sum(1) / mk.sum(1) * 2 + 3).float().cpu()
-                tick("head + copy", t)
+            stamps.append((name, time.perf_counter()))
+        return hook
+
+    hooks = [m.wav2vec2.feature_extractor.register_forward_pre_hook(mark("upload")),
+             m.wav2vec2.feature_extractor.register_forward_hook(mark("conv front end")),
+             enc.layers[0].register_forward_pre_hook(mark("pos conv + norm")),
+             enc.layers[-1].register_forward_hook(mark("transformer layers")),
+             m.blstm.register_forward_pre_hook(mark("concat + pack")),
+             m.blstm.register_forward_hook(mark("blstm"))]
+    totals: dict[str, float] = {}
+    order = sorted(wavs, key=len, reverse=True)
+    s.batch_size = batch
+    try:
+        for _ in range(reps):
+            for k in range(0, len(order), batch):
+                sync(device)
+                stamps[:] = [("", time.perf_counter())]
+                s.score_waves(order[k:k + batch])
+                stamps.append(("head + copy", time.perf_counter()))
+                for (_, t0), (name, t1) in zip(stamps, stamps[1:]):
+                    totals[name] = totals.get(name, 0.0) + t1 - t0
+    finally:
+        for h in hooks:
+            h.remove()
     audio = reps * sum(len(w) for w in wavs) / 16000
     whole = sum(totals.values())
     print(f"== utmos22 parts, {dtype}, batch {batch}: {audio / whole:.0f} audio-s/s over the stages")

@@ -7,6 +7,12 @@ import time
 from typing import Any
 
 
+def cpu_us_per_event(cpu_s: float, events: int) -> float:
+    """A client's CPU per audio event (µs): the figure the fidelity and per-event benches print
+    (docs/performance.md); NaN with no events."""
+    return cpu_s / events * 1e6 if events else float("nan")
+
+
 def summarise_ns(values: list[int]) -> dict[str, float | int | None]:
     """n, p50, p99 and max in ms of nanosecond durations (all None when there are none)."""
     import numpy as np
