@@ -16,6 +16,8 @@ repeats (max skew and loop lag: the highest), and the last line the worst paired
 (driver / plain within one repeat). With several --shards values every driver client runs once per
 value (labelled CLIENT/kK), so one call compares one driver process with K of them
 (engine_adapters/driver/shards.py); the first client at the first value is the one paired with plain.
+A run in which any request failed (the driver's stored outcome, the plain client's exception) covers
+fewer streams than asked for: it gets an INCOMPLETE line after the table and the bench exits 1.
 """
 
 from __future__ import annotations
@@ -111,6 +113,7 @@ class Side:
     shards: int = 1  # driver processes the drive ran in
     start_spread_ms: float | None = None  # between the shards' first sends' start instants
     engine: dict = field(default_factory=dict)  # the engine's schedule over [t0, t1]
+    failed: dict[str, int] = field(default_factory=dict)  # failure class -> requests that did not complete
 
 
 def driver_side(url: str, c: int, reqs: list[RequestSpec], tmp: Path, client: str, live: bool = False,
@@ -129,13 +132,15 @@ def driver_side(url: str, c: int, reqs: list[RequestSpec], tmp: Path, client: st
                                  "AND kind = 'audio' AND server_emit_ns IS NOT NULL", [run_id]).fetchall()
         spans = store.con.execute("SELECT t_send_ns, t_end_ns FROM requests WHERE run_id = ?", [run_id]).fetchall()
         overhead = json.loads(store.scalar("SELECT driver_overhead_json FROM runs WHERE run_id = ?", [run_id]) or "{}")
+        failed = dict(store.con.execute("SELECT outcome, count(*) FROM requests WHERE run_id = ? AND outcome <> 'ok' "
+                                        "GROUP BY 1 ORDER BY 1", [run_id]).fetchall())
         status = store.scalar("SELECT status FROM runs WHERE run_id = ?", [run_id])
     if status != "complete":  # figures from a failed drive would pass for the driver's
         raise SystemExit(f"driver run {run_id} ended {status}: "
                          f"{overhead.get('fatal') or overhead.get('error') or 'see driver_overhead_json'}")
     return Side([d for _, d in rows], [a for a, _ in rows], [tuple(s) for s in spans], overhead.get("cpu_s", float("nan")),
                 t0, t1, (overhead.get("loop_lag") or {}).get("max_ms"), overhead.get("gc"),
-                len(overhead.get("shards") or [None]), overhead.get("start_spread_ms"))
+                len(overhead.get("shards") or [None]), overhead.get("start_spread_ms"), failed=failed)
 
 
 async def _plain(url: str, c: int, bodies: list[bytes]) -> dict:
@@ -144,6 +149,7 @@ async def _plain(url: str, c: int, bodies: list[bytes]) -> dict:
     deltas: list[int] = []
     arrivals: list[int] = []
     spans: list[tuple[int, int]] = []
+    failed: dict[str, int] = {}
     queue = list(bodies)
     cpu0 = time.process_time()
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=c),
@@ -152,23 +158,29 @@ async def _plain(url: str, c: int, bodies: list[bytes]) -> dict:
             while queue:
                 body = queue.pop()
                 sent = time.perf_counter_ns()
-                async with session.post(url + "/v1/chat/completions", data=body,
-                                        headers={"content-type": "application/json"}) as response:
-                    async for chunk_bytes in response.content:  # as vllm bench serve reads streams
-                        chunk_bytes = chunk_bytes.strip()
-                        if not chunk_bytes:
-                            continue
-                        chunk = chunk_bytes.decode("utf-8").removeprefix("data: ")
-                        if chunk == "[DONE]":
-                            continue
-                        timestamp = time.perf_counter_ns()
-                        data = json.loads(chunk)
-                        if data.get("modality") == "audio" and "emit_ns" in data:
-                            deltas.append(timestamp - data["emit_ns"])
-                            arrivals.append(timestamp)
+                try:
+                    async with session.post(url + "/v1/chat/completions", data=body,
+                                            headers={"content-type": "application/json"}) as response:
+                        if response.status != 200:
+                            raise aiohttp.ClientResponseError(response.request_info, (), status=response.status)
+                        async for chunk_bytes in response.content:  # as vllm bench serve reads streams
+                            chunk_bytes = chunk_bytes.strip()
+                            if not chunk_bytes:
+                                continue
+                            chunk = chunk_bytes.decode("utf-8").removeprefix("data: ")
+                            if chunk == "[DONE]":
+                                continue
+                            timestamp = time.perf_counter_ns()
+                            data = json.loads(chunk)
+                            if data.get("modality") == "audio" and "emit_ns" in data:
+                                deltas.append(timestamp - data["emit_ns"])
+                                arrivals.append(timestamp)
+                except (aiohttp.ClientError, OSError, ValueError) as exc:  # counted, as the driver stores them
+                    failed[type(exc).__name__] = failed.get(type(exc).__name__, 0) + 1
                 spans.append((sent, time.perf_counter_ns()))
         await asyncio.gather(*(worker() for _ in range(c)))
-    return {"deltas": deltas, "arrivals": arrivals, "spans": spans, "cpu_s": time.process_time() - cpu0}
+    return {"deltas": deltas, "arrivals": arrivals, "spans": spans, "cpu_s": time.process_time() - cpu0,
+            "failed": failed}
 
 
 def _plain_child(url: str, c: int, bodies: list[bytes], out, cpus: tuple[int, ...] = ()) -> None:
@@ -192,7 +204,7 @@ def plain_side(url: str, c: int, bodies: list[bytes], cpus: tuple[int, ...] = ()
     res = q.get(timeout=600)
     t1 = time.perf_counter_ns()
     p.join(30)
-    return Side(res["deltas"], res["arrivals"], res["spans"], res["cpu_s"], t0, t1)
+    return Side(res["deltas"], res["arrivals"], res["spans"], res["cpu_s"], t0, t1, failed=res["failed"])
 
 
 def engine_schedule(url: str, t0: int, t1: int) -> dict:
@@ -220,7 +232,8 @@ def figures(side: Side) -> dict:
     live_max, live_med = live_streams(side.spans, side.arrivals)
     a = np.asarray(side.arrivals)
     span_s = (a.max() - a.min()) / 1e9 if a.size > 1 else float("nan")
-    out = {"events": int(d.size), "live_max": live_max, "live_median": live_med,
+    out = {"events": int(d.size), "requests": len(side.spans), "failed": sum(side.failed.values()),
+           "failures": side.failed, "live_max": live_max, "live_median": live_med,
            "event_rate": d.size / span_s if span_s == span_s and span_s > 0 else float("nan"),
            "p50_ms": float(np.percentile(d, 50)) if d.size else float("nan"),
            "p99_ms": float(np.percentile(d, 99)) if d.size else float("nan"),
@@ -323,6 +336,7 @@ def summarise(runs: dict[int, dict[str, list[dict]]]) -> dict:
                         "event_rate": _med(rows, "event_rate"), "p50_ms": _med(rows, "p50_ms"),
                         "p99_ms": _med(rows, "p99_ms"), "max_ms": _top(rows, "max_ms"),
                         "cpu_us_per_event": _med(rows, "cpu_us_per_event"), "events": _med(rows, "events"),
+                        "failed": _top(rows, "failed"),
                         "loop_lag_max_ms": _top(rows, "loop_lag_max_ms"),
                         "engine_slip_p50_ms": _slip(rows, "slip_p50_ms"), "engine_slip_p99_ms": _slip(rows, "slip_p99_ms"),
                         "engine_slip_max_ms": _slip(rows, "slip_max_ms", _top),
@@ -340,7 +354,7 @@ def summarise(runs: dict[int, dict[str, list[dict]]]) -> dict:
         if row["driver"]["p99_ms"] > CEILING_MS:
             ceiling = {"concurrency": c, "event_rate": row["driver"]["event_rate"], "p99_ms": row["driver"]["p99_ms"]}
             break
-    return {"per_concurrency": table, "worst_pair": worst, "ceiling": ceiling}
+    return {"per_concurrency": table, "worst_pair": worst, "ceiling": ceiling, "runs": runs}
 
 
 def print_table(summary: dict, clients: list[str], shards: list[int | str] | None = None) -> None:
@@ -352,7 +366,7 @@ def print_table(summary: dict, clients: list[str], shards: list[int | str] | Non
     labels = {key: label for key, label, *_ in vs}
     head = (f"{'C':>5} {'client':>16} {'live max':>8} {'live med':>8} {'events/s':>9} {'p50':>7} {'p99':>7} "
             f"{'max':>7} {'CPU us/ev':>9} {'loop lag':>8} {'slip p50':>8} {'slip p99':>8} {'slip max':>8} {'breaks':>6} "
-            f"{'gap p99':>8} {'gap max':>8}")
+            f"{'gap p99':>8} {'gap max':>8} {'failed':>6}")
     print(head)
     for c, row in summary["per_concurrency"].items():
         for who in cols:
@@ -364,7 +378,7 @@ def print_table(summary: dict, clients: list[str], shards: list[int | str] | Non
                   f"{r['p50_ms']:>7.3f} {r['p99_ms']:>7.3f} {r['max_ms']:>7.3f} {r['cpu_us_per_event']:>9.1f} "
                   f"{r['loop_lag_max_ms']:>8.3f} {r['engine_slip_p50_ms']:>8.3f} {r['engine_slip_p99_ms']:>8.3f} "
                   f"{r['engine_slip_max_ms']:>8.3f} {r['engine_timeline_breaks']:>6.0f} "
-                  f"{r['engine_write_gap_p99_ms']:>8.3f} {r['engine_write_gap_max_ms']:>8.3f}")
+                  f"{r['engine_write_gap_p99_ms']:>8.3f} {r['engine_write_gap_max_ms']:>8.3f} {r['failed']:>6.0f}")
         if "worst_p99_ratio" in row:
             print(f"{c:>5} {'p99 ratio':>16} driver/plain {row['driver']['p99_ms'] / row['plain']['p99_ms']:.2f} "
                   f"(medians), worst pair {row['worst_p99_ratio']:.2f}")
@@ -378,6 +392,16 @@ def print_table(summary: dict, clients: list[str], shards: list[int | str] | Non
     w = summary["worst_pair"]
     if w:
         print(f"worst paired p99 ratio (driver / plain, one repeat): {w['ratio']:.2f} at C={w['concurrency']} repeat {w['repeat']}")
+    for line in incomplete_runs(summary["runs"]):
+        print(line)
+
+
+def incomplete_runs(runs: dict[int, dict[str, list[dict]]]) -> list[str]:
+    """One line per run in which some request did not complete: its skews cover only the requests
+    that did, under less load than the run was meant to put on, so its figures do not count."""
+    return [f"INCOMPLETE: C={c} {who} repeat {k + 1}: {f['failed']} of {f['requests']} requests failed "
+            f"({', '.join(f'{n} {cls}' for cls, n in f['failures'].items())}); its figures do not count"
+            for c, got in runs.items() for who, rows in got.items() for k, f in enumerate(rows) if f["failed"]]
 
 
 def _concurrencies(values: list[str]) -> list[int]:
@@ -443,8 +467,9 @@ def main(argv: list[str] | None = None) -> int:
             "summary": {str(c): v for c, v in summary["per_concurrency"].items()},
             "worst_pair": summary["worst_pair"], "ceiling": summary["ceiling"],
             "runs": {str(c): got for c, got in runs.items()},
+            "incomplete": incomplete_runs(runs),
         }, indent=1, default=float))
-    return 0
+    return 1 if incomplete_runs(runs) else 0
 
 
 if __name__ == "__main__":

@@ -108,5 +108,40 @@ def test_timing_fidelity_bench_reports_every_figure(tmp_path, capsys):
                 "engine_slip_p99_ms", "engine_slip_max_ms", "engine_write_gap_p99_ms", "engine_write_gap_max_ms"):
         assert drv[key] == drv[key] and drv[key] >= 0, (key, drv)  # present and not NaN
     assert plain["engine_slip_p99_ms"] >= 0 and drv["events"] == plain["events"] > 0
+    assert drv["failed"] == plain["failed"] == 0 and res["incomplete"] == []
     # the driver process's collector is off while it drives (docs/performance.md): no pause from it
     assert res["runs"]["8"]["driver"][0]["gc"]["collections"] == [0, 0, 0], res["runs"]["8"]["driver"][0]["gc"]
+
+
+DROPPING = """
+[profiles.dropping]
+inherits = "wide"
+fault_after_chunks = 5
+
+[profiles.dropping.fault_rates]
+drop = 1.0
+"""
+
+
+def test_timing_fidelity_bench_refuses_runs_with_failed_requests(tmp_path, capsys):
+    """A run whose requests did not all complete measured fewer streams than it claims: the bench
+    names it, keeps its failure counts in the JSON, and exits 1 (docs/performance.md: session 6's
+    1,024-stream figures were taken over runs in which the engine had reset up to a quarter of the
+    connections, and nothing said so)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import bench_timing_fidelity as b
+
+    profiles = tmp_path / "profiles.toml"
+    profiles.write_text(DROPPING)
+    out = tmp_path / "fid.json"
+    assert b.main(["--profile", "dropping", "--profiles-file", str(profiles), "--concurrencies", "16",
+                   "--repeats", "1", "--json", str(out)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    bad = [line for line in lines if line.startswith("INCOMPLETE: ")]
+    assert {line.split()[2] for line in bad} == {"driver", "plain"}, lines
+    res = json.loads(out.read_text())
+    (drv,), (plain,) = res["runs"]["16"]["driver"], res["runs"]["16"]["plain"]
+    assert drv["requests"] == plain["requests"] == drv["failed"] == plain["failed"] == 32
+    assert drv["events"] == plain["events"] == 32 * 5  # what arrived before each drop is still measured
+    assert set(drv["failures"]) == {"transport"} and res["incomplete"] == bad
+    assert res["summary"]["16"]["driver"]["failed"] == drv["failed"]

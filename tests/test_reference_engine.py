@@ -425,3 +425,45 @@ def test_stats_reports_the_engines_schedule_slip(engines):
     assert httpx.get(f"{url}/stats", params={"since_ns": time.perf_counter_ns()}).json()["schedule"]["chunks"] == 0
     bad = httpx.get(f"{url}/stats", params={"since_ns": "soon"})
     assert bad.status_code == 400 and "since_ns" in bad.json()["error"]
+
+
+def test_listen_queue_holds_a_closed_loop_opening_burst(engines):
+    """A closed-loop run opens C connections at once. The engine's listen queue must hold them while
+    its loop is busy, as uvicorn's 2048 does for vLLM-Omni: with aiohttp's default of 128 the kernel
+    dropped the rest, which then waited 1-3 s for SYN retransmits or were reset (docs/engines.md).
+    With the engine stopped, the kernel completes only as many handshakes as its queue holds."""
+    import os
+    import resource
+    import select
+    import signal
+    import socket
+
+    n = 1024
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = n + 256
+    if hard != resource.RLIM_INFINITY and hard < need:
+        pytest.skip(f"{n} sockets need an open-file limit of {need}; the hard limit is {hard}")
+    if soft != resource.RLIM_INFINITY and soft < need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+    somaxconn = int(Path("/proc/sys/net/core/somaxconn").read_text())  # the kernel's cap on any backlog
+    engine = engines["vllm-omni"]
+    host, port = engine.url.removeprefix("http://").split(":")
+    socks: list[socket.socket] = []
+    os.kill(engine.proc.pid, signal.SIGSTOP)
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.setblocking(False)
+            socks.append(s)
+            s.connect_ex((host, int(port)))
+        time.sleep(0.5)  # loopback handshakes take microseconds; the first SYN retransmit is at 1 s
+        poll = select.poll()
+        for s in socks:
+            poll.register(s, select.POLLOUT)
+        connected = sum(1 for _, ev in poll.poll(0) if ev & select.POLLOUT and not ev & (select.POLLERR | select.POLLHUP))
+    finally:
+        os.kill(engine.proc.pid, signal.SIGCONT)
+        for s in socks:
+            s.close()
+    assert connected >= min(n, somaxconn), (connected, somaxconn)
+    _ok("vllm-omni", engine, SHORT)  # and it serves on

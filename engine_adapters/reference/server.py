@@ -62,6 +62,10 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 # (Python's default is 5 ms): a step's writes start on time while requests are being rendered
 SWITCH_INTERVAL_S = 0.0005
 PAYLOAD_CACHE_BYTES = 128 * 1024 * 1024  # pre-rendered chunks of recent waveforms (a test set's worth)
+# the listen queue: uvicorn's default, which vLLM-Omni serves with (docs/engines.md). aiohttp's
+# own default of 128 made a closed-loop opening of C >= 256 connections wait 1-3 s for SYN
+# retransmits, or be reset, before the engine saw them
+LISTEN_BACKLOG = 2048
 
 
 class ReferenceEngineError(RuntimeError):
@@ -546,7 +550,7 @@ async def _serve(config: EngineConfig, profile: Profile) -> None:
     runner = web.AppRunner(engine.app(), handler_cancellation=True,
                            access_log=access_logger if config.access_log else None, shutdown_timeout=2.0)
     await runner.setup()
-    site = web.TCPSite(runner, config.host, config.port)
+    site = web.TCPSite(runner, config.host, config.port, backlog=LISTEN_BACKLOG)
     try:
         await site.start()
     except OSError as exc:
