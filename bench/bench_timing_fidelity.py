@@ -114,6 +114,7 @@ class Side:
     start_spread_ms: float | None = None  # between the shards' first sends' start instants
     engine: dict = field(default_factory=dict)  # the engine's schedule over [t0, t1]
     failed: dict[str, int] = field(default_factory=dict)  # failure class -> requests that did not complete
+    loop_lag_worst: list[list[float]] = field(default_factory=list)  # the driver's [instant ns, ms], worst first
 
 
 def driver_side(url: str, c: int, reqs: list[RequestSpec], tmp: Path, client: str, live: bool = False,
@@ -140,7 +141,8 @@ def driver_side(url: str, c: int, reqs: list[RequestSpec], tmp: Path, client: st
                          f"{overhead.get('fatal') or overhead.get('error') or 'see driver_overhead_json'}")
     return Side([d for _, d in rows], [a for a, _ in rows], [tuple(s) for s in spans], overhead.get("cpu_s", float("nan")),
                 t0, t1, (overhead.get("loop_lag") or {}).get("max_ms"), overhead.get("gc"),
-                len(overhead.get("shards") or [None]), overhead.get("start_spread_ms"), failed=failed)
+                len(overhead.get("shards") or [None]), overhead.get("start_spread_ms"), failed=failed,
+                loop_lag_worst=(overhead.get("loop_lag") or {}).get("worst") or [])
 
 
 async def _plain(url: str, c: int, bodies: list[bytes]) -> dict:
@@ -226,6 +228,28 @@ def live_streams(spans: list[tuple[int, int]], arrivals: list[int]) -> tuple[int
     return int(open_now.max()), float(np.median(open_now))
 
 
+WINDOW_NS = 10_000_000  # what `around` counts before an instant
+
+
+def around(side: Side, t: int) -> dict:
+    """Where instant `t` lies in a run: ms since its first send, and the requests sent and ended in
+    the 10 ms before it (a closed loop sends a wave of bodies as a wave of streams ends)."""
+    sends = np.sort([a for a, _ in side.spans])
+    ends = np.sort([b for _, b in side.spans])
+    window = (np.searchsorted(sends, t, side="right") - np.searchsorted(sends, t - WINDOW_NS),
+              np.searchsorted(ends, t, side="right") - np.searchsorted(ends, t - WINDOW_NS))
+    return {"at_ms": round((t - int(sends[0])) / 1e6, 3) if sends.size else None,
+            "sent_10ms_before": int(window[0]), "ended_10ms_before": int(window[1])}
+
+
+def worst_moments(side: Side, n: int = 5) -> dict:
+    """The n latest events and the driver's n worst loop lags, each with `around` it."""
+    order = np.argsort(side.deltas)[::-1][:n] if side.deltas else []
+    events = [{"skew_ms": side.deltas[i] / 1e6, **around(side, side.arrivals[i])} for i in order]
+    lags = [{"lag_ms": ms, **around(side, int(t))} for t, ms in side.loop_lag_worst[:n]]
+    return {"latest_events": events, "worst_loop_lags": lags}
+
+
 def figures(side: Side) -> dict:
     """Everything the table and the JSON report for one client's run."""
     d = np.asarray(side.deltas, dtype=float) / 1e6
@@ -245,6 +269,7 @@ def figures(side: Side) -> dict:
     if side.gc is not None:
         out["gc"] = side.gc
     out["shards"] = side.shards
+    out["worst"] = worst_moments(side)
     if side.start_spread_ms is not None:
         out["start_spread_ms"] = side.start_spread_ms
     return out
@@ -306,6 +331,12 @@ def measure(concurrencies: list[int], clients: str | list[str] = DEFAULT_TRANSPO
                         got.setdefault(who, []).append(f)
                         log(f"repeat {rep + 1} C={c} {who}: p99 {f['p99_ms']:.3f} ms, max {f['max_ms']:.3f} ms, "
                             f"live {f['live_max']}, engine slip p99 {f['engine'].get('slip_p99_ms')} ms")
+                        for kind, moments in f["worst"].items():
+                            if moments:
+                                log(f"  {kind}: " + "; ".join(
+                                    f"{m.get('skew_ms', m.get('lag_ms')):.2f} ms at {m['at_ms']:.0f} ms "
+                                    f"(sent {m['sent_10ms_before']}, ended {m['ended_10ms_before']} in the 10 ms before)"
+                                    for m in moments[:3]))
         finally:
             eng.stop()
     return runs

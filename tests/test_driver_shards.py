@@ -99,6 +99,12 @@ def test_sharded_runs_store_what_one_process_stores(store, engine, tmp_path, pro
         assert most <= 6, most  # never more than C in flight across the shards
         overhead = json.loads(run["driver_overhead_json"])
         assert overhead["page_faults"] >= 0  # the drive's own page faults (heap.py keeps them few)
+        # the worst loop lags with their instants (every shard's, merged), worst first, inside the drive
+        worst = overhead["loop_lag"]["worst"]
+        assert 0 < len(worst) <= 5 and [ms for _, ms in worst] == sorted((ms for _, ms in worst), reverse=True)
+        assert worst[0][1] == overhead["loop_lag"]["max_ms"]
+        first, last_end = min(s for s, _ in spans.values()), max(e for _, e in spans.values())
+        assert all(first - 1e9 < t < last_end + 1e9 for t, _ in worst), (worst, first, last_end)
         if k == 1:
             assert "shards" not in overhead and overhead["heap"]["reserved_mb"] > 0
         else:

@@ -18,7 +18,7 @@ from engine_adapters.dialects.base import MAX_EVENT_BYTES
 from engine_adapters.driver.answers import error_text, what_arrived
 from engine_adapters.driver.decode import decode_batch
 from engine_adapters.driver.heap import prepare_heap, reserve_for
-from engine_adapters.driver.overhead import GcPauses, summarise_ns
+from engine_adapters.driver.overhead import GcPauses, summarise_ns, worst_at
 from engine_adapters.driver.periodic import Periodic
 from engine_adapters.driver.results import DriveSummary, RawResult
 from engine_adapters.driver.shards import PEER_STOPPED, ShardRole
@@ -54,6 +54,7 @@ class DriveLoop:
         self.pending: list[RawResult] = []
         self.send_lag_ns: list[int] = []
         self.loop_lag_ns: list[int] = []
+        self.loop_lag_at_ns: list[int] = []  # each probe's arming instant, beside its lag
         self.sent = 0
         self.cancelled = False
         self.max_event_bytes = int(opts.get("max_event_bytes", MAX_EVENT_BYTES))
@@ -194,12 +195,13 @@ class DriveLoop:
         instead of waking the loop on their own timers: a wake-up of a loop that was waiting
         costs tens of µs of CPU, whatever little it does (docs/performance.md, "Per-event CPU")."""
         loop = asyncio.get_running_loop()
-        lag = self.loop_lag_ns
+        lag, at = self.loop_lag_ns, self.loop_lag_at_ns
         now = time.perf_counter_ns
         ticks = 0
 
         def probe(t0: int) -> None:
             lag.append(now() - t0)
+            at.append(t0)
 
         def arm() -> None:
             loop.call_soon(probe, now())
@@ -300,13 +302,14 @@ class DriveLoop:
         return DriveSummary(
             loop_impl=loop_impl(), client_impl=transport.version,
             anchor_wall_ns=anchor_wall, anchor_perf_ns=anchor_perf, sent=self.sent, cancelled=self.cancelled,
-            overhead={"send_lag": summarise_ns(self.send_lag_ns), "loop_lag": summarise_ns(self.loop_lag_ns),
+            overhead={"send_lag": summarise_ns(self.send_lag_ns),
+                      "loop_lag": {**summarise_ns(self.loop_lag_ns), "worst": worst_at(self.loop_lag_ns, self.loop_lag_at_ns)},
                       "tick_ms": TICK_S * 1000, "cpu_s": round(cpu_s, 4), "gc": pauses.summary(),
                       "page_faults": faults, **({"heap": heap.summary()} if heap else {}),
                       **({"cpus": sorted(os.sched_getaffinity(0))} if spec.cpus else {})},
             error=error,
             samples_ns={} if shard is None else {"send_lag": self.send_lag_ns, "loop_lag": self.loop_lag_ns,
-                                                 "start": [started_ns]},
+                                                 "loop_lag_at": self.loop_lag_at_ns, "start": [started_ns]},
         )
 
 

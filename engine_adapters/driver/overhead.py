@@ -13,6 +13,16 @@ def cpu_us_per_event(cpu_s: float, events: int) -> float:
     return cpu_s / events * 1e6 if events else float("nan")
 
 
+WORST_LAGS = 5  # loop-lag probes kept with their instants, worst first
+
+
+def worst_at(values: list[int], at: list[int], n: int = WORST_LAGS) -> list[list[float]]:
+    """The n largest of `values` (ns) as [instant (perf_counter_ns), ms], worst first: where in the
+    run a loop lag happened, to set beside the sends and arrivals around it (bench_timing_fidelity)."""
+    top = sorted(zip(values, at), reverse=True)[:n]
+    return [[t, v / 1e6] for v, t in top]
+
+
 def summarise_ns(values: list[int]) -> dict[str, float | int | None]:
     """n, p50, p99 and max in ms of nanosecond durations (all None when there are none)."""
     import numpy as np

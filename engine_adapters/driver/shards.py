@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Sequence, TypeVar
 
-from engine_adapters.driver.overhead import summarise_ns
+from engine_adapters.driver.overhead import summarise_ns, worst_at
 from engine_adapters.driver.results import DriveSummary
 
 AUTO = "auto"
@@ -106,11 +106,12 @@ class ShardRole:
 def merge_summaries(parts: Sequence[DriveSummary], *, cancelled: bool) -> DriveSummary:
     """One DriveSummary from the shards' (in shard order; `cancelled` as the parent decided)."""
     first = parts[0]
-    samples = {key: [v for p in parts for v in p.samples_ns.get(key, [])] for key in ("send_lag", "loop_lag")}
+    samples = {key: [v for p in parts for v in p.samples_ns.get(key, [])] for key in ("send_lag", "loop_lag", "loop_lag_at")}
     starts = [p.samples_ns["start"][0] for p in parts if p.samples_ns.get("start")]
     gcs = [p.overhead.get("gc") or {} for p in parts]
     overhead = {
-        "send_lag": summarise_ns(samples["send_lag"]), "loop_lag": summarise_ns(samples["loop_lag"]),
+        "send_lag": summarise_ns(samples["send_lag"]),
+        "loop_lag": {**summarise_ns(samples["loop_lag"]), "worst": worst_at(samples["loop_lag"], samples["loop_lag_at"])},
         "tick_ms": first.overhead.get("tick_ms"),
         "cpu_s": round(sum(p.overhead.get("cpu_s", 0.0) for p in parts), 4),
         "page_faults": sum(p.overhead.get("page_faults", 0) for p in parts),
