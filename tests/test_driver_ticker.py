@@ -22,10 +22,13 @@ def _drive_loop() -> DriveLoop:
 
 
 def _run(seconds: float, chore_every: int, chore_hold_s: float = 0.0,
-         read_hold_s: float = READ_HOLD_S) -> tuple[list[int], int, int]:
+         read_hold_s: float = READ_HOLD_S, dl: DriveLoop | None = None,
+         driving_s: float | None = None) -> tuple[list[int], int, int]:
     """(loop-lag samples ns, ticks' chore runs, socket reads) over `seconds` of a loop whose socket
-    is always readable and whose every read callback holds the loop `read_hold_s`."""
-    dl = _drive_loop()
+    is always readable and whose every read callback holds the loop `read_hold_s`; with
+    `driving_s`, the drive counts as ended from then on."""
+    dl = dl or _drive_loop()
+    start = time.monotonic()
     a, b = socket.socketpair()
     a.setblocking(False)
     b.sendall(b"x" * 4096)  # more than the run reads: readable on every pass
@@ -45,7 +48,8 @@ def _run(seconds: float, chore_every: int, chore_hold_s: float = 0.0,
     async def main() -> None:
         loop = asyncio.get_running_loop()
         loop.add_reader(a.fileno(), on_read)
-        ticker = dl.ticker(((chore_every, chore),))
+        ticker = dl.ticker(((chore_every, chore),), driving=lambda: driving_s is None or
+                           time.monotonic() - start < driving_s)
         await asyncio.sleep(seconds)
         ticker.cancel()
         # a probe armed by the last tick still runs on a pass with a read: stop reading only then
@@ -99,3 +103,14 @@ def test_periodic_runs_every_period_until_cancelled():
         loop.close()
     assert 5 <= len(calls) <= 11
     assert all(b - a >= TICK_S * 0.9 for a, b in zip(calls, calls[1:]))
+
+
+def test_probes_after_the_drive_ended_time_the_teardown_apart():
+    """A probe that runs once the drive's requests have all ended timed the teardown (closing
+    connections, the last flush): it is kept apart, not in the drive's loop lag (docs/timing.md)."""
+    dl = _drive_loop()
+    lag, _, _ = _run(0.4, chore_every=1000, dl=dl, driving_s=0.2)
+    assert len(lag) >= 5 and len(dl.teardown_lag_ns) >= 5, (len(lag), len(dl.teardown_lag_ns))
+    assert len(lag) == len(dl.loop_lag_at_ns)
+    assert min(dl.teardown_lag_ns) >= READ_HOLD_S * 1e9 * 0.9  # they still measured the loop
+    assert max(dl.loop_lag_at_ns) - min(dl.loop_lag_at_ns) < 0.25e9  # only the driving part's

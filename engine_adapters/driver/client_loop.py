@@ -55,6 +55,7 @@ class DriveLoop:
         self.send_lag_ns: list[int] = []
         self.loop_lag_ns: list[int] = []
         self.loop_lag_at_ns: list[int] = []  # each probe's arming instant, beside its lag
+        self.teardown_lag_ns: list[int] = []  # probes that ran after the drive's last request ended
         self.sent = 0
         self.cancelled = False
         self.max_event_bytes = int(opts.get("max_event_bytes", MAX_EVENT_BYTES))
@@ -182,7 +183,8 @@ class DriveLoop:
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
 
-    def ticker(self, chores: tuple[tuple[int, Callable[[], object]], ...] = ()) -> Periodic:
+    def ticker(self, chores: tuple[tuple[int, Callable[[], object]], ...] = (),
+               driving: Callable[[], bool] = lambda: True) -> Periodic:
         """Event-loop lag: every TICK_S, how long a callback scheduled with call_soon waits before
         it runs, i.e. how long the loop is busy with work already queued. Not the lateness of a
         timer: uvloop's timers and loop.time() have 1 ms resolution, which read as a steady
@@ -193,15 +195,21 @@ class DriveLoop:
         `chores` are (n, fn): fn runs on every n-th tick, before the probe is armed (so never
         inside a probe's window). The flusher and the cancel watch ride on the ticker's wake-ups
         instead of waking the loop on their own timers: a wake-up of a loop that was waiting
-        costs tens of µs of CPU, whatever little it does (docs/performance.md, "Per-event CPU")."""
+        costs tens of µs of CPU, whatever little it does (docs/performance.md, "Per-event CPU").
+
+        A probe that runs once `driving()` is false (the drive's requests have all ended) timed the
+        teardown, not the drive: it goes to `teardown_lag_ns`, apart (docs/timing.md)."""
         loop = asyncio.get_running_loop()
-        lag, at = self.loop_lag_ns, self.loop_lag_at_ns
+        lag, at, teardown = self.loop_lag_ns, self.loop_lag_at_ns, self.teardown_lag_ns
         now = time.perf_counter_ns
         ticks = 0
 
         def probe(t0: int) -> None:
-            lag.append(now() - t0)
-            at.append(t0)
+            if driving():
+                lag.append(now() - t0)
+                at.append(t0)
+            else:
+                teardown.append(now() - t0)
 
         def arm() -> None:
             loop.call_soon(probe, now())
@@ -278,7 +286,8 @@ class DriveLoop:
                 task.cancel()
 
         asyncio.get_running_loop().call_soon(watch)  # once right after the drive's first step, then with the ticks
-        ticker = self.ticker(((round(FLUSH_S / TICK_S), self.flush), (round(WATCH_S / TICK_S), watch)))
+        ticker = self.ticker(((round(FLUSH_S / TICK_S), self.flush), (round(WATCH_S / TICK_S), watch)),
+                             driving=lambda: not task.done())
         error = None
         try:
             await task
@@ -303,13 +312,15 @@ class DriveLoop:
             loop_impl=loop_impl(), client_impl=transport.version,
             anchor_wall_ns=anchor_wall, anchor_perf_ns=anchor_perf, sent=self.sent, cancelled=self.cancelled,
             overhead={"send_lag": summarise_ns(self.send_lag_ns),
-                      "loop_lag": {**summarise_ns(self.loop_lag_ns), "worst": worst_at(self.loop_lag_ns, self.loop_lag_at_ns)},
+                      "loop_lag": {**summarise_ns(self.loop_lag_ns), "worst": worst_at(self.loop_lag_ns, self.loop_lag_at_ns),
+                                   "teardown_max_ms": max(self.teardown_lag_ns, default=0) / 1e6},
                       "tick_ms": TICK_S * 1000, "cpu_s": round(cpu_s, 4), "gc": pauses.summary(),
                       "page_faults": faults, **({"heap": heap.summary()} if heap else {}),
                       **({"cpus": sorted(os.sched_getaffinity(0))} if spec.cpus else {})},
             error=error,
             samples_ns={} if shard is None else {"send_lag": self.send_lag_ns, "loop_lag": self.loop_lag_ns,
-                                                 "loop_lag_at": self.loop_lag_at_ns, "start": [started_ns]},
+                                                 "loop_lag_at": self.loop_lag_at_ns, "teardown_lag": self.teardown_lag_ns,
+                                                 "start": [started_ns]},
         )
 
 

@@ -106,12 +106,14 @@ class ShardRole:
 def merge_summaries(parts: Sequence[DriveSummary], *, cancelled: bool) -> DriveSummary:
     """One DriveSummary from the shards' (in shard order; `cancelled` as the parent decided)."""
     first = parts[0]
-    samples = {key: [v for p in parts for v in p.samples_ns.get(key, [])] for key in ("send_lag", "loop_lag", "loop_lag_at")}
+    samples = {key: [v for p in parts for v in p.samples_ns.get(key, [])]
+               for key in ("send_lag", "loop_lag", "loop_lag_at", "teardown_lag")}
     starts = [p.samples_ns["start"][0] for p in parts if p.samples_ns.get("start")]
     gcs = [p.overhead.get("gc") or {} for p in parts]
     overhead = {
         "send_lag": summarise_ns(samples["send_lag"]),
-        "loop_lag": {**summarise_ns(samples["loop_lag"]), "worst": worst_at(samples["loop_lag"], samples["loop_lag_at"])},
+        "loop_lag": {**summarise_ns(samples["loop_lag"]), "worst": worst_at(samples["loop_lag"], samples["loop_lag_at"]),
+                     "teardown_max_ms": max(samples["teardown_lag"], default=0) / 1e6},
         "tick_ms": first.overhead.get("tick_ms"),
         "cpu_s": round(sum(p.overhead.get("cpu_s", 0.0) for p in parts), 4),
         "page_faults": sum(p.overhead.get("page_faults", 0) for p in parts),
