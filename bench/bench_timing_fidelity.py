@@ -115,6 +115,7 @@ class Side:
     engine: dict = field(default_factory=dict)  # the engine's schedule over [t0, t1]
     failed: dict[str, int] = field(default_factory=dict)  # failure class -> requests that did not complete
     loop_lag_worst: list[list[float]] = field(default_factory=list)  # the driver's [instant ns, ms], worst first
+    loop_lag_teardown_max_ms: float | None = None  # probes after the drive's requests had ended (docs/timing.md)
 
 
 def driver_side(url: str, c: int, reqs: list[RequestSpec], tmp: Path, client: str, live: bool = False,
@@ -142,7 +143,8 @@ def driver_side(url: str, c: int, reqs: list[RequestSpec], tmp: Path, client: st
     return Side([d for _, d in rows], [a for a, _ in rows], [tuple(s) for s in spans], overhead.get("cpu_s", float("nan")),
                 t0, t1, (overhead.get("loop_lag") or {}).get("max_ms"), overhead.get("gc"),
                 len(overhead.get("shards") or [None]), overhead.get("start_spread_ms"), failed=failed,
-                loop_lag_worst=(overhead.get("loop_lag") or {}).get("worst") or [])
+                loop_lag_worst=(overhead.get("loop_lag") or {}).get("worst") or [],
+                loop_lag_teardown_max_ms=(overhead.get("loop_lag") or {}).get("teardown_max_ms"))
 
 
 async def _plain(url: str, c: int, bodies: list[bytes]) -> dict:
@@ -266,6 +268,7 @@ def figures(side: Side) -> dict:
            "engine": side.engine}
     if side.loop_lag_max_ms is not None:
         out["loop_lag_max_ms"] = side.loop_lag_max_ms
+        out["loop_lag_teardown_max_ms"] = side.loop_lag_teardown_max_ms
     if side.gc is not None:
         out["gc"] = side.gc
     out["shards"] = side.shards

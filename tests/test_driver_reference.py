@@ -109,6 +109,8 @@ def test_timing_fidelity_bench_reports_every_figure(tmp_path, capsys):
         assert drv[key] == drv[key] and drv[key] >= 0, (key, drv)  # present and not NaN
     assert plain["engine_slip_p99_ms"] >= 0 and drv["events"] == plain["events"] > 0
     assert drv["failed"] == plain["failed"] == 0 and res["incomplete"] == []
+    run = res["runs"]["8"]["driver"][0]
+    assert run["loop_lag_teardown_max_ms"] >= 0 and run["worst"]["latest_events"] and run["worst"]["worst_loop_lags"]
     # the driver process's collector is off while it drives (docs/performance.md): no pause from it
     assert res["runs"]["8"]["driver"][0]["gc"]["collections"] == [0, 0, 0], res["runs"]["8"]["driver"][0]["gc"]
 
