@@ -35,7 +35,7 @@ from data.errors import CampaignError
 from data.metric_params import MetricParams
 from data.plan_ids import ADDENDUM_SCHEMA_ID as ADDENDUM_SCHEMA_ID  # re-exported: the ids' home is data/plan_ids.py
 from data.plan_ids import PLAN_SCHEMA_ID as PLAN_SCHEMA_ID
-from data.secrets import passthrough_errors, redact_document, resolve_env, secret_values
+from data.secrets import argv_secret_errors, passthrough_errors, redact_document, resolve_env, secret_values
 from data.store import Store, utcnow
 
 SCHEMA_PATH = Path(__file__).resolve().parent / "plan_schema.json"
@@ -565,6 +565,8 @@ def load_plan(path: str | Path, store: Store | None = None) -> Plan:
     """Read and validate a plan file (or, given the store that holds its parent, an addendum)."""
     doc = read_json(path)
     label = str(path)
+    if errs := argv_secret_errors(doc):  # files only: a plan frozen before this rule stays readable
+        raise _fail(label, errs)
     if is_addendum(doc):
         if store is None:
             raise CampaignError(f"{label}: is an addendum; its parent plan comes from the run store")

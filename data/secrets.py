@@ -81,6 +81,45 @@ def passthrough_errors(engines: list[Any]) -> list[str]:
     return errs
 
 
+# Command-line flags whose value is a secret, with where the engine reads it from the environment
+# instead: vLLM 0.30.0's `--api-key` (vllm/entrypoints/launchers/cli_args.py; VLLM_API_KEY,
+# vllm/entrypoints/serve/middleware/register.py) and `--hf-token` (vllm/engine/arg_utils.py;
+# huggingface_hub reads HF_TOKEN). docs/plans.md, "Engine environment".
+SECRET_FLAGS = {"--api-key": "VLLM_API_KEY", "--hf-token": "HF_TOKEN"}
+
+
+def _argv_holders(doc: Any) -> list[tuple[str, list[Any]]]:
+    """(field path, argv) of every engine and validator in a plan document or addendum."""
+    out: list[tuple[str, list[Any]]] = []
+    if not isinstance(doc, dict):
+        return out
+    for prefix, holder in (("", doc), ("changes.", doc.get("changes"))):
+        for section in ("engines", "validators"):
+            items = holder.get(section) if isinstance(holder, dict) else None
+            for i, item in enumerate(items if isinstance(items, list) else []):
+                if isinstance(item, dict) and isinstance(item.get("argv"), list):
+                    out.append((f"{prefix}{section}[{i}].argv", item["argv"]))
+    return out
+
+
+def argv_secret_errors(doc: Any) -> list[str]:
+    """A secret flag given a value on a command line: argv is stored and exported as written, so
+    the value would be too. One line per flag, naming the field and never the value."""
+    errs = []
+    for where, argv in _argv_holders(doc):
+        for j, arg in enumerate(argv):
+            if not isinstance(arg, str):
+                continue
+            flag, eq, inline = arg.partition("=")
+            if flag not in SECRET_FLAGS:
+                continue
+            following = argv[j + 1] if j + 1 < len(argv) else None
+            if inline or (not eq and isinstance(following, str) and not following.startswith("-")):
+                errs.append(f"{where}[{j}]: {flag} takes a secret, and argv is stored and exported as written; "
+                            f"give it in env or env_passthrough ({SECRET_FLAGS[flag]}) instead")
+    return errs
+
+
 def resolve_env(env: Mapping[str, str], passthrough: Iterable[str], secrets: Mapping[str, str],
                 environ: Mapping[str, str], where: str) -> dict[str, str]:
     """The real environment an engine gets: plan values (looked up by their hash when the plan

@@ -219,3 +219,38 @@ def test_row_frozen_before_redaction_still_loads_and_is_shown_redacted(tmp_path,
     assert plan.hash == legacy and "legacy-value-789" not in json.dumps(plan.document())
     assert "legacy-value-789" not in json.dumps(stored_document(store, legacy))
     assert "legacy-value-789" in plan_secrets(store, plan).values()
+
+
+def test_a_secret_flag_with_a_value_on_a_command_line_is_refused(tmp_path, store):
+    """argv is stored and exported as written, so `--api-key VALUE` or `--hf-token=VALUE` would put
+    the value in the store: the plan file is refused, one line naming the field and never the value
+    (docs/plans.md). The flag without a value (`--hf-token` alone: use the login token) is fine, and
+    so is a plan frozen before this rule (read back from the store, it is not refused)."""
+    from data.plans import plan_from_store
+
+    plan, doc = _secret_plan(tmp_path, "x")
+    base_argv = list(doc["engines"][1]["argv"])
+    for argv, field in ((base_argv + ["--api-key", "sk-live-7f3a"], f"engines[1].argv[{len(base_argv)}]"),
+                        (base_argv + ["--hf-token=hf_abcdef"], f"engines[1].argv[{len(base_argv)}]")):
+        doc["engines"][1]["argv"] = argv
+        write_json(plan, doc)
+        r = campaign("plan", "freeze", str(plan), db=tmp_path / "c.duckdb")
+        assert r.returncode == 2, r.stdout + r.stderr
+        line = r.stderr.strip().splitlines()[-1]
+        assert field in line and "takes a secret" in line and "env_passthrough" in line, line
+        assert "sk-live-7f3a" not in r.stderr and "hf_abcdef" not in r.stderr
+        assert "Traceback" not in r.stderr
+    addendum = {"schema": "omni-campaign-addendum/1", "parent": "0" * 12, "name": "key", "reason": "r",
+                "changes": {"engines": [{**doc["engines"][0], "argv": ["vllm", "serve", "--api-key", "k-123456"]}]}}
+    r = campaign("plan", "freeze", str(write_json(tmp_path / "add.json", addendum)), db=tmp_path / "c.duckdb")
+    assert r.returncode == 2 and "changes.engines[0].argv[2]: --api-key takes a secret" in r.stderr, r.stderr
+    doc["engines"][1]["argv"] = base_argv + ["--hf-token", "--port", "1"]  # no value: hf's login token
+    write_json(plan, doc)
+    assert campaign("plan", "freeze", str(plan), db=tmp_path / "c.duckdb").returncode == 0
+    # a row frozen before the rule: what the store holds is read as it is
+    doc["engines"][1]["argv"] = base_argv + ["--api-key", "old-key-9999"]
+    old = json.loads(json.dumps(doc))
+    h = document_hash(old)
+    store.con.execute("INSERT INTO plans (plan_hash, kind, name, canonical_json, frozen_at, frozen_by) "
+                      "VALUES (?, 'plan', ?, ?, now(), 'test')", [h, old["name"], json.dumps(old)])
+    assert plan_from_store(store, h).hash == h
