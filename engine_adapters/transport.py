@@ -36,11 +36,11 @@ from typing import AsyncIterator, Awaitable, Callable, Protocol
 from urllib.parse import urlsplit
 
 from data.errors import one_line
+from engine_adapters.transport_names import DEFAULT_TRANSPORT  # noqa: F401  (re-exported)
 
 HEADERS = {"content-type": "application/json", "accept": "text/event-stream, audio/pcm, */*",
            "accept-encoding": "identity"}
 ERROR_BODY_LIMIT = 64 * 1024
-DEFAULT_TRANSPORT = "stamped"
 READ_BUFFER_BYTES = 256 * 1024  # the stamped transport's read size (uvloop's own read buffer is this size)
 
 Sink = Callable[[int, bytes], bool]  # (perf_counter_ns stamp, body bytes) -> True to stop reading

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine_adapters.transport import StampedTransport, TransportError
+from engine_adapters.transport import TRANSPORTS, StampedTransport, TransportError
+from engine_adapters.transport_names import DEFAULT_TRANSPORT, TRANSPORT_NAMES
 
 CHUNKED = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
@@ -232,3 +233,9 @@ def test_every_transport_hands_over_content_type_and_encoding(name):
             return got
 
     assert run(main()) == [(200, "application/json; charset=utf-8", "gzip"), (200, None, None)]
+
+
+def test_the_light_list_of_client_names_is_the_clients():
+    """The CLI offers TRANSPORT_NAMES without importing the clients (asyncio, ssl): it must be
+    exactly the clients' names."""
+    assert tuple(TRANSPORTS) == TRANSPORT_NAMES and DEFAULT_TRANSPORT in TRANSPORTS

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from data.errors import CampaignError
 from engine_adapters.dialects import DIALECTS, get_dialect
 from engine_adapters.dialects.presets import PRESETS, PROTOCOL
-from engine_adapters.transport import DEFAULT_TRANSPORT, TRANSPORTS
+from engine_adapters.transport_names import DEFAULT_TRANSPORT, TRANSPORT_NAMES
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -34,7 +34,7 @@ def register(sub) -> None:
     p.add_argument("--json", dest="json_out", help="also write the metrics as JSON to this file")
     p.add_argument("--engine", default="probe", help="engine name to store the run under (default 'probe')")
     p.add_argument("--timeout", type=float, default=120.0, help="per-request timeout in seconds")
-    p.add_argument("--client", choices=tuple(TRANSPORTS), default=DEFAULT_TRANSPORT,
+    p.add_argument("--client", choices=TRANSPORT_NAMES, default=DEFAULT_TRANSPORT,
                    help=f"HTTP client (default {DEFAULT_TRANSPORT}: stamps each socket read in the protocol callback; measured in bench/bench_timing_fidelity.py)")
     p.add_argument("--audio-format", choices=("wav", "pcm"), help="ask for WAV-per-delta or raw s16le deltas")
     p.add_argument("--preset", choices=tuple(PRESETS), default=PROTOCOL,
