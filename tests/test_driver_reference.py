@@ -147,3 +147,19 @@ def test_timing_fidelity_bench_refuses_runs_with_failed_requests(tmp_path, capsy
     assert drv["events"] == plain["events"] == 32 * 5  # what arrived before each drop is still measured
     assert set(drv["failures"]) == {"transport"} and res["incomplete"] == bad
     assert res["summary"]["16"]["driver"]["failed"] == drv["failed"]
+
+
+def test_event_cpu_bench_refuses_a_drive_with_failed_requests(tmp_path):
+    """bench_event_cpu divides the driver's CPU by the audio events decoded: a drive whose requests
+    did not all complete is a lighter load, so it stops the bench naming the count."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import bench_event_cpu as e
+    import bench_timing_fidelity as b
+
+    (tmp_path / "profiles.toml").write_text(DROPPING)
+    eng = b.start_engine(tmp_path, profile="dropping", profiles_file=tmp_path / "profiles.toml")
+    try:
+        with pytest.raises(SystemExit, match=r"8 of 8 requests failed"):
+            e.drive(e.ROOT, eng.spec.url, 4, 8, "1", tmp_path)
+    finally:
+        eng.stop()
