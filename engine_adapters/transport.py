@@ -36,7 +36,6 @@ from typing import AsyncIterator, Awaitable, Callable, Protocol
 from urllib.parse import urlsplit
 
 from data.errors import one_line
-from engine_adapters.transport_names import DEFAULT_TRANSPORT  # noqa: F401  (re-exported)
 
 HEADERS = {"content-type": "application/json", "accept": "text/event-stream, audio/pcm, */*",
            "accept-encoding": "identity"}

@@ -18,12 +18,13 @@ from engine_adapters.dialects.base import MAX_EVENT_BYTES
 from engine_adapters.driver.answers import error_text, what_arrived
 from engine_adapters.driver.decode import decode_batch
 from engine_adapters.driver.heap import prepare_heap, reserve_for
-from engine_adapters.driver.overhead import GcPauses, summarise_ns, worst_at
+from engine_adapters.driver.overhead import GcPauses, loop_lag_summary, summarise_ns
 from engine_adapters.driver.periodic import Periodic
 from engine_adapters.driver.results import DriveSummary, RawResult
 from engine_adapters.driver.shards import PEER_STOPPED, ShardRole
 from engine_adapters.driver.spec import DriveSpec, RequestSpec
-from engine_adapters.transport import DEFAULT_TRANSPORT, TRANSPORTS, TransportError
+from engine_adapters.transport import TRANSPORTS, TransportError
+from engine_adapters.transport_names import DEFAULT_TRANSPORT
 
 TICK_S = 0.010  # event-loop lag ticker period
 FLUSH_S = 0.100  # how often the child ships a batch of records
@@ -312,8 +313,7 @@ class DriveLoop:
             loop_impl=loop_impl(), client_impl=transport.version,
             anchor_wall_ns=anchor_wall, anchor_perf_ns=anchor_perf, sent=self.sent, cancelled=self.cancelled,
             overhead={"send_lag": summarise_ns(self.send_lag_ns),
-                      "loop_lag": {**summarise_ns(self.loop_lag_ns), "worst": worst_at(self.loop_lag_ns, self.loop_lag_at_ns),
-                                   "teardown_max_ms": max(self.teardown_lag_ns, default=0) / 1e6},
+                      "loop_lag": loop_lag_summary(self.loop_lag_ns, self.loop_lag_at_ns, self.teardown_lag_ns),
                       "tick_ms": TICK_S * 1000, "cpu_s": round(cpu_s, 4), "gc": pauses.summary(),
                       "page_faults": faults, **({"heap": heap.summary()} if heap else {}),
                       **({"cpus": sorted(os.sched_getaffinity(0))} if spec.cpus else {})},

@@ -23,6 +23,12 @@ def worst_at(values: list[int], at: list[int], n: int = WORST_LAGS) -> list[list
     return [[t, v / 1e6] for v, t in top]
 
 
+def loop_lag_summary(lags: list[int], at: list[int], teardown: list[int]) -> dict[str, Any]:
+    """driver_overhead_json.loop_lag, for one driver process or merged over shards (docs/timing.md):
+    the drive's probes summarised, the worst with their instants, and the teardown's largest apart."""
+    return {**summarise_ns(lags), "worst": worst_at(lags, at), "teardown_max_ms": max(teardown, default=0) / 1e6}
+
+
 def summarise_ns(values: list[int]) -> dict[str, float | int | None]:
     """n, p50, p99 and max in ms of nanosecond durations (all None when there are none)."""
     import numpy as np

@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Sequence, TypeVar
 
-from engine_adapters.driver.overhead import summarise_ns, worst_at
+from engine_adapters.driver.overhead import loop_lag_summary, summarise_ns
 from engine_adapters.driver.results import DriveSummary
 
 AUTO = "auto"
@@ -112,8 +112,7 @@ def merge_summaries(parts: Sequence[DriveSummary], *, cancelled: bool) -> DriveS
     gcs = [p.overhead.get("gc") or {} for p in parts]
     overhead = {
         "send_lag": summarise_ns(samples["send_lag"]),
-        "loop_lag": {**summarise_ns(samples["loop_lag"]), "worst": worst_at(samples["loop_lag"], samples["loop_lag_at"]),
-                     "teardown_max_ms": max(samples["teardown_lag"], default=0) / 1e6},
+        "loop_lag": loop_lag_summary(samples["loop_lag"], samples["loop_lag_at"], samples["teardown_lag"]),
         "tick_ms": first.overhead.get("tick_ms"),
         "cpu_s": round(sum(p.overhead.get("cpu_s", 0.0) for p in parts), 4),
         "page_faults": sum(p.overhead.get("page_faults", 0) for p in parts),
