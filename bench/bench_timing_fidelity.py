@@ -49,10 +49,12 @@ from data.store import open_store  # noqa: E402
 from engine_adapters.dialects import get_dialect  # noqa: E402
 from engine_adapters.driver import DriveSpec, RequestSpec  # noqa: E402
 from engine_adapters.driver.overhead import cpu_us_per_event  # noqa: E402
+from stats.metrics import run_metrics  # noqa: E402
 from engine_adapters.driver.shards import check_shards  # noqa: E402
 from engine_adapters.lifecycle import EngineProcess  # noqa: E402
 from data.plans import EngineSpec  # noqa: E402
-from engine_adapters.transport import DEFAULT_TRANSPORT, TRANSPORTS  # noqa: E402
+from engine_adapters.transport import TRANSPORTS  # noqa: E402
+from engine_adapters.transport_names import DEFAULT_TRANSPORT  # noqa: E402
 
 # every sequence decodes together (no queueing), one 1 s chunk (48 KB WAV, ~64 KB base64) per step
 PROFILE = """
@@ -134,8 +136,7 @@ def driver_side(url: str, c: int, reqs: list[RequestSpec], tmp: Path, client: st
                                  "AND kind = 'audio' AND server_emit_ns IS NOT NULL", [run_id]).fetchall()
         spans = store.con.execute("SELECT t_send_ns, t_end_ns FROM requests WHERE run_id = ?", [run_id]).fetchall()
         overhead = json.loads(store.scalar("SELECT driver_overhead_json FROM runs WHERE run_id = ?", [run_id]) or "{}")
-        failed = dict(store.con.execute("SELECT outcome, count(*) FROM requests WHERE run_id = ? AND outcome <> 'ok' "
-                                        "GROUP BY 1 ORDER BY 1", [run_id]).fetchall())
+        failed = dict(run_metrics(store, run_id).failures_by_class)  # the console's own count, by class
         status = store.scalar("SELECT status FROM runs WHERE run_id = ?", [run_id])
     if status != "complete":  # figures from a failed drive would pass for the driver's
         raise SystemExit(f"driver run {run_id} ended {status}: "
@@ -233,11 +234,10 @@ def live_streams(spans: list[tuple[int, int]], arrivals: list[int]) -> tuple[int
 WINDOW_NS = 10_000_000  # what `around` counts before an instant
 
 
-def around(side: Side, t: int) -> dict:
-    """Where instant `t` lies in a run: ms since its first send, and the requests sent and ended in
-    the 10 ms before it (a closed loop sends a wave of bodies as a wave of streams ends)."""
-    sends = np.sort([a for a, _ in side.spans])
-    ends = np.sort([b for _, b in side.spans])
+def around(sends: np.ndarray, ends: np.ndarray, t: int) -> dict:
+    """Where instant `t` lies in a run (its requests' sorted send and end instants): ms since its
+    first send, and the requests sent and ended in the 10 ms before it (a closed loop sends a wave
+    of bodies as a wave of streams ends)."""
     window = (np.searchsorted(sends, t, side="right") - np.searchsorted(sends, t - WINDOW_NS),
               np.searchsorted(ends, t, side="right") - np.searchsorted(ends, t - WINDOW_NS))
     return {"at_ms": round((t - int(sends[0])) / 1e6, 3) if sends.size else None,
@@ -246,9 +246,10 @@ def around(side: Side, t: int) -> dict:
 
 def worst_moments(side: Side, n: int = 5) -> dict:
     """The n latest events and the driver's n worst loop lags, each with `around` it."""
+    sends, ends = np.sort([a for a, _ in side.spans]), np.sort([b for _, b in side.spans])
     order = np.argsort(side.deltas)[::-1][:n] if side.deltas else []
-    events = [{"skew_ms": side.deltas[i] / 1e6, **around(side, side.arrivals[i])} for i in order]
-    lags = [{"lag_ms": ms, **around(side, int(t))} for t, ms in side.loop_lag_worst[:n]]
+    events = [{"skew_ms": side.deltas[i] / 1e6, **around(sends, ends, side.arrivals[i])} for i in order]
+    lags = [{"lag_ms": ms, **around(sends, ends, int(t))} for t, ms in side.loop_lag_worst[:n]]
     return {"latest_events": events, "worst_loop_lags": lags}
 
 
@@ -361,7 +362,7 @@ def _slip(rows: list[dict], key: str, agg=_med) -> float:
 
 def summarise(runs: dict[int, dict[str, list[dict]]]) -> dict:
     """Per C: the medians over repeats (max skew, loop lag and engine slip max: the highest), the
-    worst paired p99 ratio; overall: the worst pair and the client's ceiling."""
+    worst paired p99 ratio; overall: the worst pair, the client's ceiling and the incomplete runs."""
     table, worst, ceiling = {}, None, None
     for c, got in runs.items():
         row = {}
@@ -388,7 +389,7 @@ def summarise(runs: dict[int, dict[str, list[dict]]]) -> dict:
         if row["driver"]["p99_ms"] > CEILING_MS:
             ceiling = {"concurrency": c, "event_rate": row["driver"]["event_rate"], "p99_ms": row["driver"]["p99_ms"]}
             break
-    return {"per_concurrency": table, "worst_pair": worst, "ceiling": ceiling, "runs": runs}
+    return {"per_concurrency": table, "worst_pair": worst, "ceiling": ceiling, "incomplete": incomplete_runs(runs)}
 
 
 def print_table(summary: dict, clients: list[str], shards: list[int | str] | None = None) -> None:
@@ -426,7 +427,7 @@ def print_table(summary: dict, clients: list[str], shards: list[int | str] | Non
     w = summary["worst_pair"]
     if w:
         print(f"worst paired p99 ratio (driver / plain, one repeat): {w['ratio']:.2f} at C={w['concurrency']} repeat {w['repeat']}")
-    for line in incomplete_runs(summary["runs"]):
+    for line in summary["incomplete"]:
         print(line)
 
 
@@ -501,9 +502,9 @@ def main(argv: list[str] | None = None) -> int:
             "summary": {str(c): v for c, v in summary["per_concurrency"].items()},
             "worst_pair": summary["worst_pair"], "ceiling": summary["ceiling"],
             "runs": {str(c): got for c, got in runs.items()},
-            "incomplete": incomplete_runs(runs),
+            "incomplete": summary["incomplete"],
         }, indent=1, default=float))
-    return 1 if incomplete_runs(runs) else 0
+    return 1 if summary["incomplete"] else 0
 
 
 if __name__ == "__main__":
