@@ -40,16 +40,23 @@ def redact_env(env: Mapping[str, Any]) -> dict[str, Any]:
     return {k: (value_hash(v) if isinstance(v, str) and not is_hashed(v) else v) for k, v in env.items()}
 
 
-def _engines(doc: Any) -> list[dict[str, Any]]:
-    """The engine entries of a plan document or of an addendum's `changes`."""
+def _entries(doc: Any, section: str) -> list[tuple[str, dict[str, Any]]]:
+    """(field path, entry) of every object in `section` ("engines", "validators") of a plan
+    document and of an addendum's `changes`."""
     if not isinstance(doc, dict):
         return []
-    out: list[dict[str, Any]] = []
-    for holder in (doc, doc.get("changes")):
-        engines = holder.get("engines") if isinstance(holder, dict) else None
-        if isinstance(engines, list):
-            out += [e for e in engines if isinstance(e, dict)]
+    out: list[tuple[str, dict[str, Any]]] = []
+    for prefix, holder in (("", doc), ("changes.", doc.get("changes"))):
+        items = holder.get(section) if isinstance(holder, dict) else None
+        for i, item in enumerate(items if isinstance(items, list) else []):
+            if isinstance(item, dict):
+                out.append((f"{prefix}{section}[{i}]", item))
     return out
+
+
+def _engines(doc: Any) -> list[dict[str, Any]]:
+    """The engine entries of a plan document or of an addendum's `changes`."""
+    return [e for _, e in _entries(doc, "engines")]
 
 
 def redact_document(doc: Any) -> Any:
@@ -88,25 +95,12 @@ def passthrough_errors(engines: list[Any]) -> list[str]:
 SECRET_FLAGS = {"--api-key": "VLLM_API_KEY", "--hf-token": "HF_TOKEN"}
 
 
-def _argv_holders(doc: Any) -> list[tuple[str, list[Any]]]:
-    """(field path, argv) of every engine and validator in a plan document or addendum."""
-    out: list[tuple[str, list[Any]]] = []
-    if not isinstance(doc, dict):
-        return out
-    for prefix, holder in (("", doc), ("changes.", doc.get("changes"))):
-        for section in ("engines", "validators"):
-            items = holder.get(section) if isinstance(holder, dict) else None
-            for i, item in enumerate(items if isinstance(items, list) else []):
-                if isinstance(item, dict) and isinstance(item.get("argv"), list):
-                    out.append((f"{prefix}{section}[{i}].argv", item["argv"]))
-    return out
-
-
 def argv_secret_errors(doc: Any) -> list[str]:
     """A secret flag given a value on a command line: argv is stored and exported as written, so
     the value would be too. One line per flag, naming the field and never the value."""
     errs = []
-    for where, argv in _argv_holders(doc):
+    for where, entry in _entries(doc, "engines") + _entries(doc, "validators"):
+        argv: list[Any] = entry["argv"] if isinstance(entry.get("argv"), list) else []
         for j, arg in enumerate(argv):
             if not isinstance(arg, str):
                 continue
@@ -115,7 +109,7 @@ def argv_secret_errors(doc: Any) -> list[str]:
                 continue
             following = argv[j + 1] if j + 1 < len(argv) else None
             if inline or (not eq and isinstance(following, str) and not following.startswith("-")):
-                errs.append(f"{where}[{j}]: {flag} takes a secret, and argv is stored and exported as written; "
+                errs.append(f"{where}.argv[{j}]: {flag} takes a secret, and argv is stored and exported as written; "
                             f"give it in env or env_passthrough ({SECRET_FLAGS[flag]}) instead")
     return errs
 
