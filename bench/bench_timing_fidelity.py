@@ -7,7 +7,8 @@ at once, the audio-event rate, and the engine's own schedule slip over the same 
 so client delay can be told from engine delay (docs/performance.md).
 
     python bench/bench_timing_fidelity.py [--profile wide] [--concurrencies 64 256 1024] [--repeats N]
-        [--clients stamped,aiohttp] [--shards 1,4,8] [--live] [--pin] [--waves 2] [--json PATH]
+        [--clients stamped,aiohttp] [--shards 1,4,8] [--sends-per-pass 8,100000] [--live] [--pin]
+        [--waves 2] [--json PATH]
 
 Without --profile the engine runs the synthetic `fidelity` profile (every sequence decodes
 together, one 1 s chunk per step, C = 1, 8, 32, 128 by default). Each repeat measures every C,
@@ -15,7 +16,9 @@ the driver client(s) then the plain client; the table shows the median of each f
 repeats (max skew and loop lag: the highest), and the last line the worst paired p99 ratio
 (driver / plain within one repeat). With several --shards values every driver client runs once per
 value (labelled CLIENT/kK), so one call compares one driver process with K of them
-(engine_adapters/driver/shards.py); the first client at the first value is the one paired with plain.
+(engine_adapters/driver/shards.py); several --sends-per-pass values do the same for the driver's
+per-pass send budget (labelled CLIENT/pN; engine_adapters/driver/pacing.py). The first variant is
+the one paired with plain. `opening` is how long the run took to send its first C requests.
 A run in which any request failed (the driver's stored outcome, the plain client's exception) covers
 fewer streams than asked for: it gets an INCOMPLETE line after the table and the bench exits 1.
 """
@@ -48,6 +51,7 @@ from console.recording import record_run  # noqa: E402
 from data.store import open_store  # noqa: E402
 from engine_adapters.dialects import get_dialect  # noqa: E402
 from engine_adapters.driver import DriveSpec, RequestSpec  # noqa: E402
+from engine_adapters.driver.spec import SENDS_PER_PASS  # noqa: E402
 from engine_adapters.driver.overhead import cpu_us_per_event  # noqa: E402
 from stats.metrics import run_metrics  # noqa: E402
 from engine_adapters.driver.shards import check_shards  # noqa: E402
@@ -118,16 +122,23 @@ class Side:
     failed: dict[str, int] = field(default_factory=dict)  # failure class -> requests that did not complete
     loop_lag_worst: list[list[float]] = field(default_factory=list)  # the driver's [instant ns, ms], worst first
     loop_lag_teardown_max_ms: float | None = None  # probes after the drive's requests had ended (docs/timing.md)
+    deferred_sends: int | None = None  # sends the driver's pacer put off to a later loop pass
+
+
+def opening_ms(spans: list[tuple[int, int]], c: int) -> float:
+    """From a run's first send to its C-th: how long the closed loop's opening took to go out."""
+    sends = sorted(s for s, _ in spans)[:c]
+    return (sends[-1] - sends[0]) / 1e6 if sends else float("nan")
 
 
 def driver_side(url: str, c: int, reqs: list[RequestSpec], tmp: Path, client: str, live: bool = False,
-                shards: int | str = 1, cpus: tuple[int, ...] = ()) -> Side:
+                shards: int | str = 1, cpus: tuple[int, ...] = (), sends_per_pass: int = SENDS_PER_PASS) -> Side:
     """The driver as the console runs it: `record_run` into a DuckDB file (decoding, WAV writing
     and store writes in this process while the driver process(es) stamp), figures read back by SQL;
     with `live`, a LiveFeed follows the run as under `campaign run` (in-flight reports included)."""
-    run_id = f"fid-c{c}-{client}-k{shards}-{time.monotonic_ns()}"
+    run_id = f"fid-c{c}-{client}-k{shards}-p{sends_per_pass}-{time.monotonic_ns()}"
     spec = DriveSpec(run_id, url, "vllm-omni", c, reqs, timeout_s=300, artifacts_dir=tmp / "art",
-                     request_options={"client": client}, shards=shards, cpus=cpus)
+                     request_options={"client": client}, shards=shards, cpus=cpus, sends_per_pass=sends_per_pass)
     t0 = time.perf_counter_ns()
     with open_store(tmp / "fidelity.duckdb") as store, (LiveFeed(tmp / "fidelity.duckdb") if live else nullcontext()) as feed:
         record_run(store, spec, engine="reference", kind="exploratory", telemetry=False, live=feed)
@@ -145,7 +156,8 @@ def driver_side(url: str, c: int, reqs: list[RequestSpec], tmp: Path, client: st
                 t0, t1, (overhead.get("loop_lag") or {}).get("max_ms"), overhead.get("gc"),
                 len(overhead.get("shards") or [None]), overhead.get("start_spread_ms"), failed=failed,
                 loop_lag_worst=(overhead.get("loop_lag") or {}).get("worst") or [],
-                loop_lag_teardown_max_ms=(overhead.get("loop_lag") or {}).get("teardown_max_ms"))
+                loop_lag_teardown_max_ms=(overhead.get("loop_lag") or {}).get("teardown_max_ms"),
+                deferred_sends=overhead.get("deferred_sends"))
 
 
 async def _plain(url: str, c: int, bodies: list[bytes]) -> dict:
@@ -253,8 +265,8 @@ def worst_moments(side: Side, n: int = 5) -> dict:
     return {"latest_events": events, "worst_loop_lags": lags}
 
 
-def figures(side: Side) -> dict:
-    """Everything the table and the JSON report for one client's run."""
+def figures(side: Side, c: int) -> dict:
+    """Everything the table and the JSON report for one client's run at concurrency c."""
     d = np.asarray(side.deltas, dtype=float) / 1e6
     live_max, live_med = live_streams(side.spans, side.arrivals)
     a = np.asarray(side.arrivals)
@@ -266,34 +278,41 @@ def figures(side: Side) -> dict:
            "p99_ms": float(np.percentile(d, 99)) if d.size else float("nan"),
            "max_ms": float(d.max()) if d.size else float("nan"),
            "cpu_us_per_event": cpu_us_per_event(side.cpu_s, int(d.size)),
-           "engine": side.engine}
+           "opening_ms": opening_ms(side.spans, c), "engine": side.engine}
     if side.loop_lag_max_ms is not None:
         out["loop_lag_max_ms"] = side.loop_lag_max_ms
         out["loop_lag_teardown_max_ms"] = side.loop_lag_teardown_max_ms
     if side.gc is not None:
         out["gc"] = side.gc
     out["shards"] = side.shards
+    if side.deferred_sends is not None:
+        out["deferred_sends"] = side.deferred_sends
     out["worst"] = worst_moments(side)
     if side.start_spread_ms is not None:
         out["start_spread_ms"] = side.start_spread_ms
     return out
 
 
-def variants(clients: list[str], shards: list[int | str]) -> list[tuple[str, str, str, int | str]]:
-    """(result key, label, client, shards) per driver variant: every client at every shard count; the first
-    is "driver". Labels are the client's name, with /kK when several shard counts are compared."""
-    out: list[tuple[str, str, str, int | str]] = []
+def variants(clients: list[str], shards: list[int | str],
+             sends_per_pass: list[int] | None = None) -> list[tuple[str, str, str, int | str, int]]:
+    """(result key, label, client, shards, sends per pass) per driver variant: every client at every
+    shard count and send budget; the first is "driver". Labels are the client's name, with /kK when
+    several shard counts are compared and /pN when several send budgets are."""
+    budgets = sends_per_pass or [SENDS_PER_PASS]
+    out: list[tuple[str, str, str, int | str, int]] = []
     for cl in clients:
         for k in shards:
-            label = cl if len(shards) == 1 else f"{cl}/k{k}"
-            out.append(("driver" if not out else f"driver:{label}", label, cl, k))
+            for p in budgets:
+                label = cl + (f"/k{k}" if len(shards) > 1 else "") + (f"/p{p}" if len(budgets) > 1 else "")
+                out.append(("driver" if not out else f"driver:{label}", label, cl, k, p))
     return out
 
 
 def measure(concurrencies: list[int], clients: str | list[str] = DEFAULT_TRANSPORT, *, profile: str | None = None,
             profiles_file: Path | None = None, requests_per_c: dict[int, int] | None = None, waves: int = 2,
             plain: bool = True, repeats: int = 1, live: bool = False, shards: list[int | str] | None = None,
-            log=lambda line: None, pin: bool = False) -> dict[int, dict[str, list[dict]]]:
+            log=lambda line: None, pin: bool = False,
+            sends_per_pass: list[int] | None = None) -> dict[int, dict[str, list[dict]]]:
     """Per C: {"driver": [figures per repeat], "driver:<label>": ..., "plain": ...} (see `variants`).
     The engine runs `profile` (built-in or from `profiles_file`), else `fidelity`. `pin`: the
     engine on CPU 0, driver process k on CPU 1 + k (cycling), the plain client on CPUs 1..n-1."""
@@ -322,8 +341,8 @@ def measure(concurrencies: list[int], clients: str | list[str] = DEFAULT_TRANSPO
                     reqs = [RequestSpec(f"s{i % 2}-{i}", TEXTS[i % 2], prompt) for i in range(n)]
                     got = runs.setdefault(c, {})
                     sides: list[tuple[str, Side]] = []
-                    for key, _, cl, k in variants(clients, shards or [1]):
-                        sides.append((key, driver_side(eng.spec.url, c, reqs, tmp, cl, live, k, clients_cpus)))
+                    for key, _, cl, k, p in variants(clients, shards or [1], sends_per_pass):
+                        sides.append((key, driver_side(eng.spec.url, c, reqs, tmp, cl, live, k, clients_cpus, p)))
                         sides[-1][1].engine = engine_schedule(eng.spec.url, sides[-1][1].t0, sides[-1][1].t1)
                     if plain:
                         bodies = [json.dumps(d.build_body(r.text, str(prompt), None)).encode() for r in reqs]
@@ -331,10 +350,12 @@ def measure(concurrencies: list[int], clients: str | list[str] = DEFAULT_TRANSPO
                         side.engine = engine_schedule(eng.spec.url, side.t0, side.t1)
                         sides.append(("plain", side))
                     for who, side in sides:
-                        f = figures(side)
+                        f = figures(side, c)
                         got.setdefault(who, []).append(f)
                         log(f"repeat {rep + 1} C={c} {who}: p99 {f['p99_ms']:.3f} ms, max {f['max_ms']:.3f} ms, "
-                            f"live {f['live_max']}, engine slip p99 {f['engine'].get('slip_p99_ms')} ms")
+                            f"loop lag {f.get('loop_lag_max_ms')} ms (teardown {f.get('loop_lag_teardown_max_ms')}), "
+                            f"opening {f['opening_ms']:.1f} ms, live {f['live_max']}, failed {f['failed']}, "
+                            f"engine slip p99 {f['engine'].get('slip_p99_ms')} ms")
                         for kind, moments in f["worst"].items():
                             if moments:
                                 log(f"  {kind}: " + "; ".join(
@@ -373,6 +394,7 @@ def summarise(runs: dict[int, dict[str, list[dict]]]) -> dict:
                         "cpu_us_per_event": _med(rows, "cpu_us_per_event"), "events": _med(rows, "events"),
                         "failed": _top(rows, "failed"),
                         "loop_lag_max_ms": _top(rows, "loop_lag_max_ms"),
+                        "opening_ms": _top(rows, "opening_ms"),
                         "engine_slip_p50_ms": _slip(rows, "slip_p50_ms"), "engine_slip_p99_ms": _slip(rows, "slip_p99_ms"),
                         "engine_slip_max_ms": _slip(rows, "slip_max_ms", _top),
                         "engine_timeline_breaks": _slip(rows, "timeline_breaks", _top),
@@ -392,16 +414,17 @@ def summarise(runs: dict[int, dict[str, list[dict]]]) -> dict:
     return {"per_concurrency": table, "worst_pair": worst, "ceiling": ceiling, "incomplete": incomplete_runs(runs)}
 
 
-def print_table(summary: dict, clients: list[str], shards: list[int | str] | None = None) -> None:
+def print_table(summary: dict, clients: list[str], shards: list[int | str] | None = None,
+                sends_per_pass: list[int] | None = None) -> None:
     print("arrival - emit skew (ms) over audio events; median of the repeats (max, loop lag and slip max: "
           "the highest); engine slip = the engine's own write time - its step's due time, same run; "
           "write gap = the engine's emit stamp to its write's return (an upper bound on the engine's share)")
-    vs = variants(clients, shards or [1])
+    vs = variants(clients, shards or [1], sends_per_pass)
     cols = [key for key, *_ in vs] + ["plain"]
     labels = {key: label for key, label, *_ in vs}
     head = (f"{'C':>5} {'client':>16} {'live max':>8} {'live med':>8} {'events/s':>9} {'p50':>7} {'p99':>7} "
             f"{'max':>7} {'CPU us/ev':>9} {'loop lag':>8} {'slip p50':>8} {'slip p99':>8} {'slip max':>8} {'breaks':>6} "
-            f"{'gap p99':>8} {'gap max':>8} {'failed':>6}")
+            f"{'gap p99':>8} {'gap max':>8} {'opening':>7} {'failed':>6}")
     print(head)
     for c, row in summary["per_concurrency"].items():
         for who in cols:
@@ -413,7 +436,8 @@ def print_table(summary: dict, clients: list[str], shards: list[int | str] | Non
                   f"{r['p50_ms']:>7.3f} {r['p99_ms']:>7.3f} {r['max_ms']:>7.3f} {r['cpu_us_per_event']:>9.1f} "
                   f"{r['loop_lag_max_ms']:>8.3f} {r['engine_slip_p50_ms']:>8.3f} {r['engine_slip_p99_ms']:>8.3f} "
                   f"{r['engine_slip_max_ms']:>8.3f} {r['engine_timeline_breaks']:>6.0f} "
-                  f"{r['engine_write_gap_p99_ms']:>8.3f} {r['engine_write_gap_max_ms']:>8.3f} {r['failed']:>6.0f}")
+                  f"{r['engine_write_gap_p99_ms']:>8.3f} {r['engine_write_gap_max_ms']:>8.3f} {r['opening_ms']:>7.1f} "
+                  f"{r['failed']:>6.0f}")
         if "worst_p99_ratio" in row:
             print(f"{c:>5} {'p99 ratio':>16} driver/plain {row['driver']['p99_ms'] / row['plain']['p99_ms']:.2f} "
                   f"(medians), worst pair {row['worst_p99_ratio']:.2f}")
@@ -456,6 +480,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shards", default="1",
                     help="comma-separated driver process counts per drive (integers or auto), e.g. 1,4,8; "
                          "each driver client runs once per value")
+    ap.add_argument("--sends-per-pass", default=str(SENDS_PER_PASS),
+                    help="comma-separated budgets of request sends per loop pass of a driver process "
+                         f"(default {SENDS_PER_PASS}; a large value is unpaced); each driver client runs once per value")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--waves", type=int, default=2, help="requests per C = max(32, waves x C)")
     ap.add_argument("--live", action="store_true", help="drive with a LiveFeed attached, as `campaign run` does")
@@ -478,18 +505,24 @@ def main(argv: list[str] | None = None) -> int:
                 ap.error(f"--shards: {x!r} is not an integer >= 1 or 'auto'")
     if not shards:
         ap.error("--shards: give at least one value")
+    try:
+        budgets = [int(x) for x in args.sends_per_pass.split(",") if x.strip()]
+    except ValueError:
+        ap.error(f"--sends-per-pass: {args.sends_per_pass!r} is not a list of integers >= 1")
+    if not budgets or any(b < 1 for b in budgets):
+        ap.error(f"--sends-per-pass: {args.sends_per_pass!r} is not a list of integers >= 1")
     if args.repeats < 1 or any(c < 1 for c in cs):
         ap.error("--repeats and every concurrency must be >= 1")
     started = time.time()
     runs = measure(cs, clients, profile=args.profile, profiles_file=args.profiles_file, repeats=args.repeats,
-                   waves=args.waves, live=args.live, shards=shards, pin=args.pin,
+                   waves=args.waves, live=args.live, shards=shards, pin=args.pin, sends_per_pass=budgets,
                    log=lambda line: print(line, file=sys.stderr, flush=True))
     summary = summarise(runs)
     print(f"profile {args.profile or 'fidelity'}; {args.repeats} repeat(s); clients {', '.join(clients)} vs plain aiohttp"
           f"{'; live feed attached' if args.live else ''}{'; pinned to CPUs' if args.pin else ''}; "
-          f"driver shards {', '.join(map(str, shards))}; "
+          f"driver shards {', '.join(map(str, shards))}; sends per pass {', '.join(map(str, budgets))}; "
           f"{os.cpu_count()} CPUs")
-    print_table(summary, clients, shards)
+    print_table(summary, clients, shards, budgets)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
@@ -498,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
                         "processor": platform.processor()},
             "wall_s": round(time.time() - started, 1), "profile": args.profile or "fidelity", "clients": clients,
-            "shards": shards, "pinned": args.pin,
+            "shards": shards, "sends_per_pass": budgets, "pinned": args.pin,
             "summary": {str(c): v for c, v in summary["per_concurrency"].items()},
             "worst_pair": summary["worst_pair"], "ceiling": summary["ceiling"],
             "runs": {str(c): got for c, got in runs.items()},

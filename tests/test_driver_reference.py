@@ -98,18 +98,24 @@ def test_timing_fidelity_bench_reports_every_figure(tmp_path, capsys):
     import bench_timing_fidelity as b
 
     out = tmp_path / "fid.json"
-    assert b.main(["--profile", "wide", "--concurrencies", "8", "--repeats", "1", "--waves", "1", "--json", str(out)]) == 0
+    assert b.main(["--profile", "wide", "--concurrencies", "8", "--repeats", "1", "--waves", "1",
+                   "--sends-per-pass", "2,100000", "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "worst paired p99 ratio" in text.splitlines()[-1] and "client ceiling" in text
     res = json.loads(out.read_text())
     drv, plain = res["summary"]["8"]["driver"], res["summary"]["8"]["plain"]
     assert drv["live_max"] >= 7 and plain["live_max"] >= 7, res["summary"]
     for key in ("event_rate", "p50_ms", "p99_ms", "max_ms", "cpu_us_per_event", "loop_lag_max_ms",
-                "engine_slip_p99_ms", "engine_slip_max_ms", "engine_write_gap_p99_ms", "engine_write_gap_max_ms"):
+                "engine_slip_p99_ms", "engine_slip_max_ms", "engine_write_gap_p99_ms", "engine_write_gap_max_ms",
+                "opening_ms"):
         assert drv[key] == drv[key] and drv[key] >= 0, (key, drv)  # present and not NaN
     assert plain["engine_slip_p99_ms"] >= 0 and drv["events"] == plain["events"] > 0
     assert drv["failed"] == plain["failed"] == 0 and res["incomplete"] == []
     run = res["runs"]["8"]["driver"][0]
+    # one variant per send budget: 8 slots at 2 per pass defer at least the opening's 6 sends
+    # (more when requests end in one pass), unpaced none
+    assert res["sends_per_pass"] == [2, 100000] and "stamped/p100000" in text
+    assert run["deferred_sends"] >= 6 and res["runs"]["8"]["driver:stamped/p100000"][0]["deferred_sends"] == 0
     assert run["loop_lag_teardown_max_ms"] >= 0 and run["worst"]["latest_events"] and run["worst"]["worst_loop_lags"]
     # the driver process's collector is off while it drives (docs/performance.md): no pause from it
     assert res["runs"]["8"]["driver"][0]["gc"]["collections"] == [0, 0, 0], res["runs"]["8"]["driver"][0]["gc"]

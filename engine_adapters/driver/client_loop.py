@@ -19,6 +19,7 @@ from engine_adapters.driver.answers import error_text, what_arrived
 from engine_adapters.driver.decode import decode_batch
 from engine_adapters.driver.heap import prepare_heap, reserve_for
 from engine_adapters.driver.overhead import GcPauses, loop_lag_summary, summarise_ns
+from engine_adapters.driver.pacing import SendPacer
 from engine_adapters.driver.periodic import Periodic
 from engine_adapters.driver.results import DriveSummary, RawResult
 from engine_adapters.driver.shards import PEER_STOPPED, ShardRole
@@ -58,6 +59,7 @@ class DriveLoop:
         self.loop_lag_at_ns: list[int] = []  # each probe's arming instant, beside its lag
         self.teardown_lag_ns: list[int] = []  # probes that ran after the drive's last request ended
         self.sent = 0
+        self.pacer = SendPacer(spec.sends_per_pass)
         self.cancelled = False
         self.max_event_bytes = int(opts.get("max_event_bytes", MAX_EVENT_BYTES))
         self.sse = self.dialect.name != "pcm" and self.dialect.request_config(opts).stream
@@ -166,10 +168,13 @@ class DriveLoop:
 
     async def phase(self, transport: Any, items: list[Item], workers: int) -> None:
         it = iter(items)
+        turn = self.pacer.turn
 
         async def worker() -> None:
             freed: int | None = None
             for index, req, warm in it:
+                if (wait := turn()) is not None:  # this pass's sends are spent: a later pass (pacing.py)
+                    await wait
                 if freed is not None:
                     self.send_lag_ns.append(time.perf_counter_ns() - freed)
                 await self.one(transport, index, req, warm)
@@ -313,6 +318,7 @@ class DriveLoop:
             loop_impl=loop_impl(), client_impl=transport.version,
             anchor_wall_ns=anchor_wall, anchor_perf_ns=anchor_perf, sent=self.sent, cancelled=self.cancelled,
             overhead={"send_lag": summarise_ns(self.send_lag_ns),
+                      "sends_per_pass": self.pacer.per_pass, "deferred_sends": self.pacer.deferred,
                       "loop_lag": loop_lag_summary(self.loop_lag_ns, self.loop_lag_at_ns, self.teardown_lag_ns),
                       "tick_ms": TICK_S * 1000, "cpu_s": round(cpu_s, 4), "gc": pauses.summary(),
                       "page_faults": faults, **({"heap": heap.summary()} if heap else {}),

@@ -114,6 +114,8 @@ def merge_summaries(parts: Sequence[DriveSummary], *, cancelled: bool) -> DriveS
         "send_lag": summarise_ns(samples["send_lag"]),
         "loop_lag": loop_lag_summary(samples["loop_lag"], samples["loop_lag_at"], samples["teardown_lag"]),
         "tick_ms": first.overhead.get("tick_ms"),
+        "sends_per_pass": first.overhead.get("sends_per_pass"),
+        "deferred_sends": sum(p.overhead.get("deferred_sends", 0) for p in parts),
         "cpu_s": round(sum(p.overhead.get("cpu_s", 0.0) for p in parts), 4),
         "page_faults": sum(p.overhead.get("page_faults", 0) for p in parts),
         "gc": {"collections": [sum(g.get("collections", [0, 0, 0])[i] for g in gcs) for i in range(3)],

@@ -10,6 +10,8 @@ from typing import Any
 from engine_adapters.dialects import get_dialect
 from engine_adapters.driver.shards import check_shards
 
+SENDS_PER_PASS = 4  # docs/timing.md, "Sends per loop pass"
+
 
 @dataclass(frozen=True)
 class RequestSpec:
@@ -37,6 +39,8 @@ class DriveSpec:
     # CPUs to pin the driver to: process k of the drive (shard k; 0 unsharded) runs on
     # cpus[k % len(cpus)], its sender thread with it. Empty: the scheduler places them
     cpus: tuple[int, ...] = ()
+    # the most requests one driver process starts in one pass of its event loop (pacing.py)
+    sends_per_pass: int = SENDS_PER_PASS
 
     def validate(self) -> None:
         if self.concurrency < 1:
@@ -46,6 +50,8 @@ class DriveSpec:
         if self.warmup_requests < 0:
             raise ValueError(f"warmup_requests must be >= 0, got {self.warmup_requests}")
         check_shards(self.shards)
+        if isinstance(self.sends_per_pass, bool) or not isinstance(self.sends_per_pass, int) or self.sends_per_pass < 1:
+            raise ValueError(f"sends_per_pass must be an integer >= 1, got {self.sends_per_pass!r}")
         if self.cpus:  # against the machine's CPUs, not this process's affinity (a pinned shard checks too)
             if not hasattr(os, "sched_setaffinity"):
                 raise ValueError("cpus: this OS cannot pin a process to a CPU")
