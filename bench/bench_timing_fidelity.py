@@ -123,6 +123,8 @@ class Side:
     loop_lag_worst: list[list[float]] = field(default_factory=list)  # the driver's [instant ns, ms], worst first
     loop_lag_teardown_max_ms: float | None = None  # probes after the drive's requests had ended (docs/timing.md)
     deferred_sends: int | None = None  # sends the driver's pacer put off to a later loop pass
+    event_shards: list[int] = field(default_factory=list)  # per audio event (as `deltas`): the driver process that read it
+    shard_reads: dict[int, np.ndarray] = field(default_factory=dict)  # driver process -> its sorted distinct read stamps
 
 
 def opening_ms(spans: list[tuple[int, int]], c: int) -> float:
@@ -143,8 +145,10 @@ def driver_side(url: str, c: int, reqs: list[RequestSpec], tmp: Path, client: st
     with open_store(tmp / "fidelity.duckdb") as store, (LiveFeed(tmp / "fidelity.duckdb") if live else nullcontext()) as feed:
         record_run(store, spec, engine="reference", kind="exploratory", telemetry=False, live=feed)
         t1 = time.perf_counter_ns()
-        rows = store.con.execute("SELECT t_arrival_ns, t_arrival_ns - server_emit_ns FROM chunks WHERE run_id = ? "
-                                 "AND kind = 'audio' AND server_emit_ns IS NOT NULL", [run_id]).fetchall()
+        rows = store.con.execute("SELECT t_arrival_ns, t_arrival_ns - server_emit_ns, request_index FROM chunks "
+                                 "WHERE run_id = ? AND kind = 'audio' AND server_emit_ns IS NOT NULL", [run_id]).fetchall()
+        reads = store.con.execute("SELECT DISTINCT request_index, t_arrival_ns FROM chunks WHERE run_id = ?",
+                                  [run_id]).fetchall()
         spans = store.con.execute("SELECT t_send_ns, t_end_ns FROM requests WHERE run_id = ?", [run_id]).fetchall()
         overhead = json.loads(store.scalar("SELECT driver_overhead_json FROM runs WHERE run_id = ?", [run_id]) or "{}")
         failed = dict(run_metrics(store, run_id).failures_by_class)  # the console's own count, by class
@@ -152,12 +156,45 @@ def driver_side(url: str, c: int, reqs: list[RequestSpec], tmp: Path, client: st
     if status != "complete":  # figures from a failed drive would pass for the driver's
         raise SystemExit(f"driver run {run_id} ended {status}: "
                          f"{overhead.get('fatal') or overhead.get('error') or 'see driver_overhead_json'}")
-    return Side([d for _, d in rows], [a for a, _ in rows], [tuple(s) for s in spans], overhead.get("cpu_s", float("nan")),
+    k = len(overhead.get("shards") or [None])
+    shard_of = reader_of(c, len(reqs), k)
+    by_shard: dict[int, list[int]] = {}
+    for i, t in reads:
+        by_shard.setdefault(shard_of(i), []).append(t)
+    return Side([d for _, d, _ in rows], [a for a, _, _ in rows], [tuple(s) for s in spans], overhead.get("cpu_s", float("nan")),
                 t0, t1, (overhead.get("loop_lag") or {}).get("max_ms"), overhead.get("gc"),
                 len(overhead.get("shards") or [None]), overhead.get("start_spread_ms"), failed=failed,
                 loop_lag_worst=(overhead.get("loop_lag") or {}).get("worst") or [],
                 loop_lag_teardown_max_ms=(overhead.get("loop_lag") or {}).get("teardown_max_ms"),
-                deferred_sends=overhead.get("deferred_sends"))
+                deferred_sends=overhead.get("deferred_sends"), event_shards=[shard_of(i) for _, _, i in rows],
+                shard_reads={sh: np.unique(ts) for sh, ts in by_shard.items()})
+
+
+def reader_of(c: int, n: int, k: int):
+    """request index -> the driver process that ran it, for a drive of n requests on c slots over
+    k processes with no warmup (engine_adapters/driver/shards.py: slot p mod c, dealt round-robin)."""
+    slots = min(c, n) or 1
+    return lambda i: (i % slots) % k
+
+
+def shard_wait(side: Side, e: int) -> dict:
+    """While audio event e waited (its emit to its arrival): the longest the process that read it
+    went without reading anything (from the emit on), and how many reads the other processes made
+    meanwhile. A long
+    silence with the others reading means that process was not running, not that the bytes
+    were late for everyone."""
+    if not side.shard_reads:
+        return {}
+    t1 = side.arrivals[e]
+    t0 = t1 - side.deltas[e]
+    sh = side.event_shards[e]
+    own = side.shard_reads[sh]
+    lo, hi = np.searchsorted(own, t0, side="left"), np.searchsorted(own, t1, side="right")
+    window = np.concatenate(([t0], own[lo:hi]))
+    silent = float(np.diff(window).max()) / 1e6 if window.size > 1 else 0.0
+    others = sum(int(np.searchsorted(ts, t1, side="right") - np.searchsorted(ts, t0, side="left"))
+                 for o, ts in side.shard_reads.items() if o != sh)
+    return {"shard": sh, "shard_silent_ms": round(silent, 3), "other_shards_reads": others}
 
 
 async def _plain(url: str, c: int, bodies: list[bytes]) -> dict:
@@ -260,7 +297,8 @@ def worst_moments(side: Side, n: int = 5) -> dict:
     """The n latest events and the driver's n worst loop lags, each with `around` it."""
     sends, ends = np.sort([a for a, _ in side.spans]), np.sort([b for _, b in side.spans])
     order = np.argsort(side.deltas)[::-1][:n] if side.deltas else []
-    events = [{"skew_ms": side.deltas[i] / 1e6, **around(sends, ends, side.arrivals[i])} for i in order]
+    events = [{"skew_ms": side.deltas[i] / 1e6, **around(sends, ends, side.arrivals[i]), **shard_wait(side, int(i))}
+              for i in order]
     lags = [{"lag_ms": ms, **around(sends, ends, int(t))} for t, ms in side.loop_lag_worst[:n]]
     return {"latest_events": events, "worst_loop_lags": lags}
 
@@ -360,7 +398,9 @@ def measure(concurrencies: list[int], clients: str | list[str] = DEFAULT_TRANSPO
                             if moments:
                                 log(f"  {kind}: " + "; ".join(
                                     f"{m.get('skew_ms', m.get('lag_ms')):.2f} ms at {m['at_ms']:.0f} ms "
-                                    f"(sent {m['sent_10ms_before']}, ended {m['ended_10ms_before']} in the 10 ms before)"
+                                    f"(sent {m['sent_10ms_before']}, ended {m['ended_10ms_before']} in the 10 ms before"
+                                    + (f"; shard {m['shard']} read nothing for {m['shard_silent_ms']:.2f} ms of it, "
+                                       f"the others read {m['other_shards_reads']} times" if "shard" in m else "") + ")"
                                     for m in moments[:3]))
         finally:
             eng.stop()

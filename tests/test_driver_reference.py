@@ -117,6 +117,9 @@ def test_timing_fidelity_bench_reports_every_figure(tmp_path, capsys):
     assert res["sends_per_pass"] == [2, 100000] and "stamped/p100000" in text
     assert run["deferred_sends"] >= 6 and res["runs"]["8"]["driver:stamped/p100000"][0]["deferred_sends"] == 0
     assert run["loop_lag_teardown_max_ms"] >= 0 and run["worst"]["latest_events"] and run["worst"]["worst_loop_lags"]
+    latest = run["worst"]["latest_events"][0]  # one driver process: it read every event, no other did
+    assert latest["shard"] == 0 and latest["other_shards_reads"] == 0
+    assert 0 <= latest["shard_silent_ms"] <= latest["skew_ms"] + 1e-3, latest
     # the driver process's collector is off while it drives (docs/performance.md): no pause from it
     assert res["runs"]["8"]["driver"][0]["gc"]["collections"] == [0, 0, 0], res["runs"]["8"]["driver"][0]["gc"]
 

@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from plans_helpers import free_port
@@ -47,6 +48,18 @@ def test_shard_items_deal_the_closed_loop_slots(n, c, k):
     assert sum(w for _, w in parts) == min(c, n)  # the shards together keep the phase's slots busy
     for mine, w in parts:  # items in proportion to slots: each worker's share within one item of c's
         assert w == 0 and not mine or len(mine) <= w * -(-n // max(min(c, n), 1))
+
+
+@pytest.mark.parametrize("n,c,k", [(15, 6, 2), (15, 6, 4), (7, 3, 2), (3, 8, 3), (40, 5, 3), (10, 1, 1)])
+def test_the_fidelity_bench_knows_which_shard_read_a_request(n, c, k):
+    """bench_timing_fidelity.reader_of (which process read a late event) deals as shard_items does."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from bench_timing_fidelity import reader_of
+
+    shard_of = reader_of(c, n, k)
+    for index in range(k):
+        mine, _ = shard_items(list(range(n)), c, index, k)
+        assert [i for i in range(n) if shard_of(i) == index] == mine
 
 
 def test_resolve_shards_and_check():
