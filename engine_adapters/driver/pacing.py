@@ -19,7 +19,11 @@ from collections import deque
 
 class SendPacer:
     """`await pacer.turn()` before a send: immediate while this pass has budget left and nobody
-    waits, otherwise in a later pass, first come first served."""
+    waits, otherwise in a later pass, first come first served.
+
+    The budget is reset by a callback queued in the pass before, which runs in its turn among
+    that pass's ready callbacks: a send that asks earlier in the same pass is counted against the
+    previous pass's budget, so one pass can start up to twice `per_pass` sends, never more."""
 
     def __init__(self, per_pass: int):
         if per_pass < 1:
