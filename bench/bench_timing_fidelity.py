@@ -123,6 +123,7 @@ class Side:
     loop_lag_worst: list[list[float]] = field(default_factory=list)  # the driver's [instant ns, ms], worst first
     loop_lag_teardown_max_ms: float | None = None  # probes after the drive's requests had ended (docs/timing.md)
     deferred_sends: int | None = None  # sends the driver's pacer put off to a later loop pass
+    runqueue: dict | None = None  # the driver's loop thread(s) ready but off a CPU (docs/timing.md)
     event_shards: list[int] = field(default_factory=list)  # per audio event (as `deltas`): the driver process that read it
     shard_reads: dict[int, np.ndarray] = field(default_factory=dict)  # driver process -> its sorted distinct read stamps
 
@@ -166,7 +167,7 @@ def driver_side(url: str, c: int, reqs: list[RequestSpec], tmp: Path, client: st
                 len(overhead.get("shards") or [None]), overhead.get("start_spread_ms"), failed=failed,
                 loop_lag_worst=(overhead.get("loop_lag") or {}).get("worst") or [],
                 loop_lag_teardown_max_ms=(overhead.get("loop_lag") or {}).get("teardown_max_ms"),
-                deferred_sends=overhead.get("deferred_sends"), event_shards=[shard_of(i) for _, _, i in rows],
+                deferred_sends=overhead.get("deferred_sends"), runqueue=overhead.get("runqueue"), event_shards=[shard_of(i) for _, _, i in rows],
                 shard_reads={sh: np.unique(ts) for sh, ts in by_shard.items()})
 
 
@@ -325,6 +326,9 @@ def figures(side: Side, c: int) -> dict:
     out["shards"] = side.shards
     if side.deferred_sends is not None:
         out["deferred_sends"] = side.deferred_sends
+    if side.runqueue is not None:  # one process: its wait is the most one process waited
+        out["runqueue_wait_ms"] = side.runqueue["wait_ms"]
+        out["runqueue_wait_max_shard_ms"] = side.runqueue.get("max_shard_wait_ms", side.runqueue["wait_ms"])
     out["worst"] = worst_moments(side)
     if side.start_spread_ms is not None:
         out["start_spread_ms"] = side.start_spread_ms
@@ -393,6 +397,8 @@ def measure(concurrencies: list[int], clients: str | list[str] = DEFAULT_TRANSPO
                         log(f"repeat {rep + 1} C={c} {who}: p99 {f['p99_ms']:.3f} ms, max {f['max_ms']:.3f} ms, "
                             f"loop lag {f.get('loop_lag_max_ms')} ms (teardown {f.get('loop_lag_teardown_max_ms')}), "
                             f"opening {f['opening_ms']:.1f} ms, live {f['live_max']}, failed {f['failed']}, "
+                            f"off-CPU wait {f.get('runqueue_wait_ms')} ms (most in one process "
+                            f"{f.get('runqueue_wait_max_shard_ms')}), "
                             f"engine slip p99 {f['engine'].get('slip_p99_ms')} ms")
                         for kind, moments in f["worst"].items():
                             if moments:

@@ -18,7 +18,7 @@ from engine_adapters.dialects.base import MAX_EVENT_BYTES
 from engine_adapters.driver.answers import error_text, what_arrived
 from engine_adapters.driver.decode import decode_batch
 from engine_adapters.driver.heap import prepare_heap, reserve_for
-from engine_adapters.driver.overhead import GcPauses, loop_lag_summary, summarise_ns
+from engine_adapters.driver.overhead import GcPauses, RunqueueWait, loop_lag_summary, summarise_ns
 from engine_adapters.driver.pacing import SendPacer
 from engine_adapters.driver.periodic import Periodic
 from engine_adapters.driver.results import DriveSummary, RawResult
@@ -272,6 +272,7 @@ class DriveLoop:
         gc.callbacks.append(pauses)
         cpu0 = time.process_time()
         faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        runqueue = RunqueueWait()
 
         async def drive() -> None:
             nonlocal passed
@@ -310,6 +311,7 @@ class DriveLoop:
             await transport.close()
             self.flush()
             cpu_s = time.process_time() - cpu0
+            waited = runqueue.summary()
             faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
             gc.callbacks.remove(pauses)
             if freeze_gc:
@@ -321,7 +323,7 @@ class DriveLoop:
                       "sends_per_pass": self.pacer.per_pass, "deferred_sends": self.pacer.deferred,
                       "loop_lag": loop_lag_summary(self.loop_lag_ns, self.loop_lag_at_ns, self.teardown_lag_ns),
                       "tick_ms": TICK_S * 1000, "cpu_s": round(cpu_s, 4), "gc": pauses.summary(),
-                      "page_faults": faults, **({"heap": heap.summary()} if heap else {}),
+                      "page_faults": faults, "runqueue": waited, **({"heap": heap.summary()} if heap else {}),
                       **({"cpus": sorted(os.sched_getaffinity(0))} if spec.cpus else {})},
             error=error,
             samples_ns={} if shard is None else {"send_lag": self.send_lag_ns, "loop_lag": self.loop_lag_ns,

@@ -1,5 +1,6 @@
-"""The driver's measurement of itself: send lag and loop lag summaries and the collector's pauses
-during a drive (runs.driver_overhead_json; docs/timing.md, docs/performance.md)."""
+"""The driver's measurement of itself: send lag and loop lag summaries, the collector's pauses and
+the loop thread's wait for a CPU during a drive (runs.driver_overhead_json; docs/timing.md,
+docs/performance.md)."""
 
 from __future__ import annotations
 
@@ -63,3 +64,32 @@ class GcPauses:
     def summary(self) -> dict[str, Any]:
         return {"collections": self.count, "max_ms": [round(x / 1e6, 3) for x in self.max_ns],
                 "total_ms": round(self.total_ns / 1e6, 3)}
+
+
+SCHEDSTAT = "/proc/thread-self/schedstat"  # Linux: ns on a CPU, ns waiting on a runqueue, timeslices
+
+
+def _schedstat() -> tuple[int, int] | None:
+    try:
+        with open(SCHEDSTAT) as f:
+            _, wait, slices = f.read().split()[:3]
+        return int(wait), int(slices)
+    except (OSError, ValueError):  # not Linux, or a kernel built without schedstats
+        return None
+
+
+class RunqueueWait:
+    """How long the calling thread (the drive's loop) was ready to run but waiting for a CPU,
+    from the kernel's schedstat (docs/timing.md). A loop-lag probe sees only the passes it
+    waits through, 10 ms apart; this counts every moment the process was kept off a core, the
+    host's share of a late stamp. Made on the thread it measures; None where there is no
+    schedstat."""
+
+    def __init__(self) -> None:
+        self._start = _schedstat()
+
+    def summary(self) -> dict[str, Any] | None:
+        end = _schedstat()
+        if self._start is None or end is None:
+            return None
+        return {"wait_ms": round((end[0] - self._start[0]) / 1e6, 3), "timeslices": end[1] - self._start[1]}

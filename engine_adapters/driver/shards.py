@@ -103,6 +103,15 @@ class ShardRole:
         self.barrier.abort()
 
 
+def _runqueue(parts: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The shards' runqueue waits: summed, with the most one shard waited (None if any lacks it)."""
+    if not parts or any(p is None for p in parts):
+        return None
+    waits = [p["wait_ms"] for p in parts if p is not None]
+    return {"wait_ms": round(sum(waits), 3), "max_shard_wait_ms": max(waits),
+            "timeslices": sum(p["timeslices"] for p in parts if p is not None)}
+
+
 def merge_summaries(parts: Sequence[DriveSummary], *, cancelled: bool) -> DriveSummary:
     """One DriveSummary from the shards' (in shard order; `cancelled` as the parent decided)."""
     first = parts[0]
@@ -118,6 +127,7 @@ def merge_summaries(parts: Sequence[DriveSummary], *, cancelled: bool) -> DriveS
         "deferred_sends": sum(p.overhead.get("deferred_sends", 0) for p in parts),
         "cpu_s": round(sum(p.overhead.get("cpu_s", 0.0) for p in parts), 4),
         "page_faults": sum(p.overhead.get("page_faults", 0) for p in parts),
+        "runqueue": _runqueue([p.overhead.get("runqueue") for p in parts]),
         "gc": {"collections": [sum(g.get("collections", [0, 0, 0])[i] for g in gcs) for i in range(3)],
                "max_ms": [max(g.get("max_ms", [0, 0, 0])[i] for g in gcs) for i in range(3)],
                "total_ms": round(sum(g.get("total_ms", 0.0) for g in gcs), 3)},
@@ -126,6 +136,7 @@ def merge_summaries(parts: Sequence[DriveSummary], *, cancelled: bool) -> DriveS
                     "loop_lag_max_ms": (p.overhead.get("loop_lag") or {}).get("max_ms"),
                     "gc_collections": (p.overhead.get("gc") or {}).get("collections"),
                     "page_faults": p.overhead.get("page_faults"), "heap": p.overhead.get("heap"),
+                    "runqueue": p.overhead.get("runqueue"),
                     **({"cpus": p.overhead["cpus"]} if "cpus" in p.overhead else {})} for p in parts],
     }
     error = next((p.error for p in parts if p.error and not p.error.startswith(PEER_STOPPED)), None)
