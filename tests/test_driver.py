@@ -235,6 +235,9 @@ def test_probe_command_stores_an_exploratory_run(server, prompt, tmp_path, capsy
     assert rc == 1  # two in-stream errors among four requests
     assert "TTFA p50" in text and "failed: in_stream_error" in text and "uvloop" in text
     doc = json.loads(out_json.read_text())
+    # how long the host kept the driver's loop off a CPU (docs/timing.md), as stored, to the microsecond
+    waited = doc["driver"]["runqueue"]  # null on a kernel without schedstat
+    assert (f"driver off-CPU {waited['wait_ms']:.3f} ms" if waited else "driver off-CPU -") in text
     assert doc["metrics"]["completed"] == 2 and doc["metrics"]["failures_by_class"] == {"in_stream_error": 2}
     from data.store import Store
 
