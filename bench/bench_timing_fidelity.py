@@ -441,6 +441,7 @@ def summarise(runs: dict[int, dict[str, list[dict]]]) -> dict:
                         "failed": _top(rows, "failed"),
                         "loop_lag_max_ms": _top(rows, "loop_lag_max_ms"),
                         "opening_ms": _top(rows, "opening_ms"),
+                        "runqueue_wait_max_shard_ms": _top(rows, "runqueue_wait_max_shard_ms"),
                         "engine_slip_p50_ms": _slip(rows, "slip_p50_ms"), "engine_slip_p99_ms": _slip(rows, "slip_p99_ms"),
                         "engine_slip_max_ms": _slip(rows, "slip_max_ms", _top),
                         "engine_timeline_breaks": _slip(rows, "timeline_breaks", _top),
@@ -464,13 +465,14 @@ def print_table(summary: dict, clients: list[str], shards: list[int | str] | Non
                 sends_per_pass: list[int] | None = None) -> None:
     print("arrival - emit skew (ms) over audio events; median of the repeats (max, loop lag and slip max: "
           "the highest); engine slip = the engine's own write time - its step's due time, same run; "
-          "write gap = the engine's emit stamp to its write's return (an upper bound on the engine's share)")
+          "write gap = the engine's emit stamp to its write's return (an upper bound on the engine's share); "
+          "off-CPU = the most one driver process's loop waited for a CPU over the run (schedstat)")
     vs = variants(clients, shards or [1], sends_per_pass)
     cols = [key for key, *_ in vs] + ["plain"]
     labels = {key: label for key, label, *_ in vs}
     head = (f"{'C':>5} {'client':>16} {'live max':>8} {'live med':>8} {'events/s':>9} {'p50':>7} {'p99':>7} "
             f"{'max':>7} {'CPU us/ev':>9} {'loop lag':>8} {'slip p50':>8} {'slip p99':>8} {'slip max':>8} {'breaks':>6} "
-            f"{'gap p99':>8} {'gap max':>8} {'opening':>7} {'failed':>6}")
+            f"{'gap p99':>8} {'gap max':>8} {'opening':>7} {'off-CPU':>7} {'failed':>6}")
     print(head)
     for c, row in summary["per_concurrency"].items():
         for who in cols:
@@ -483,7 +485,7 @@ def print_table(summary: dict, clients: list[str], shards: list[int | str] | Non
                   f"{r['loop_lag_max_ms']:>8.3f} {r['engine_slip_p50_ms']:>8.3f} {r['engine_slip_p99_ms']:>8.3f} "
                   f"{r['engine_slip_max_ms']:>8.3f} {r['engine_timeline_breaks']:>6.0f} "
                   f"{r['engine_write_gap_p99_ms']:>8.3f} {r['engine_write_gap_max_ms']:>8.3f} {r['opening_ms']:>7.1f} "
-                  f"{r['failed']:>6.0f}")
+                  f"{r['runqueue_wait_max_shard_ms']:>7.1f} {r['failed']:>6.0f}")
         if "worst_p99_ratio" in row:
             print(f"{c:>5} {'p99 ratio':>16} driver/plain {row['driver']['p99_ms'] / row['plain']['p99_ms']:.2f} "
                   f"(medians), worst pair {row['worst_p99_ratio']:.2f}")
