@@ -264,12 +264,13 @@ def record_run(
                    launch_id=launch_id, pool=pool, repeat_index=repeat_index, note=note, params=params,
                    telemetry=telemetry, live=live)
     sink = BatchSink(store, run)
-    proc = DriverProcess(spec, sink, live.inflight if live else None).start()
-    progress = Progress(run.total, on_progress)
-    try:
-        receive_batches(proc, progress)
-    finally:
-        status = close_run(store, run, sink, proc, progress, engine_process)
+    with store.single_threaded():  # the store's work stays on the decoder's idle-priority thread
+        proc = DriverProcess(spec, sink, live.inflight if live else None).start()
+        progress = Progress(run.total, on_progress)
+        try:
+            receive_batches(proc, progress)
+        finally:
+            status = close_run(store, run, sink, proc, progress, engine_process)
     if live:
         live.run_ended(spec.run_id, status)
     if progress.interrupted:
