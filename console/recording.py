@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -264,12 +265,15 @@ def record_run(
                    launch_id=launch_id, pool=pool, repeat_index=repeat_index, note=note, params=params,
                    telemetry=telemetry, live=live)
     sink = BatchSink(store, run)
-    with store.single_threaded():  # the store's work stays on the decoder's idle-priority thread
+    progress = Progress(run.total, on_progress)
+    with ExitStack() as driving:
+        # while the driver drives, the store's work stays on the decoder's idle-priority thread
+        driving.enter_context(store.single_threaded())
         proc = DriverProcess(spec, sink, live.inflight if live else None).start()
-        progress = Progress(run.total, on_progress)
         try:
             receive_batches(proc, progress)
         finally:
+            driving.close()  # the drive is over: closing the run (its digest's sorted scans) uses every thread
             status = close_run(store, run, sink, proc, progress, engine_process)
     if live:
         live.run_ended(spec.run_id, status)
