@@ -135,7 +135,8 @@ def opening_ms(spans: list[tuple[int, int]], c: int) -> float:
 
 
 def driver_side(url: str, c: int, reqs: list[RequestSpec], tmp: Path, client: str, live: bool = False,
-                shards: int | str = 1, cpus: tuple[int, ...] = (), sends_per_pass: int = SENDS_PER_PASS) -> Side:
+                shards: int | str = 1, cpus: tuple[int, ...] = (), sends_per_pass: int = SENDS_PER_PASS,
+                store_threads: int | None = 1) -> Side:
     """The driver as the console runs it: `record_run` into a DuckDB file (decoding, WAV writing
     and store writes in this process while the driver process(es) stamp), figures read back by SQL;
     with `live`, a LiveFeed follows the run as under `campaign run` (in-flight reports included)."""
@@ -144,7 +145,8 @@ def driver_side(url: str, c: int, reqs: list[RequestSpec], tmp: Path, client: st
                      request_options={"client": client}, shards=shards, cpus=cpus, sends_per_pass=sends_per_pass)
     t0 = time.perf_counter_ns()
     with open_store(tmp / "fidelity.duckdb") as store, (LiveFeed(tmp / "fidelity.duckdb") if live else nullcontext()) as feed:
-        record_run(store, spec, engine="reference", kind="exploratory", telemetry=False, live=feed)
+        record_run(store, spec, engine="reference", kind="exploratory", telemetry=False, live=feed,
+                   store_threads=store_threads)
         t1 = time.perf_counter_ns()
         rows = store.con.execute("SELECT t_arrival_ns, t_arrival_ns - server_emit_ns, request_index FROM chunks "
                                  "WHERE run_id = ? AND kind = 'audio' AND server_emit_ns IS NOT NULL", [run_id]).fetchall()
@@ -353,8 +355,8 @@ def variants(clients: list[str], shards: list[int | str],
 def measure(concurrencies: list[int], clients: str | list[str] = DEFAULT_TRANSPORT, *, profile: str | None = None,
             profiles_file: Path | None = None, requests_per_c: dict[int, int] | None = None, waves: int = 2,
             plain: bool = True, repeats: int = 1, live: bool = False, shards: list[int | str] | None = None,
-            log=lambda line: None, pin: bool = False,
-            sends_per_pass: list[int] | None = None) -> dict[int, dict[str, list[dict]]]:
+            log=lambda line: None, pin: bool = False, sends_per_pass: list[int] | None = None,
+            store_threads: int | None = 1) -> dict[int, dict[str, list[dict]]]:
     """Per C: {"driver": [figures per repeat], "driver:<label>": ..., "plain": ...} (see `variants`).
     The engine runs `profile` (built-in or from `profiles_file`), else `fidelity`. `pin`: the
     engine on CPU 0, driver process k on CPU 1 + k (cycling), the plain client on CPUs 1..n-1."""
@@ -384,7 +386,8 @@ def measure(concurrencies: list[int], clients: str | list[str] = DEFAULT_TRANSPO
                     got = runs.setdefault(c, {})
                     sides: list[tuple[str, Side]] = []
                     for key, _, cl, k, p in variants(clients, shards or [1], sends_per_pass):
-                        sides.append((key, driver_side(eng.spec.url, c, reqs, tmp, cl, live, k, clients_cpus, p)))
+                        sides.append((key, driver_side(eng.spec.url, c, reqs, tmp, cl, live, k, clients_cpus, p,
+                                                       store_threads)))
                         sides[-1][1].engine = engine_schedule(eng.spec.url, sides[-1][1].t0, sides[-1][1].t1)
                     if plain:
                         bodies = [json.dumps(d.build_body(r.text, str(prompt), None)).encode() for r in reqs]
@@ -531,6 +534,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sends-per-pass", default=str(SENDS_PER_PASS),
                     help="comma-separated budgets of request sends per loop pass of a driver process "
                          f"(default {SENDS_PER_PASS}; a large value is unpaced); each driver client runs once per value")
+    ap.add_argument("--store-threads", default="1",
+                    help="DuckDB threads of the bench's store while a driver run records (record_run's "
+                         "store_threads; default 1, as `campaign run`); 'all' leaves DuckDB's own count")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--waves", type=int, default=2, help="requests per C = max(32, waves x C)")
     ap.add_argument("--live", action="store_true", help="drive with a LiveFeed attached, as `campaign run` does")
@@ -559,16 +565,26 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--sends-per-pass: {args.sends_per_pass!r} is not a list of integers >= 1")
     if not budgets or any(b < 1 for b in budgets):
         ap.error(f"--sends-per-pass: {args.sends_per_pass!r} is not a list of integers >= 1")
+    store_threads: int | None = None
+    if args.store_threads != "all":
+        try:
+            store_threads = int(args.store_threads)
+        except ValueError:
+            store_threads = 0
+        if store_threads < 1:
+            ap.error(f"--store-threads: {args.store_threads!r} is not an integer >= 1 or 'all'")
     if args.repeats < 1 or any(c < 1 for c in cs):
         ap.error("--repeats and every concurrency must be >= 1")
     started = time.time()
     runs = measure(cs, clients, profile=args.profile, profiles_file=args.profiles_file, repeats=args.repeats,
                    waves=args.waves, live=args.live, shards=shards, pin=args.pin, sends_per_pass=budgets,
+                   store_threads=store_threads,
                    log=lambda line: print(line, file=sys.stderr, flush=True))
     summary = summarise(runs)
     print(f"profile {args.profile or 'fidelity'}; {args.repeats} repeat(s); clients {', '.join(clients)} vs plain aiohttp"
           f"{'; live feed attached' if args.live else ''}{'; pinned to CPUs' if args.pin else ''}; "
           f"driver shards {', '.join(map(str, shards))}; sends per pass {', '.join(map(str, budgets))}; "
+          f"store threads while recording {args.store_threads}; "
           f"{os.cpu_count()} CPUs")
     print_table(summary, clients, shards, budgets)
     if args.json:
@@ -579,7 +595,7 @@ def main(argv: list[str] | None = None) -> int:
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
                         "processor": platform.processor()},
             "wall_s": round(time.time() - started, 1), "profile": args.profile or "fidelity", "clients": clients,
-            "shards": shards, "sends_per_pass": budgets, "pinned": args.pin,
+            "shards": shards, "sends_per_pass": budgets, "store_threads": args.store_threads, "pinned": args.pin,
             "summary": {str(c): v for c, v in summary["per_concurrency"].items()},
             "worst_pair": summary["worst_pair"], "ceiling": summary["ceiling"],
             "runs": {str(c): got for c, got in runs.items()},

@@ -256,11 +256,14 @@ def record_run(
     on_progress: Callable[[int, int], None] | None = None,
     live: Any = None,
     engine_process: EngineProcess | None = None,
+    store_threads: int | None = 1,
 ) -> str:
     """Drive `spec` and store everything; returns the run id. Re-raises KeyboardInterrupt after
     marking the run incomplete and storing what arrived. With `engine_process`, a run during
     which that engine exited or crashed is 'failed' with the cause in `note` (its requests stay
-    stored; no aggregate uses a failed run, docs/engines.md)."""
+    stored; no aggregate uses a failed run, docs/engines.md). While the driver drives, the
+    store's DuckDB uses `store_threads` threads: 1, all its work on the decoder's idle-priority
+    thread (docs/timing.md); None leaves the count as it is, for a bench's comparison."""
     run = open_run(store, spec, engine=engine, kind=kind, plan_hash=plan_hash, cell_key=cell_key,
                    launch_id=launch_id, pool=pool, repeat_index=repeat_index, note=note, params=params,
                    telemetry=telemetry, live=live)
@@ -268,7 +271,8 @@ def record_run(
     progress = Progress(run.total, on_progress)
     with ExitStack() as driving:
         # while the driver drives, the store's work stays on the decoder's idle-priority thread
-        driving.enter_context(store.single_threaded())
+        if store_threads is not None:
+            driving.enter_context(store.single_threaded(store_threads))
         proc = DriverProcess(spec, sink, live.inflight if live else None).start()
         try:
             receive_batches(proc, progress)

@@ -101,7 +101,9 @@ class _Watch:
         pass
 
 
-def test_a_recorded_run_stores_single_threaded_and_restores_the_count(store, tmp_path, prompt):
+@pytest.mark.parametrize("store_threads,seen", [(1, 1), (None, 2)])
+def test_a_recorded_run_stores_single_threaded_and_restores_the_count(store, tmp_path, prompt, store_threads, seen):
+    """record_run's default; `store_threads=None` (a bench's comparison) leaves DuckDB's count."""
     from reference_server import launch_engine, stop_engine, wait_ready
 
     from console.recording import record_run
@@ -113,11 +115,12 @@ def test_a_recorded_run_stores_single_threaded_and_restores_the_count(store, tmp
     try:
         reqs = [RequestSpec(f"spk-{i}", f"Stored by the decoder, request {i}.", prompt) for i in range(6)]
         spec = DriveSpec("threads", eng.url, "vllm-omni", 3, reqs, timeout_s=60, artifacts_dir=tmp_path / "a")
-        run_id = record_run(store, spec, engine="ref", kind="exploratory", telemetry=False, live=watch)
+        run_id = record_run(store, spec, engine="ref", kind="exploratory", telemetry=False, live=watch,
+                            **({} if store_threads == 1 else {"store_threads": store_threads}))
     finally:
         stop_engine(eng)
     assert store.scalar("SELECT count(*) FROM requests WHERE run_id = ? AND outcome = 'ok'", [run_id]) == 6
-    assert watch.seen and {threads for threads, _ in watch.seen} == {1}, watch.seen
+    assert watch.seen and {threads for threads, _ in watch.seen} == {seen}, watch.seen
     got: list[str] = []  # what idle_priority gets on this machine (SCHED_IDLE, or a nice-19 fallback)
     probe = threading.Thread(target=lambda: got.append(idle_priority()))
     probe.start()
