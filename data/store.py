@@ -208,10 +208,11 @@ class Store:
     @contextmanager
     def single_threaded(self, threads: int = 1) -> Iterator[None]:
         """DuckDB's work on the calling thread alone (or on `threads` threads) until the block
-        ends, then its thread count as it was. While a run records, the store is written from the decoder's idle-priority
-        thread (engine_adapters/driver/priority.py); DuckDB's own worker threads were made at
-        normal priority and took part of every insert and checkpoint, CPU the driver's processes
-        could not then have (docs/timing.md, "What is kept away from the stamps")."""
+        ends, then its thread count as it was. While a run records, the store is written from
+        the decoder's idle-priority thread (engine_adapters/driver/priority.py); DuckDB's own
+        worker threads were made at normal priority and took part of every insert and
+        checkpoint, CPU the driver's processes could not then have (docs/timing.md, "What is
+        kept away from the stamps")."""
         before = int(self.scalar("SELECT current_setting('threads')"))
         self.con.execute(f"SET threads = {int(threads)}")
         try:

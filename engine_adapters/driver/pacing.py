@@ -18,8 +18,8 @@ from collections import deque
 
 
 class SendPacer:
-    """`await pacer.turn()` before a send: immediate while this pass has budget left and nobody
-    waits, otherwise in a later pass, first come first served.
+    """`pacer.turn()` before a send: None to send now, while this pass has budget left and nobody
+    waits; otherwise a future to await, done in a later pass, first come first served.
 
     The budget is reset by a callback queued in the pass before, which runs in its turn among
     that pass's ready callbacks: a send that asks earlier in the same pass is counted against the
@@ -47,7 +47,7 @@ class SendPacer:
         return fut
 
     def _arm(self) -> None:
-        if not self._armed:  # one callback per pass that had a send: it runs at the start of the next
+        if not self._armed:  # one callback per pass that had a send: it runs in the next pass
             self._armed = True
             asyncio.get_running_loop().call_soon(self._next_pass)
 
