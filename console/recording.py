@@ -277,8 +277,10 @@ def record_run(
         try:
             receive_batches(proc, progress)
         finally:
-            driving.close()  # the drive is over: closing the run (its digest's sorted scans) uses every thread
-            status = close_run(store, run, sink, proc, progress, engine_process)
+            try:
+                driving.close()  # the drive is over: closing the run (its digest's sorted scans) uses every thread
+            finally:  # whatever the store said to that, the run is closed with what arrived
+                status = close_run(store, run, sink, proc, progress, engine_process)
     if live:
         live.run_ended(spec.run_id, status)
     if progress.interrupted:
