@@ -54,7 +54,7 @@ from engine_adapters.driver import DriveSpec, RequestSpec  # noqa: E402
 from engine_adapters.driver.spec import SENDS_PER_PASS  # noqa: E402
 from engine_adapters.driver.overhead import cpu_us_per_event  # noqa: E402
 from stats.metrics import run_metrics  # noqa: E402
-from engine_adapters.driver.shards import check_shards  # noqa: E402
+from engine_adapters.driver.shards import check_shards, slot_shard  # noqa: E402
 from engine_adapters.lifecycle import EngineProcess  # noqa: E402
 from data.plans import EngineSpec  # noqa: E402
 from engine_adapters.transport import TRANSPORTS  # noqa: E402
@@ -164,28 +164,26 @@ def driver_side(url: str, c: int, reqs: list[RequestSpec], tmp: Path, client: st
     by_shard: dict[int, list[int]] = {}
     for i, t in reads:
         by_shard.setdefault(shard_of(i), []).append(t)
+    loop_lag = overhead.get("loop_lag") or {}
     return Side([d for _, d, _ in rows], [a for a, _, _ in rows], [tuple(s) for s in spans], overhead.get("cpu_s", float("nan")),
-                t0, t1, (overhead.get("loop_lag") or {}).get("max_ms"), overhead.get("gc"),
-                len(overhead.get("shards") or [None]), overhead.get("start_spread_ms"), failed=failed,
-                loop_lag_worst=(overhead.get("loop_lag") or {}).get("worst") or [],
-                loop_lag_teardown_max_ms=(overhead.get("loop_lag") or {}).get("teardown_max_ms"),
-                deferred_sends=overhead.get("deferred_sends"), runqueue=overhead.get("runqueue"), event_shards=[shard_of(i) for _, _, i in rows],
-                shard_reads={sh: np.unique(ts) for sh, ts in by_shard.items()})
+                t0, t1, loop_lag.get("max_ms"), overhead.get("gc"), k, overhead.get("start_spread_ms"), failed=failed,
+                loop_lag_worst=loop_lag.get("worst") or [], loop_lag_teardown_max_ms=loop_lag.get("teardown_max_ms"),
+                deferred_sends=overhead.get("deferred_sends"), runqueue=overhead.get("runqueue"),
+                event_shards=[shard_of(i) for _, _, i in rows], shard_reads={sh: np.unique(ts) for sh, ts in by_shard.items()})
 
 
 def reader_of(c: int, n: int, k: int):
     """request index -> the driver process that ran it, for a drive of n requests on c slots over
-    k processes with no warmup (engine_adapters/driver/shards.py: slot p mod c, dealt round-robin)."""
+    k processes with no warmup (the measured phase's positions are the request indexes)."""
     slots = min(c, n) or 1
-    return lambda i: (i % slots) % k
+    return lambda i: slot_shard(i, slots, k)
 
 
 def shard_wait(side: Side, e: int) -> dict:
     """While audio event e waited (its emit to its arrival): the longest the process that read it
     went without reading anything (from the emit on), and how many reads the other processes made
-    meanwhile. A long
-    silence with the others reading means that process was not running, not that the bytes
-    were late for everyone."""
+    meanwhile. A long silence with the others reading means that process was not running, not that
+    the bytes were late for everyone."""
     if not side.shard_reads:
         return {}
     t1 = side.arrivals[e]
@@ -328,9 +326,9 @@ def figures(side: Side, c: int) -> dict:
     out["shards"] = side.shards
     if side.deferred_sends is not None:
         out["deferred_sends"] = side.deferred_sends
-    if side.runqueue is not None:  # one process: its wait is the most one process waited
+    if side.runqueue is not None:
         out["runqueue_wait_ms"] = side.runqueue["wait_ms"]
-        out["runqueue_wait_max_shard_ms"] = side.runqueue.get("max_shard_wait_ms", side.runqueue["wait_ms"])
+        out["runqueue_wait_max_shard_ms"] = side.runqueue["max_shard_wait_ms"]
     out["worst"] = worst_moments(side)
     if side.start_spread_ms is not None:
         out["start_spread_ms"] = side.start_spread_ms
@@ -567,12 +565,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--sends-per-pass: {args.sends_per_pass!r} is not a list of integers >= 1")
     store_threads: int | None = None
     if args.store_threads != "all":
-        try:
-            store_threads = int(args.store_threads)
-        except ValueError:
-            store_threads = 0
-        if store_threads < 1:
+        if not args.store_threads.isdigit() or int(args.store_threads) < 1:
             ap.error(f"--store-threads: {args.store_threads!r} is not an integer >= 1 or 'all'")
+        store_threads = int(args.store_threads)
     if args.repeats < 1 or any(c < 1 for c in cs):
         ap.error("--repeats and every concurrency must be >= 1")
     started = time.time()

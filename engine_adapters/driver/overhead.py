@@ -89,7 +89,19 @@ class RunqueueWait:
         self._start = _schedstat()
 
     def summary(self) -> dict[str, Any] | None:
+        """This process's wait as driver_overhead_json.runqueue (`runqueue_summary` of one)."""
         end = _schedstat()
         if self._start is None or end is None:
             return None
-        return {"wait_ms": round((end[0] - self._start[0]) / 1e6, 3), "timeslices": end[1] - self._start[1]}
+        return runqueue_summary([{"wait_ms": round((end[0] - self._start[0]) / 1e6, 3),
+                                  "timeslices": end[1] - self._start[1]}])
+
+
+def runqueue_summary(waits: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """driver_overhead_json.runqueue over the drive's processes (one, or every shard): the waits
+    summed, the most one process waited, the timeslices summed; None if any process has none."""
+    if not waits or any(w is None for w in waits):
+        return None
+    ms = [w["wait_ms"] for w in waits if w is not None]
+    return {"wait_ms": round(sum(ms), 3), "max_shard_wait_ms": max(ms),
+            "timeslices": sum(w["timeslices"] for w in waits if w is not None)}

@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Sequence, TypeVar
 
-from engine_adapters.driver.overhead import loop_lag_summary, summarise_ns
+from engine_adapters.driver.overhead import loop_lag_summary, runqueue_summary, summarise_ns
 from engine_adapters.driver.results import DriveSummary
 
 AUTO = "auto"
@@ -53,12 +53,18 @@ def check_shards(value: Any) -> None:
         raise ValueError(f"shards must be an integer >= 1 or {AUTO!r}, got {value!r}")
 
 
+def slot_shard(position: int, slots: int, count: int) -> int:
+    """The shard that runs a phase's item at `position`: its closed-loop slot (position mod the
+    phase's `slots`), dealt round-robin to `count` shards."""
+    return (position % slots) % count
+
+
 def shard_items(items: Sequence[T], concurrency: int, index: int, count: int) -> tuple[list[T], int]:
     """(the items shard `index` of `count` runs, in order; how many workers it runs them with)."""
     c = min(concurrency, len(items))
     if count == 1 or c == 0:
         return list(items), c
-    mine = [x for p, x in enumerate(items) if (p % c) % count == index]
+    mine = [x for p, x in enumerate(items) if slot_shard(p, c, count) == index]
     return mine, len(range(index, c, count))
 
 
@@ -103,15 +109,6 @@ class ShardRole:
         self.barrier.abort()
 
 
-def _runqueue(parts: list[dict[str, Any] | None]) -> dict[str, Any] | None:
-    """The shards' runqueue waits: summed, with the most one shard waited (None if any lacks it)."""
-    if not parts or any(p is None for p in parts):
-        return None
-    waits = [p["wait_ms"] for p in parts if p is not None]
-    return {"wait_ms": round(sum(waits), 3), "max_shard_wait_ms": max(waits),
-            "timeslices": sum(p["timeslices"] for p in parts if p is not None)}
-
-
 def merge_summaries(parts: Sequence[DriveSummary], *, cancelled: bool) -> DriveSummary:
     """One DriveSummary from the shards' (in shard order; `cancelled` as the parent decided)."""
     first = parts[0]
@@ -127,7 +124,7 @@ def merge_summaries(parts: Sequence[DriveSummary], *, cancelled: bool) -> DriveS
         "deferred_sends": sum(p.overhead.get("deferred_sends", 0) for p in parts),
         "cpu_s": round(sum(p.overhead.get("cpu_s", 0.0) for p in parts), 4),
         "page_faults": sum(p.overhead.get("page_faults", 0) for p in parts),
-        "runqueue": _runqueue([p.overhead.get("runqueue") for p in parts]),
+        "runqueue": runqueue_summary([p.overhead.get("runqueue") for p in parts]),
         "gc": {"collections": [sum(g.get("collections", [0, 0, 0])[i] for g in gcs) for i in range(3)],
                "max_ms": [max(g.get("max_ms", [0, 0, 0])[i] for g in gcs) for i in range(3)],
                "total_ms": round(sum(g.get("total_ms", 0.0) for g in gcs), 3)},
