@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from contextlib import ExitStack
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -269,18 +269,16 @@ def record_run(
                    telemetry=telemetry, live=live)
     sink = BatchSink(store, run)
     progress = Progress(run.total, on_progress)
-    with ExitStack() as driving:
-        # while the driver drives, the store's work stays on the decoder's idle-priority thread
-        if store_threads is not None:
-            driving.enter_context(store.single_threaded(store_threads))
-        proc = DriverProcess(spec, sink, live.inflight if live else None).start()
-        try:
+    proc: DriverProcess | None = None
+    try:
+        # while the driver drives, the store's work stays on the decoder's idle-priority thread;
+        # closing the run (its digest's sorted scans) gets every thread back
+        with store.single_threaded(store_threads) if store_threads is not None else nullcontext():
+            proc = DriverProcess(spec, sink, live.inflight if live else None).start()
             receive_batches(proc, progress)
-        finally:
-            try:
-                driving.close()  # the drive is over: closing the run (its digest's sorted scans) uses every thread
-            finally:  # whatever the store said to that, the run is closed with what arrived
-                status = close_run(store, run, sink, proc, progress, engine_process)
+    finally:
+        if proc is not None:  # a driver that never started has no run to close; its error goes on
+            status = close_run(store, run, sink, proc, progress, engine_process)
     if live:
         live.run_ended(spec.run_id, status)
     if progress.interrupted:
