@@ -52,9 +52,10 @@ from data.store import open_store  # noqa: E402
 from engine_adapters.dialects import get_dialect  # noqa: E402
 from engine_adapters.driver import DriveSpec, RequestSpec  # noqa: E402
 from engine_adapters.driver.spec import SENDS_PER_PASS  # noqa: E402
-from engine_adapters.driver.overhead import cpu_us_per_event  # noqa: E402
+from engine_adapters.driver.overhead import cpu_steal_ms, cpu_us_per_event  # noqa: E402
 from stats.metrics import run_metrics  # noqa: E402
 from engine_adapters.driver.shards import check_shards, slot_shard  # noqa: E402
+from engine_adapters.driver.stall_trace import explain_gap  # noqa: E402
 from engine_adapters.lifecycle import EngineProcess  # noqa: E402
 from data.plans import EngineSpec  # noqa: E402
 from engine_adapters.transport import TRANSPORTS  # noqa: E402
@@ -126,6 +127,8 @@ class Side:
     runqueue: dict | None = None  # the driver's loop thread(s) ready but off a CPU (docs/timing.md)
     event_shards: list[int] = field(default_factory=list)  # per audio event (as `deltas`): the driver process that read it
     shard_reads: dict[int, np.ndarray] = field(default_factory=dict)  # driver process -> its sorted distinct read stamps
+    steal_ms: list[float] | None = None  # per CPU, the hypervisor's steal over the run (/proc/stat)
+    traces: list[dict] = field(default_factory=list)  # per driver process, with --trace: its gaps and sender spans (stall_trace.py)
 
 
 def opening_ms(spans: list[tuple[int, int]], c: int) -> float:
@@ -136,13 +139,14 @@ def opening_ms(spans: list[tuple[int, int]], c: int) -> float:
 
 def driver_side(url: str, c: int, reqs: list[RequestSpec], tmp: Path, client: str, live: bool = False,
                 shards: int | str = 1, cpus: tuple[int, ...] = (), sends_per_pass: int = SENDS_PER_PASS,
-                store_threads: int | None = 1) -> Side:
+                store_threads: int | None = 1, trace: bool = False, busy_poll_us: int = 0) -> Side:
     """The driver as the console runs it: `record_run` into a DuckDB file (decoding, WAV writing
     and store writes in this process while the driver process(es) stamp), figures read back by SQL;
     with `live`, a LiveFeed follows the run as under `campaign run` (in-flight reports included)."""
-    run_id = f"fid-c{c}-{client}-k{shards}-p{sends_per_pass}-{time.monotonic_ns()}"
+    run_id = f"fid-c{c}-{client}-k{shards}-p{sends_per_pass}-bp{busy_poll_us}-{time.monotonic_ns()}"
     spec = DriveSpec(run_id, url, "vllm-omni", c, reqs, timeout_s=300, artifacts_dir=tmp / "art",
-                     request_options={"client": client}, shards=shards, cpus=cpus, sends_per_pass=sends_per_pass)
+                     request_options={"client": client}, shards=shards, cpus=cpus, sends_per_pass=sends_per_pass,
+                     trace_stalls=trace, busy_poll_us=busy_poll_us)
     t0 = time.perf_counter_ns()
     with open_store(tmp / "fidelity.duckdb") as store, (LiveFeed(tmp / "fidelity.duckdb") if live else nullcontext()) as feed:
         record_run(store, spec, engine="reference", kind="exploratory", telemetry=False, live=feed,
@@ -169,7 +173,9 @@ def driver_side(url: str, c: int, reqs: list[RequestSpec], tmp: Path, client: st
                 t0, t1, loop_lag.get("max_ms"), overhead.get("gc"), k, overhead.get("start_spread_ms"), failed=failed,
                 loop_lag_worst=loop_lag.get("worst") or [], loop_lag_teardown_max_ms=loop_lag.get("teardown_max_ms"),
                 deferred_sends=overhead.get("deferred_sends"), runqueue=overhead.get("runqueue"),
-                event_shards=[shard_of(i) for _, _, i in rows], shard_reads={sh: np.unique(ts) for sh, ts in by_shard.items()})
+                event_shards=[shard_of(i) for _, _, i in rows], shard_reads={sh: np.unique(ts) for sh, ts in by_shard.items()},
+                traces=[s["trace"] for s in overhead["shards"]] if "trace" in (overhead.get("shards") or [{}])[0]
+                else [overhead["trace"]] if "trace" in overhead else [])
 
 
 def reader_of(c: int, n: int, k: int):
@@ -195,7 +201,13 @@ def shard_wait(side: Side, e: int) -> dict:
     silent = float(np.diff(window).max()) / 1e6 if window.size > 1 else 0.0
     others = sum(int(np.searchsorted(ts, t1, side="right") - np.searchsorted(ts, t0, side="left"))
                  for o, ts in side.shard_reads.items() if o != sh)
-    return {"shard": sh, "shard_silent_ms": round(silent, 3), "other_shards_reads": others}
+    out = {"shard": sh, "shard_silent_ms": round(silent, 3), "other_shards_reads": others}
+    if side.traces:  # what that process's loop thread did in the gap before the event's read
+        overlapping = [g for g in side.traces[sh]["gaps"] if g[0] < t1 and g[1] > t0]
+        if overlapping:
+            gap = max(overlapping, key=lambda g: g[1] - g[0])
+            out["gap"] = explain_gap(gap, side.traces[sh]["sender"], t0)
+    return out
 
 
 async def _plain(url: str, c: int, bodies: list[bytes]) -> dict:
@@ -262,11 +274,24 @@ def plain_side(url: str, c: int, bodies: list[bytes], cpus: tuple[int, ...] = ()
     return Side(res["deltas"], res["arrivals"], res["spans"], res["cpu_s"], t0, t1, failed=res["failed"])
 
 
-def engine_schedule(url: str, t0: int, t1: int) -> dict:
-    """The engine's own schedule slip over [t0, t1] (perf_counter_ns is CLOCK_MONOTONIC: one clock
-    for the bench, the clients and the engine on this host)."""
-    with urllib.request.urlopen(f"{url}/stats?since_ns={t0}&until_ns={t1}", timeout=30) as r:
+def engine_schedule(url: str, side: Side) -> dict:
+    """The engine's own schedule slip over the side's run [t0, t1] (perf_counter_ns is
+    CLOCK_MONOTONIC: one clock for the bench, the clients and the engine on this host), with the
+    engine's own view (`at`) of the run's latest events' chunks, found by their emit stamps."""
+    emits = ",".join(str(side.arrivals[i] - side.deltas[i]) for i in latest(side))
+    with urllib.request.urlopen(f"{url}/stats?since_ns={side.t0}&until_ns={side.t1}&emits={emits}", timeout=30) as r:
         return json.loads(r.read())["schedule"]
+
+
+def steal_since(before: list[float] | None) -> list[float] | None:
+    """Per CPU, the hypervisor's steal (ms) since `before` (cpu_steal_ms), None off Linux."""
+    after = cpu_steal_ms()
+    return None if before is None or after is None else [round(b - a, 1) for a, b in zip(before, after)]
+
+
+def latest(side: Side, n: int = 5) -> list[int]:
+    """The indexes of the side's n latest audio events, latest first."""
+    return [int(i) for i in np.argsort(side.deltas)[::-1][:n]] if side.deltas else []
 
 
 def live_streams(spans: list[tuple[int, int]], arrivals: list[int]) -> tuple[int, float]:
@@ -297,9 +322,10 @@ def around(sends: np.ndarray, ends: np.ndarray, t: int) -> dict:
 def worst_moments(side: Side, n: int = 5) -> dict:
     """The n latest events and the driver's n worst loop lags, each with `around` it."""
     sends, ends = np.sort([a for a, _ in side.spans]), np.sort([b for _, b in side.spans])
-    order = np.argsort(side.deltas)[::-1][:n] if side.deltas else []
-    events = [{"skew_ms": side.deltas[i] / 1e6, **around(sends, ends, side.arrivals[i]), **shard_wait(side, int(i))}
-              for i in order]
+    at = side.engine.get("at") or {}
+    events = [{"skew_ms": side.deltas[i] / 1e6, **around(sends, ends, side.arrivals[i]), **shard_wait(side, i),
+               **({"engine": e} if (e := at.get(str(side.arrivals[i] - side.deltas[i]))) else {})}
+              for i in latest(side, n)]
     lags = [{"lag_ms": ms, **around(sends, ends, int(t))} for t, ms in side.loop_lag_worst[:n]]
     return {"latest_events": events, "worst_loop_lags": lags}
 
@@ -326,6 +352,8 @@ def figures(side: Side, c: int) -> dict:
     out["shards"] = side.shards
     if side.deferred_sends is not None:
         out["deferred_sends"] = side.deferred_sends
+    if side.steal_ms is not None:
+        out["steal_ms"], out["steal_max_cpu_ms"] = round(sum(side.steal_ms), 1), max(side.steal_ms, default=0.0)
     if side.runqueue is not None:
         out["runqueue_wait_ms"] = side.runqueue["wait_ms"]
         out["runqueue_wait_max_shard_ms"] = side.runqueue["max_shard_wait_ms"]
@@ -335,18 +363,25 @@ def figures(side: Side, c: int) -> dict:
     return out
 
 
-def variants(clients: list[str], shards: list[int | str],
-             sends_per_pass: list[int] | None = None) -> list[tuple[str, str, str, int | str, int]]:
-    """(result key, label, client, shards, sends per pass) per driver variant: every client at every
-    shard count and send budget; the first is "driver". Labels are the client's name, with /kK when
-    several shard counts are compared and /pN when several send budgets are."""
+ALWAYS_POLL_US = 10**9  # `--busy-poll-us always`: a window longer than any drive
+
+
+def variants(clients: list[str], shards: list[int | str], sends_per_pass: list[int] | None = None,
+             busy_poll_us: list[int] | None = None) -> list[tuple[str, str, str, int | str, int, int]]:
+    """(result key, label, client, shards, sends per pass, busy poll µs) per driver variant: every
+    client at every shard count, send budget and busy-poll window; the first is "driver". Labels
+    are the client's name, with /kK when several shard counts are compared, /pN when several send
+    budgets are and /bpN (µs; /bp-always) when several busy-poll windows are."""
     budgets = sends_per_pass or [SENDS_PER_PASS]
-    out: list[tuple[str, str, str, int | str, int]] = []
+    polls = busy_poll_us or [0]
+    out: list[tuple[str, str, str, int | str, int, int]] = []
     for cl in clients:
         for k in shards:
             for p in budgets:
-                label = cl + (f"/k{k}" if len(shards) > 1 else "") + (f"/p{p}" if len(budgets) > 1 else "")
-                out.append(("driver" if not out else f"driver:{label}", label, cl, k, p))
+                for bp in polls:
+                    label = (cl + (f"/k{k}" if len(shards) > 1 else "") + (f"/p{p}" if len(budgets) > 1 else "")
+                             + (f"/bp{'-always' if bp >= ALWAYS_POLL_US else bp}" if len(polls) > 1 else ""))
+                    out.append(("driver" if not out else f"driver:{label}", label, cl, k, p, bp))
     return out
 
 
@@ -354,7 +389,8 @@ def measure(concurrencies: list[int], clients: str | list[str] = DEFAULT_TRANSPO
             profiles_file: Path | None = None, requests_per_c: dict[int, int] | None = None, waves: int = 2,
             plain: bool = True, repeats: int = 1, live: bool = False, shards: list[int | str] | None = None,
             log=lambda line: None, pin: bool = False, sends_per_pass: list[int] | None = None,
-            store_threads: int | None = 1) -> dict[int, dict[str, list[dict]]]:
+            store_threads: int | None = 1, trace: bool = False,
+            busy_poll_us: list[int] | None = None) -> dict[int, dict[str, list[dict]]]:
     """Per C: {"driver": [figures per repeat], "driver:<label>": ..., "plain": ...} (see `variants`).
     The engine runs `profile` (built-in or from `profiles_file`), else `fidelity`. `pin`: the
     engine on CPU 0, driver process k on CPU 1 + k (cycling), the plain client on CPUs 1..n-1."""
@@ -383,14 +419,18 @@ def measure(concurrencies: list[int], clients: str | list[str] = DEFAULT_TRANSPO
                     reqs = [RequestSpec(f"s{i % 2}-{i}", TEXTS[i % 2], prompt) for i in range(n)]
                     got = runs.setdefault(c, {})
                     sides: list[tuple[str, Side]] = []
-                    for key, _, cl, k, p in variants(clients, shards or [1], sends_per_pass):
-                        sides.append((key, driver_side(eng.spec.url, c, reqs, tmp, cl, live, k, clients_cpus, p,
-                                                       store_threads)))
-                        sides[-1][1].engine = engine_schedule(eng.spec.url, sides[-1][1].t0, sides[-1][1].t1)
+                    for key, _, cl, k, p, bp in variants(clients, shards or [1], sends_per_pass, busy_poll_us):
+                        steal = cpu_steal_ms()
+                        side = driver_side(eng.spec.url, c, reqs, tmp, cl, live, k, clients_cpus, p, store_threads, trace, bp)
+                        side.steal_ms = steal_since(steal)
+                        side.engine = engine_schedule(eng.spec.url, side)
+                        sides.append((key, side))
                     if plain:
                         bodies = [json.dumps(d.build_body(r.text, str(prompt), None)).encode() for r in reqs]
+                        steal = cpu_steal_ms()
                         side = plain_side(eng.spec.url, c, bodies, clients_cpus)
-                        side.engine = engine_schedule(eng.spec.url, side.t0, side.t1)
+                        side.steal_ms = steal_since(steal)
+                        side.engine = engine_schedule(eng.spec.url, side)
                         sides.append(("plain", side))
                     for who, side in sides:
                         f = figures(side, c)
@@ -399,7 +439,8 @@ def measure(concurrencies: list[int], clients: str | list[str] = DEFAULT_TRANSPO
                             f"loop lag {f.get('loop_lag_max_ms')} ms (teardown {f.get('loop_lag_teardown_max_ms')}), "
                             f"opening {f['opening_ms']:.1f} ms, live {f['live_max']}, failed {f['failed']}, "
                             f"off-CPU wait {f.get('runqueue_wait_ms')} ms (most in one process "
-                            f"{f.get('runqueue_wait_max_shard_ms')}), "
+                            f"{f.get('runqueue_wait_max_shard_ms')}), host steal {f.get('steal_ms')} ms (most on one CPU "
+                            f"{f.get('steal_max_cpu_ms')}), "
                             f"engine slip p99 {f['engine'].get('slip_p99_ms')} ms")
                         for kind, moments in f["worst"].items():
                             if moments:
@@ -407,7 +448,14 @@ def measure(concurrencies: list[int], clients: str | list[str] = DEFAULT_TRANSPO
                                     f"{m.get('skew_ms', m.get('lag_ms')):.2f} ms at {m['at_ms']:.0f} ms "
                                     f"(sent {m['sent_10ms_before']}, ended {m['ended_10ms_before']} in the 10 ms before"
                                     + (f"; shard {m['shard']} read nothing for {m['shard_silent_ms']:.2f} ms of it, "
-                                       f"the others read {m['other_shards_reads']} times" if "shard" in m else "") + ")"
+                                       f"the others read {m['other_shards_reads']} times" if "shard" in m else "")
+                                    + (f"; its loop thread, in the {m['gap']['gap_ms']:.2f} ms it read nothing: on a CPU "
+                                       f"{m['gap']['on_cpu_ms']:.2f} ms, waiting for one {m['gap']['runqueue_ms']:.2f}; "
+                                       f"of the {m['gap']['after_emit_ms']:.2f} ms after the emit asleep at least "
+                                       f"{m['gap']['asleep_after_emit_ms']:.2f}, the sender holding the GIL "
+                                       f"{m['gap']['sender_gil_ms']:.2f}" if "gap" in m else "")
+                                    + (f"; the engine: write gap {m['engine']['write_gap_ms']:.2f} ms, bytes left in "
+                                       f"its buffer {m['engine']['queued']}" if "engine" in m else "") + ")"
                                     for m in moments[:3]))
         finally:
             eng.stop()
@@ -443,11 +491,13 @@ def summarise(runs: dict[int, dict[str, list[dict]]]) -> dict:
                         "loop_lag_max_ms": _top(rows, "loop_lag_max_ms"),
                         "opening_ms": _top(rows, "opening_ms"),
                         "runqueue_wait_max_shard_ms": _top(rows, "runqueue_wait_max_shard_ms"),
+                        "steal_ms": _top(rows, "steal_ms"), "steal_max_cpu_ms": _top(rows, "steal_max_cpu_ms"),
                         "engine_slip_p50_ms": _slip(rows, "slip_p50_ms"), "engine_slip_p99_ms": _slip(rows, "slip_p99_ms"),
                         "engine_slip_max_ms": _slip(rows, "slip_max_ms", _top),
                         "engine_timeline_breaks": _slip(rows, "timeline_breaks", _top),
                         "engine_write_gap_p99_ms": _slip(rows, "write_gap_p99_ms"),
-                        "engine_write_gap_max_ms": _slip(rows, "write_gap_max_ms", _top)}
+                        "engine_write_gap_max_ms": _slip(rows, "write_gap_max_ms", _top),
+                        "engine_queued_chunks": _slip(rows, "queued_chunks", _top)}
         if "plain" in got:
             pairs = [(dr["p99_ms"] / pl["p99_ms"], k) for k, (dr, pl) in enumerate(zip(got["driver"], got["plain"]))]
             ratio, rep = max(pairs)
@@ -463,17 +513,19 @@ def summarise(runs: dict[int, dict[str, list[dict]]]) -> dict:
 
 
 def print_table(summary: dict, clients: list[str], shards: list[int | str] | None = None,
-                sends_per_pass: list[int] | None = None) -> None:
+                sends_per_pass: list[int] | None = None, busy_poll_us: list[int] | None = None) -> None:
     print("arrival - emit skew (ms) over audio events; median of the repeats (max, loop lag and slip max: "
           "the highest); engine slip = the engine's own write time - its step's due time, same run; "
           "write gap = the engine's emit stamp to its write's return (an upper bound on the engine's share); "
-          "off-CPU = the most one driver process's loop waited for a CPU over the run (schedstat)")
-    vs = variants(clients, shards or [1], sends_per_pass)
+          "off-CPU = the most one driver process's loop waited for a CPU over the run (schedstat); "
+          "queued = chunks the kernel did not take whole at the engine's write (their write gap is no bound); "
+          "steal = the hypervisor's steal over the run, all CPUs (/proc/stat; the highest repeat)")
+    vs = variants(clients, shards or [1], sends_per_pass, busy_poll_us)
     cols = [key for key, *_ in vs] + ["plain"]
     labels = {key: label for key, label, *_ in vs}
     head = (f"{'C':>5} {'client':>16} {'live max':>8} {'live med':>8} {'events/s':>9} {'p50':>7} {'p99':>7} "
             f"{'max':>7} {'CPU us/ev':>9} {'loop lag':>8} {'slip p50':>8} {'slip p99':>8} {'slip max':>8} {'breaks':>6} "
-            f"{'gap p99':>8} {'gap max':>8} {'opening':>7} {'off-CPU':>7} {'failed':>6}")
+            f"{'gap p99':>8} {'gap max':>8} {'queued':>6} {'opening':>7} {'off-CPU':>7} {'steal':>7} {'failed':>6}")
     print(head)
     for c, row in summary["per_concurrency"].items():
         for who in cols:
@@ -485,8 +537,9 @@ def print_table(summary: dict, clients: list[str], shards: list[int | str] | Non
                   f"{r['p50_ms']:>7.3f} {r['p99_ms']:>7.3f} {r['max_ms']:>7.3f} {r['cpu_us_per_event']:>9.1f} "
                   f"{r['loop_lag_max_ms']:>8.3f} {r['engine_slip_p50_ms']:>8.3f} {r['engine_slip_p99_ms']:>8.3f} "
                   f"{r['engine_slip_max_ms']:>8.3f} {r['engine_timeline_breaks']:>6.0f} "
-                  f"{r['engine_write_gap_p99_ms']:>8.3f} {r['engine_write_gap_max_ms']:>8.3f} {r['opening_ms']:>7.1f} "
-                  f"{r['runqueue_wait_max_shard_ms']:>7.1f} {r['failed']:>6.0f}")
+                  f"{r['engine_write_gap_p99_ms']:>8.3f} {r['engine_write_gap_max_ms']:>8.3f} "
+                  f"{r['engine_queued_chunks']:>6.0f} {r['opening_ms']:>7.1f} "
+                  f"{r['runqueue_wait_max_shard_ms']:>7.1f} {r['steal_ms']:>7.1f} {r['failed']:>6.0f}")
         if "worst_p99_ratio" in row:
             print(f"{c:>5} {'p99 ratio':>16} driver/plain {row['driver']['p99_ms'] / row['plain']['p99_ms']:.2f} "
                   f"(medians), worst pair {row['worst_p99_ratio']:.2f}")
@@ -535,6 +588,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--store-threads", default="1",
                     help="DuckDB threads of the bench's store while a driver run records (record_run's "
                          "store_threads; default 1, as `campaign run`); 'all' leaves DuckDB's own count")
+    ap.add_argument("--busy-poll-us", default="0",
+                    help="comma-separated windows (µs, or 'always') a driver process's loop keeps polling after a "
+                         "read instead of sleeping (DriveSpec.busy_poll_us; default 0: it sleeps); each driver "
+                         "client runs once per value")
+    ap.add_argument("--trace", action="store_true",
+                    help="each driver process records what its loop thread did in every silence of 0.5 ms or more "
+                         "(DriveSpec.trace_stalls; costs a schedstat read per body read): the latest events say it")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--waves", type=int, default=2, help="requests per C = max(32, waves x C)")
     ap.add_argument("--live", action="store_true", help="drive with a LiveFeed attached, as `campaign run` does")
@@ -563,6 +623,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--sends-per-pass: {args.sends_per_pass!r} is not a list of integers >= 1")
     if not budgets or any(b < 1 for b in budgets):
         ap.error(f"--sends-per-pass: {args.sends_per_pass!r} is not a list of integers >= 1")
+    try:
+        polls = [ALWAYS_POLL_US if x.strip() == "always" else int(x) for x in args.busy_poll_us.split(",") if x.strip()]
+    except ValueError:
+        ap.error(f"--busy-poll-us: {args.busy_poll_us!r} is not a list of integers >= 0 or 'always'")
+    if not polls or any(bp < 0 for bp in polls):
+        ap.error(f"--busy-poll-us: {args.busy_poll_us!r} is not a list of integers >= 0 or 'always'")
     store_threads: int | None = None
     if args.store_threads != "all":
         if not args.store_threads.isdigit() or int(args.store_threads) < 1:
@@ -573,15 +639,16 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     runs = measure(cs, clients, profile=args.profile, profiles_file=args.profiles_file, repeats=args.repeats,
                    waves=args.waves, live=args.live, shards=shards, pin=args.pin, sends_per_pass=budgets,
-                   store_threads=store_threads,
+                   store_threads=store_threads, trace=args.trace, busy_poll_us=polls,
                    log=lambda line: print(line, file=sys.stderr, flush=True))
     summary = summarise(runs)
     print(f"profile {args.profile or 'fidelity'}; {args.repeats} repeat(s); clients {', '.join(clients)} vs plain aiohttp"
           f"{'; live feed attached' if args.live else ''}{'; pinned to CPUs' if args.pin else ''}; "
           f"driver shards {', '.join(map(str, shards))}; sends per pass {', '.join(map(str, budgets))}; "
+          f"busy poll (µs) {', '.join('always' if bp >= ALWAYS_POLL_US else str(bp) for bp in polls)}; "
           f"store threads while recording {args.store_threads}; "
           f"{os.cpu_count()} CPUs")
-    print_table(summary, clients, shards, budgets)
+    print_table(summary, clients, shards, budgets, polls)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
@@ -591,6 +658,7 @@ def main(argv: list[str] | None = None) -> int:
                         "processor": platform.processor()},
             "wall_s": round(time.time() - started, 1), "profile": args.profile or "fidelity", "clients": clients,
             "shards": shards, "sends_per_pass": budgets, "store_threads": args.store_threads, "pinned": args.pin,
+            "trace": args.trace, "busy_poll_us": polls,
             "summary": {str(c): v for c, v in summary["per_concurrency"].items()},
             "worst_pair": summary["worst_pair"], "ceiling": summary["ceiling"],
             "runs": {str(c): got for c, got in runs.items()},

@@ -38,7 +38,7 @@ def child_main(spec: DriveSpec | None, conn: Any, cancel_evt: Any, report_inflig
     # when the loop thread wakes with data while the sender thread runs Python code, it waits for
     # the GIL up to the switch interval (5 ms by default) before the sender is made to yield
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    sender = Sender(conn.fileno())
+    sender = Sender(conn.fileno(), trace=spec.trace_stalls)
     try:
         if unpinned:
             raise ValueError(unpinned)
@@ -48,6 +48,8 @@ def child_main(spec: DriveSpec | None, conn: Any, cancel_evt: Any, report_inflig
     except BaseException as exc:  # report, never hang the parent
         sender.put("fatal", f"{type(exc).__name__}: {exc}")
     else:
+        if sender.spans is not None and "trace" in summary.overhead:  # the spans written so far
+            summary.overhead["trace"]["sender"] = list(sender.spans)
         sender.put("summary", summary)
     finally:
         sender.close()

@@ -16,6 +16,7 @@ from typing import Any, Callable
 from engine_adapters.dialects import get_dialect
 from engine_adapters.dialects.base import MAX_EVENT_BYTES
 from engine_adapters.driver.answers import error_text, what_arrived
+from engine_adapters.driver.busy_poll import BusyPoll
 from engine_adapters.driver.decode import decode_batch
 from engine_adapters.driver.heap import prepare_heap, reserve_for
 from engine_adapters.driver.overhead import GcPauses, RunqueueWait, loop_lag_summary, summarise_ns
@@ -24,6 +25,7 @@ from engine_adapters.driver.periodic import Periodic
 from engine_adapters.driver.results import DriveSummary, RawResult
 from engine_adapters.driver.shards import PEER_STOPPED, ShardRole
 from engine_adapters.driver.spec import DriveSpec, RequestSpec
+from engine_adapters.driver.stall_trace import ReadGaps
 from engine_adapters.transport import TRANSPORTS, TransportError
 from engine_adapters.transport_names import DEFAULT_TRANSPORT
 
@@ -60,6 +62,8 @@ class DriveLoop:
         self.teardown_lag_ns: list[int] = []  # probes that ran after the drive's last request ended
         self.sent = 0
         self.pacer = SendPacer(spec.sends_per_pass)
+        self.gaps: ReadGaps | None = None  # made on the loop thread when the drive starts (trace_stalls)
+        self.poll: BusyPoll | None = None  # made when the drive starts (busy_poll_us)
         self.cancelled = False
         self.max_event_bytes = int(opts.get("max_event_bytes", MAX_EVENT_BYTES))
         self.sse = self.dialect.name != "pcm" and self.dialect.request_config(opts).stream
@@ -123,6 +127,25 @@ class DriveLoop:
             return tail.endswith(_DONE_ENDS) and _DONE_TAIL.search(tail[-64:]) is not None
         return sink
 
+    def _traced(self, sink: Callable[[int, bytes], bool]) -> Callable[[int, bytes], bool]:
+        """`sink`, with every read also told to the busy poll and the stall trace when they are on."""
+        hooks = [h for h in (self.poll and self.poll.read, self.gaps and self.gaps.mark) if h]
+        if not hooks:
+            return sink
+        if len(hooks) == 1:
+            hook = hooks[0]
+
+            def hooked(t: int, data: bytes) -> bool:
+                hook(t)
+                return sink(t, data)
+            return hooked
+
+        def hooked_all(t: int, data: bytes) -> bool:
+            for h in hooks:
+                h(t)
+            return sink(t, data)
+        return hooked_all
+
     async def one(self, transport: Any, index: int, req: RequestSpec, warm: bool) -> None:
         """Send one request and collect its stamped reads; decoding happens later, elsewhere."""
         spec = self.spec
@@ -147,7 +170,7 @@ class DriveLoop:
                         raw.failure = ("decode_error", await what_arrived(resp, unexpected))
                         raw.t_end_ns = now()
                     else:
-                        raw.clean_eof = await resp.body(self._sink(raw))
+                        raw.clean_eof = await resp.body(self._traced(self._sink(raw)))
                         raw.t_end_ns = now()
         except TransportError as exc:
             raw.failure = ("transport", str(exc))
@@ -273,6 +296,10 @@ class DriveLoop:
         cpu0 = time.process_time()
         faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         runqueue = RunqueueWait()
+        if spec.trace_stalls:
+            self.gaps = ReadGaps()
+        if spec.busy_poll_us:
+            self.poll = BusyPoll(asyncio.get_running_loop(), spec.busy_poll_us)
 
         async def drive() -> None:
             nonlocal passed
@@ -308,6 +335,8 @@ class DriveLoop:
             if meet and not passed and shard is not None:  # leaving before the phases met: no peer waits for it
                 shard.abort()
             ticker.cancel()
+            if self.poll is not None:
+                self.poll.stop()
             await transport.close()
             self.flush()
             cpu_s = time.process_time() - cpu0
@@ -316,15 +345,19 @@ class DriveLoop:
             gc.callbacks.remove(pauses)
             if freeze_gc:
                 gc.enable()
+            if self.gaps is not None:
+                self.gaps.close()
         return DriveSummary(
             loop_impl=loop_impl(), client_impl=transport.version,
             anchor_wall_ns=anchor_wall, anchor_perf_ns=anchor_perf, sent=self.sent, cancelled=self.cancelled,
             overhead={"send_lag": summarise_ns(self.send_lag_ns),
                       "sends_per_pass": self.pacer.per_pass, "deferred_sends": self.pacer.deferred,
+                      "busy_poll_us": spec.busy_poll_us, "busy_poll_passes": self.poll.passes if self.poll else 0,
                       "loop_lag": loop_lag_summary(self.loop_lag_ns, self.loop_lag_at_ns, self.teardown_lag_ns),
                       "tick_ms": TICK_S * 1000, "cpu_s": round(cpu_s, 4), "gc": pauses.summary(),
                       "page_faults": faults, "runqueue": waited, **({"heap": heap.summary()} if heap else {}),
-                      **({"cpus": sorted(os.sched_getaffinity(0))} if spec.cpus else {})},
+                      **({"cpus": sorted(os.sched_getaffinity(0))} if spec.cpus else {}),
+                      **({"trace": {"gaps": self.gaps.gaps, "sender": []}} if self.gaps is not None else {})},
             error=error,
             samples_ns={} if shard is None else {"send_lag": self.send_lag_ns, "loop_lag": self.loop_lag_ns,
                                                  "loop_lag_at": self.loop_lag_at_ns, "teardown_lag": self.teardown_lag_ns,

@@ -4,6 +4,7 @@ docs/performance.md)."""
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -64,6 +65,19 @@ class GcPauses:
     def summary(self) -> dict[str, Any]:
         return {"collections": self.count, "max_ms": [round(x / 1e6, 3) for x in self.max_ns],
                 "total_ms": round(self.total_ns / 1e6, 3)}
+
+
+def cpu_steal_ms() -> list[float] | None:
+    """Per CPU, the time the hypervisor kept it from running since boot (the steal column of
+    /proc/stat, in ms): in a VM a thread's schedstat counts neither on-CPU nor waiting time while
+    its virtual CPU is taken away (docs/timing.md, "Stall trace"). None off Linux."""
+    try:
+        with open("/proc/stat") as f:
+            rows = [line.split() for line in f if line.startswith("cpu") and line[3:4].isdigit()]
+        hz = os.sysconf("SC_CLK_TCK")
+        return [int(r[8]) * 1000 / hz for r in rows]
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 SCHEDSTAT = "/proc/thread-self/schedstat"  # Linux: ns on a CPU, ns waiting on a runqueue, timeslices

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import queue as queue_mod
 import threading
+import time
 from typing import Any
 
 from engine_adapters.driver.results import RawResult
@@ -41,8 +42,11 @@ class InflightReporter:
 class Sender:
     """Writes messages to the parent's pipe on its own thread, in order."""
 
-    def __init__(self, fd: int):
+    def __init__(self, fd: int, trace: bool = False):
         self.fd = fd
+        # with `trace`: [taken off the queue, write started, write done] (perf_counter_ns) per
+        # message; the GIL is the sender's over the first part (stall_trace.py)
+        self.spans: list[list[int]] | None = [] if trace else None
         self.queue: queue_mod.SimpleQueue[tuple[str, Any] | None] = queue_mod.SimpleQueue()
         self.thread = threading.Thread(target=self._run, name="driver-sender", daemon=True)
         self.thread.start()
@@ -56,8 +60,14 @@ class Sender:
 
     def _run(self) -> None:
         reporter = InflightReporter()
+        spans, now = self.spans, time.perf_counter_ns
         while (item := self.queue.get()) is not None:
+            got = now()
             kind, payload = item
             if kind == "inflight":  # results still being appended to: rows with the new reads
                 payload = reporter.rows(payload)
-            write_all(self.fd, pack(kind, payload))
+            bufs = pack(kind, payload)
+            packed = now()
+            write_all(self.fd, bufs)
+            if spans is not None:
+                spans.append([got, packed, now()])

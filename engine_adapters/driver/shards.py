@@ -122,6 +122,8 @@ def merge_summaries(parts: Sequence[DriveSummary], *, cancelled: bool) -> DriveS
         "tick_ms": first.overhead.get("tick_ms"),
         "sends_per_pass": first.overhead.get("sends_per_pass"),
         "deferred_sends": sum(p.overhead.get("deferred_sends", 0) for p in parts),
+        "busy_poll_us": first.overhead.get("busy_poll_us"),
+        "busy_poll_passes": sum(p.overhead.get("busy_poll_passes", 0) for p in parts),
         "cpu_s": round(sum(p.overhead.get("cpu_s", 0.0) for p in parts), 4),
         "page_faults": sum(p.overhead.get("page_faults", 0) for p in parts),
         "runqueue": runqueue_summary([p.overhead.get("runqueue") for p in parts]),
@@ -134,7 +136,8 @@ def merge_summaries(parts: Sequence[DriveSummary], *, cancelled: bool) -> DriveS
                     "gc_collections": (p.overhead.get("gc") or {}).get("collections"),
                     "page_faults": p.overhead.get("page_faults"), "heap": p.overhead.get("heap"),
                     "runqueue": p.overhead.get("runqueue"),
-                    **({"cpus": p.overhead["cpus"]} if "cpus" in p.overhead else {})} for p in parts],
+                    **({"cpus": p.overhead["cpus"]} if "cpus" in p.overhead else {}),
+                    **({"trace": p.overhead["trace"]} if "trace" in p.overhead else {})} for p in parts],
     }
     error = next((p.error for p in parts if p.error and not p.error.startswith(PEER_STOPPED)), None)
     return DriveSummary(loop_impl=first.loop_impl, client_impl=first.client_impl, anchor_wall_ns=first.anchor_wall_ns,

@@ -41,6 +41,10 @@ class DriveSpec:
     cpus: tuple[int, ...] = ()
     # the most requests one driver process starts in one pass of its event loop (pacing.py)
     sends_per_pass: int = SENDS_PER_PASS
+    # how long (µs) a driver process's loop keeps polling after a read instead of sleeping; 0: never (busy_poll.py)
+    busy_poll_us: int = 0
+    # a diagnostic: each driver process records its long silences and its sender's spans (stall_trace.py)
+    trace_stalls: bool = False
 
     def validate(self) -> None:
         if self.concurrency < 1:
@@ -52,6 +56,10 @@ class DriveSpec:
         check_shards(self.shards)
         if isinstance(self.sends_per_pass, bool) or not isinstance(self.sends_per_pass, int) or self.sends_per_pass < 1:
             raise ValueError(f"sends_per_pass must be an integer >= 1, got {self.sends_per_pass!r}")
+        if isinstance(self.busy_poll_us, bool) or not isinstance(self.busy_poll_us, int) or self.busy_poll_us < 0:
+            raise ValueError(f"busy_poll_us must be an integer >= 0, got {self.busy_poll_us!r}")
+        if not isinstance(self.trace_stalls, bool):
+            raise ValueError(f"trace_stalls must be true or false, got {self.trace_stalls!r}")
         if self.cpus:  # against the machine's CPUs, not this process's affinity (a pinned shard checks too)
             if not hasattr(os, "sched_setaffinity"):
                 raise ValueError("cpus: this OS cannot pin a process to a CPU")

@@ -112,20 +112,25 @@ class ScheduleLog:
         # per chunk: from the emit stamp to the write's return, an upper bound on the engine's own
         # share of a late event (it also counts a preemption after the kernel took the bytes)
         self.gap_ns = array("q")
+        # per chunk: 1 if bytes were left in the engine's own write buffer after the write (the
+        # kernel took only part; the rest goes when the socket is writable, so the gap above is no
+        # bound for it), 0 if the kernel took them all, -1 not measured
+        self.queued = array("b")
         self.step_due_ns = array("q")
         self.step_nominal_ns = array("q")
         self.step_breaks = array("b")
 
-    def chunk(self, emit_ns: int, due_ns: int, written_ns: int = 0) -> None:
-        """One audio write: its emit stamp, its step's due time (0: not a scheduled chunk) and
-        when the write returned (0: not measured)."""
+    def chunk(self, emit_ns: int, due_ns: int, written_ns: int = 0, queued: int = -1) -> None:
+        """One audio write: its emit stamp, its step's due time (0: not a scheduled chunk), when
+        the write returned (0: not measured) and whether bytes stayed in the engine's buffer."""
         if due_ns:
             self.emit_ns.append(emit_ns)
             self.slip_ns.append(emit_ns - due_ns)
             self.gap_ns.append(written_ns - emit_ns if written_ns else 0)
+            self.queued.append(queued)
             if len(self.emit_ns) > self.capacity:
                 half = self.capacity // 2
-                del self.emit_ns[:half], self.slip_ns[:half], self.gap_ns[:half]
+                del self.emit_ns[:half], self.slip_ns[:half], self.gap_ns[:half], self.queued[:half]
 
     def step(self, due_ns: int, nominal_ns: int, broke: bool) -> None:
         self.step_due_ns.append(due_ns)
@@ -145,7 +150,9 @@ class ScheduleLog:
         gap = np.frombuffer(self.gap_ns, dtype=np.int64)[keep] / 1e6
         due = np.frombuffer(self.step_due_ns, dtype=np.int64)
         steps = (due >= since_ns) & (due <= end)
+        queued = np.frombuffer(self.queued, dtype=np.int8)[keep]
         out: dict[str, Any] = {"chunks": int(slip.size), "steps": int(steps.sum()),
+                               "queued_chunks": int((queued == 1).sum()),
                                "timeline_breaks": int(np.frombuffer(self.step_breaks, dtype=np.int8)[steps].sum()),
                                "slip_p50_ms": None, "slip_p99_ms": None, "slip_max_ms": None,
                                "write_gap_p99_ms": None, "write_gap_max_ms": None, "step_nominal_ms": None}
@@ -156,6 +163,18 @@ class ScheduleLog:
                        write_gap_max_ms=round(float(gap.max()), 3))
         if steps.any():
             out["step_nominal_ms"] = round(float(np.frombuffer(self.step_nominal_ns, dtype=np.int64)[steps].mean()) / 1e6, 3)
+        return out
+
+    def at(self, emits: list[int]) -> dict[int, dict[str, Any]]:
+        """The chunks whose emit stamps are `emits` (a late event's, as the client saw it): slip
+        and write gap (ms) and whether bytes stayed queued in the engine (see `queued`)."""
+        emit = np.frombuffer(self.emit_ns, dtype=np.int64)
+        out: dict[int, dict[str, Any]] = {}
+        for e in emits:  # stamps are appended in emit order: one process, one monotonic clock
+            i = int(np.searchsorted(emit, e))
+            if i < emit.size and emit[i] == e:
+                out[e] = {"slip_ms": self.slip_ns[i] / 1e6, "write_gap_ms": self.gap_ns[i] / 1e6,
+                          "queued": {1: True, 0: False}.get(self.queued[i])}
         return out
 
 

@@ -201,12 +201,15 @@ class ReferenceEngine:
 
     async def stats(self, request: web.Request) -> web.Response:
         """Counters, and the schedule slip of the chunks written in ``?since_ns=&until_ns=``
-        (perf_counter_ns, this host's CLOCK_MONOTONIC; default: since start)."""
+        (perf_counter_ns, this host's CLOCK_MONOTONIC; default: since start); with
+        ``&emits=ns,ns,...`` also those chunks' own slip, write gap and queued flag."""
         try:
             since = int(request.query.get("since_ns", 0))
             until = int(request.query["until_ns"]) if "until_ns" in request.query else None
+            at = [int(x) for x in request.query.get("emits", "").split(",") if x]
         except ValueError:
-            return web.json_response({"error": "since_ns and until_ns must be integers (perf_counter_ns)"}, status=400)
+            return web.json_response({"error": "since_ns, until_ns and emits must be integers (perf_counter_ns)"},
+                                     status=400)
         s = self.scheduler.stats
         body: dict[str, Any] = {
             "state": self.state, "profile": self.profile.name, "active": self.scheduler.active,
@@ -217,6 +220,8 @@ class ReferenceEngine:
                         "client_gone": self.outcomes.client_gone, "rejected": self.outcomes.rejected},
             "schedule": self.scheduler.schedule.summary(since, until),
         }
+        if at:  # chosen chunks by their emit stamps (a bench's latest events)
+            body["schedule"]["at"] = {str(e): v for e, v in self.scheduler.schedule.at(at).items()}
         if self.gpu is not None:
             g = self.gpu.stats
             body["gpu"] = {"device": g.device_name, "matmul_ms": g.matmul_ms, "steps": g.steps,
@@ -481,7 +486,8 @@ class _DirectStream:
             raise ConnectionResetError("the client closed the connection")
         data, emit_ns = stamp(frame)
         t.write(b"%x\r\n%b\r\n" % (len(data), data))  # type: ignore[attr-defined]
-        self.engine.scheduler.schedule.chunk(emit_ns, due_ns, time.perf_counter_ns())
+        self.engine.scheduler.schedule.chunk(emit_ns, due_ns, time.perf_counter_ns(),
+                                             int(t.get_write_buffer_size() > 0))  # type: ignore[attr-defined]
         log = self.engine.emit_log
         if log is not None and frame.audio_samples:
             log.record(self.ctx.request_id, chunk, emit_ns, frame.audio_samples, len(data))
