@@ -451,8 +451,9 @@ def measure(concurrencies: list[int], clients: str | list[str] = DEFAULT_TRANSPO
                                        f"the others read {m['other_shards_reads']} times" if "shard" in m else "")
                                     + (f"; its loop thread, in the {m['gap']['gap_ms']:.2f} ms it read nothing: on a CPU "
                                        f"{m['gap']['on_cpu_ms']:.2f} ms, waiting for one {m['gap']['runqueue_ms']:.2f}; "
-                                       f"of the {m['gap']['after_emit_ms']:.2f} ms after the emit asleep at least "
-                                       f"{m['gap']['asleep_after_emit_ms']:.2f}, the sender holding the GIL "
+                                       f"of the {m['gap']['after_emit_ms']:.2f} ms after the emit not running (asleep "
+                                       f"or its vCPU stolen) at least {m['gap']['not_running_after_emit_ms']:.2f}, "
+                                       f"the sender holding the GIL "
                                        f"{m['gap']['sender_gil_ms']:.2f}" if "gap" in m else "")
                                     + (f"; the engine: write gap {m['engine']['write_gap_ms']:.2f} ms, bytes left in "
                                        f"its buffer {m['engine']['queued']}" if "engine" in m else "") + ")"

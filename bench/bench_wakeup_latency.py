@@ -43,7 +43,7 @@ from engine_adapters.driver.overhead import cpu_steal_ms  # noqa: E402
 STAMP = struct.Struct("<q")
 
 
-def reader(port: int, sockets: int, size: int, mode: str, seconds: float, out: mp.Queue) -> None:
+def reader(port: int, sockets: int, size: int, mode: str, out: mp.Queue) -> None:
     """Connect `sockets` times, then read until the writer closes; put the latencies (ns) on `out`."""
     conns = [socket.create_connection(("127.0.0.1", port)) for _ in range(sockets)]
     ep = select.epoll()
@@ -117,7 +117,7 @@ def run_mode(mode: str, readers: int, sockets: int, size: int, rate: float, seco
     wq: mp.Queue = ctx.Queue()
     w = ctx.Process(target=writer, args=(listener, readers * sockets, size, rate, seconds, wq))
     w.start()
-    rs = [ctx.Process(target=reader, args=(port, sockets, size, mode, seconds, q)) for _ in range(readers)]
+    rs = [ctx.Process(target=reader, args=(port, sockets, size, mode, q)) for _ in range(readers)]
     for r in rs:
         r.start()
     steal0, t0 = cpu_steal_ms(), time.monotonic()

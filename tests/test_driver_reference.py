@@ -125,6 +125,48 @@ def test_timing_fidelity_bench_reports_every_figure(tmp_path, capsys):
     assert res["runs"]["8"]["driver"][0]["gc"]["collections"] == [0, 0, 0], res["runs"]["8"]["driver"][0]["gc"]
 
 
+def test_timing_fidelity_bench_says_who_was_late(tmp_path, capsys):
+    """With --trace each latest event carries what its driver process's loop thread did while it
+    read nothing and the engine's own view of its chunk; each run carries the host's steal, and
+    --busy-poll-us runs one variant per window (docs/performance.md, "Who was late")."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import bench_timing_fidelity as b
+
+    out = tmp_path / "fid.json"
+    assert b.main(["--profile", "wide", "--concurrencies", "8", "--repeats", "1", "--waves", "1", "--trace",
+                   "--busy-poll-us", "0,1000", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "stamped/bp1000" in text and "busy poll (µs) 0, 1000" in text
+    res = json.loads(out.read_text())
+    assert res["trace"] is True and res["busy_poll_us"] == [0, 1000]
+    for key in ("driver", "driver:stamped/bp1000", "plain"):
+        run = res["runs"]["8"][key][0]
+        assert run["engine"]["queued_chunks"] >= 0 and run["steal_ms"] >= 0 and run["steal_max_cpu_ms"] >= 0, run
+        for event in run["worst"]["latest_events"]:  # the engine found each latest event's chunk by its stamp
+            assert event["engine"]["write_gap_ms"] >= 0 and event["engine"]["queued"] in (True, False), event
+    traced = [e for e in res["runs"]["8"]["driver"][0]["worst"]["latest_events"] if "gap" in e]
+    for event in traced:  # a silence of 0.5 ms or more before the event's read was traced
+        g = event["gap"]
+        assert g["gap_ms"] >= 0.5 and g["after_emit_ms"] <= g["gap_ms"] + 1e-3, g
+        assert 0 <= g["not_running_after_emit_ms"] <= g["after_emit_ms"] + 1e-3 and g["sender_gil_ms"] >= 0, g
+
+
+def test_wakeup_latency_bench_reports_both_modes(tmp_path, capsys):
+    """bench_wakeup_latency: one writer, sleeping and spinning readers over loopback TCP, every
+    message's latency counted (docs/performance.md, "The host's wake-up floor")."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import bench_wakeup_latency as w
+
+    out = tmp_path / "wake.json"
+    assert w.main(["--readers", "2", "--sockets", "4", "--rate", "400", "--seconds", "0.5", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert [r["mode"] for r in res["results"]] == ["sleep", "spin"]
+    for r in res["results"]:
+        assert r["messages"] == r["sent"] == 200, r  # every message read whole, none lost
+        assert 0 < r["p50_ms"] <= r["p99_ms"] <= r["p999_ms"] <= r["max_ms"] < 1000, r
+    assert w.main(["--modes", "nap"]) == 2 and "--modes: unknown mode 'nap'" in capsys.readouterr().err
+
+
 DROPPING = """
 [profiles.dropping]
 inherits = "wide"

@@ -427,6 +427,25 @@ def test_stats_reports_the_engines_schedule_slip(engines):
     assert bad.status_code == 400 and "since_ns" in bad.json()["error"]
 
 
+def test_stats_gives_the_engines_view_of_chosen_chunks(engines):
+    """`/stats?emits=` looks chunks up by the emit stamps a client saw (a bench's latest events):
+    each one's slip, write gap and whether bytes stayed in the engine's write buffer."""
+    import httpx
+
+    url = engines["vllm-omni"].url
+    since = time.perf_counter_ns()
+    audio = [e for e in _ok("vllm-omni", engines["vllm-omni"], SHORT).json_events() if e.get("modality") == "audio"]
+    emits = [e["emit_ns"] for e in audio]
+    sched = httpx.get(f"{url}/stats", params={"since_ns": since, "emits": ",".join(map(str, emits + [1]))}).json()
+    at = sched["schedule"]["at"]
+    assert sorted(at) == sorted(map(str, emits))  # every chunk found by its stamp; stamp 1 is none
+    for v in at.values():
+        assert v["queued"] in (True, False) and 0 <= v["write_gap_ms"] < 1000 and v["slip_ms"] > -1000, v
+    assert sched["schedule"]["queued_chunks"] == sum(v["queued"] for v in at.values())
+    bad = httpx.get(f"{url}/stats", params={"emits": "1,soon"})
+    assert bad.status_code == 400 and "emits" in bad.json()["error"]
+
+
 def test_listen_queue_holds_a_closed_loop_opening_burst(engines):
     """A closed-loop run opens C connections at once. The engine's listen queue must hold them while
     its loop is busy, as uvicorn's 2048 does for vLLM-Omni: with aiohttp's default of 128 the kernel

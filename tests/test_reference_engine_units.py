@@ -326,6 +326,22 @@ def test_schedule_log_reports_the_gap_from_emit_stamp_to_write_return():
     assert log.summary(since_ns=430 * ms)["write_gap_max_ms"] == 9.9  # the blocked write is outside
 
 
+def test_schedule_log_finds_chunks_by_emit_stamp_and_counts_queued_bytes():
+    from engine_adapters.reference.scheduler import ScheduleLog
+
+    log = ScheduleLog(capacity=6)
+    ms = 1_000_000
+    for k in range(6):  # chunk k: emitted at k ms + 1, due 1 ms before, written k/10 ms later; odd ones left bytes queued
+        emit = k * ms + 1
+        log.chunk(emit, emit - ms, emit + k * ms // 10, k % 2)
+    log.chunk(99 * ms, 98 * ms)  # the task path: not measured
+    assert log.summary()["queued_chunks"] == 2  # chunks 0-2 went when the log filled; 3 and 5 are left
+    at = log.at([5 * ms + 1, 4 * ms + 1, 1 * ms + 1, 7])
+    assert at == {5 * ms + 1: {"slip_ms": 1.0, "write_gap_ms": 0.5, "queued": True},
+                  4 * ms + 1: {"slip_ms": 1.0, "write_gap_ms": 0.4, "queued": False}}  # 1 ms + 1 was dropped; 7 never was
+    assert log.at([99 * ms])[99 * ms]["queued"] is None
+
+
 def test_scheduler_keeps_a_nominal_timeline_and_posts_to_a_sink():
     """Chunks carry their step's due time; a sink gets events inside the step (and the ones queued
     before it was attached first); a step late by writing does not push the next one back."""

@@ -5,9 +5,12 @@ A late event in a sharded drive sits in one process that read nothing while the 
 The per-run runqueue total (overhead.RunqueueWait) cannot say what that process did in those
 milliseconds; this records, for every gap of at least MIN_GAP_NS between two reads of the process,
 how much of it the loop thread spent on a CPU and waiting for one (the kernel's schedstat for the
-thread, read at every body read), and leaves the rest as asleep: blocked in epoll with nothing
-readable, or on the GIL. The sender thread's message spans say when the GIL was its: it holds it
-from taking a batch off its queue until the write starts (`writev` releases it).
+thread, read at every body read). The rest the thread was not running: asleep (in epoll with
+nothing readable, or on the GIL) or, in a VM, with its virtual CPU taken away by the hypervisor,
+which the guest's schedstat counts as neither (a thread that never sleeps, under busy_poll.py,
+still shows such time: docs/performance.md, "Who was late"). The sender thread's message spans say
+when the GIL was its: it holds it from taking a batch off its queue until the write starts
+(`writev` releases it).
 
 Reading schedstat costs one `pread` (~2-5 us) per body read, so this stays off in measured runs.
 """
@@ -58,12 +61,13 @@ def available() -> bool:
 def explain_gap(gap: list[int], sender_spans: list[list[int]], since_ns: int) -> dict[str, Any]:
     """One gap as the fidelity bench prints it, for a late event emitted at `since_ns` and read at
     the gap's end or after it (ms): the gap, the loop thread's time on a CPU and waiting for one
-    over the whole gap, and over the part after the emit the least it can have slept (that part
-    minus every CPU and runqueue ns of the gap) and how long the sender thread held the GIL."""
+    over the whole gap, and over the part after the emit the least it spent not running (that
+    part minus every CPU and runqueue ns of the gap: asleep, or its virtual CPU stolen) and how
+    long the sender thread held the GIL."""
     t0, t1, run, wait = gap
     start = max(t0, since_ns)
     held = sum(max(0, min(t1, packed) - max(start, got)) for got, packed, _ in sender_spans)
     return {"gap_ms": round((t1 - t0) / 1e6, 3), "on_cpu_ms": round(run / 1e6, 3),
             "runqueue_ms": round(wait / 1e6, 3), "after_emit_ms": round((t1 - start) / 1e6, 3),
-            "asleep_after_emit_ms": round(max(0, t1 - start - run - wait) / 1e6, 3),
+            "not_running_after_emit_ms": round(max(0, t1 - start - run - wait) / 1e6, 3),
             "sender_gil_ms": round(held / 1e6, 3)}
