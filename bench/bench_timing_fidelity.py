@@ -390,7 +390,7 @@ def measure(concurrencies: list[int], clients: str | list[str] = DEFAULT_TRANSPO
             plain: bool = True, repeats: int = 1, live: bool = False, shards: list[int | str] | None = None,
             log=lambda line: None, pin: bool = False, sends_per_pass: list[int] | None = None,
             store_threads: int | None = 1, trace: bool = False,
-            busy_poll_us: list[int] | None = None) -> dict[int, dict[str, list[dict]]]:
+            busy_poll_us: list[int] | None = None, prime: bool = False) -> dict[int, dict[str, list[dict]]]:
     """Per C: {"driver": [figures per repeat], "driver:<label>": ..., "plain": ...} (see `variants`).
     The engine runs `profile` (built-in or from `profiles_file`), else `fidelity`. `pin`: the
     engine on CPU 0, driver process k on CPU 1 + k (cycling), the plain client on CPUs 1..n-1."""
@@ -413,6 +413,13 @@ def measure(concurrencies: list[int], clients: str | list[str] = DEFAULT_TRANSPO
             pin_process(eng.proc.pid, {0})
             clients_cpus = tuple(range(1, n))
         try:
+            if prime:  # one drive per C whose figures are dropped: a fresh machine's first-run costs land in it
+                for c in concurrencies:
+                    n = (requests_per_c or {}).get(c, max(32, waves * c))
+                    _, _, cl, k, p, bp = variants(clients, shards or [1], sends_per_pass, busy_poll_us)[0]
+                    driver_side(eng.spec.url, c, [RequestSpec(f"s{i % 2}-{i}", TEXTS[i % 2], prompt) for i in range(n)],
+                                tmp, cl, live, k, clients_cpus, p, store_threads, trace, bp)
+                    log(f"primed C={c} (one drive, not counted)")
             for rep in range(repeats):
                 for c in concurrencies:
                     n = (requests_per_c or {}).get(c, max(32, waves * c))  # p99 is not the max
@@ -593,6 +600,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated windows (µs, or 'always') a driver process's loop keeps polling after a "
                          "read instead of sleeping (DriveSpec.busy_poll_us; default 0: it sleeps); each driver "
                          "client runs once per value")
+    ap.add_argument("--prime", action="store_true",
+                    help="before the first repeat, one drive per concurrency whose figures are dropped (a freshly "
+                         "started machine's first drive at 1,024 streams lagged 18-29 ms at its opening)")
     ap.add_argument("--trace", action="store_true",
                     help="each driver process records what its loop thread did in every silence of 0.5 ms or more "
                          "(DriveSpec.trace_stalls; costs a schedstat read per body read): the latest events say it")
@@ -640,7 +650,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     runs = measure(cs, clients, profile=args.profile, profiles_file=args.profiles_file, repeats=args.repeats,
                    waves=args.waves, live=args.live, shards=shards, pin=args.pin, sends_per_pass=budgets,
-                   store_threads=store_threads, trace=args.trace, busy_poll_us=polls,
+                   store_threads=store_threads, trace=args.trace, busy_poll_us=polls, prime=args.prime,
                    log=lambda line: print(line, file=sys.stderr, flush=True))
     summary = summarise(runs)
     print(f"profile {args.profile or 'fidelity'}; {args.repeats} repeat(s); clients {', '.join(clients)} vs plain aiohttp"
@@ -659,7 +669,7 @@ def main(argv: list[str] | None = None) -> int:
                         "processor": platform.processor()},
             "wall_s": round(time.time() - started, 1), "profile": args.profile or "fidelity", "clients": clients,
             "shards": shards, "sends_per_pass": budgets, "store_threads": args.store_threads, "pinned": args.pin,
-            "trace": args.trace, "busy_poll_us": polls,
+            "trace": args.trace, "busy_poll_us": polls, "primed": args.prime,
             "summary": {str(c): v for c, v in summary["per_concurrency"].items()},
             "worst_pair": summary["worst_pair"], "ceiling": summary["ceiling"],
             "runs": {str(c): got for c, got in runs.items()},

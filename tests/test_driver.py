@@ -238,6 +238,8 @@ def test_probe_command_stores_an_exploratory_run(server, prompt, tmp_path, capsy
     # how long the host kept the driver's loop off a CPU (docs/timing.md), as stored, to the microsecond
     waited = doc["driver"]["runqueue"]  # null on a kernel without schedstat
     assert (f"driver off-CPU {waited['wait_ms']:.3f} ms" if waited else "driver off-CPU -") in text
+    stolen = doc["driver"]["host_steal"]  # the hypervisor's steal over the drive; null off Linux
+    assert (f"host steal {stolen['ms']:.0f} ms" if stolen else "host steal -") in " ".join(text.split())  # as wrapped
     assert doc["metrics"]["completed"] == 2 and doc["metrics"]["failures_by_class"] == {"in_stream_error": 2}
     from data.store import Store
 

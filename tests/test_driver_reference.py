@@ -128,17 +128,20 @@ def test_timing_fidelity_bench_reports_every_figure(tmp_path, capsys):
 def test_timing_fidelity_bench_says_who_was_late(tmp_path, capsys):
     """With --trace each latest event carries what its driver process's loop thread did while it
     read nothing and the engine's own view of its chunk; each run carries the host's steal, and
-    --busy-poll-us runs one variant per window (docs/performance.md, "Who was late")."""
+    --busy-poll-us runs one variant per window; --prime drives once first and drops it
+    (docs/performance.md, "Who was late")."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
     import bench_timing_fidelity as b
 
     out = tmp_path / "fid.json"
     assert b.main(["--profile", "wide", "--concurrencies", "8", "--repeats", "1", "--waves", "1", "--trace",
-                   "--busy-poll-us", "0,1000", "--json", str(out)]) == 0
-    text = capsys.readouterr().out
+                   "--busy-poll-us", "0,1000", "--prime", "--json", str(out)]) == 0
+    text, err = capsys.readouterr()
+    assert "primed C=8 (one drive, not counted)" in err
     assert "stamped/bp1000" in text and "busy poll (µs) 0, 1000" in text
     res = json.loads(out.read_text())
-    assert res["trace"] is True and res["busy_poll_us"] == [0, 1000]
+    assert res["trace"] is True and res["busy_poll_us"] == [0, 1000] and res["primed"] is True
+    assert [len(res["runs"]["8"][k]) for k in ("driver", "driver:stamped/bp1000", "plain")] == [1, 1, 1]
     for key in ("driver", "driver:stamped/bp1000", "plain"):
         run = res["runs"]["8"][key][0]
         assert run["engine"]["queued_chunks"] >= 0 and run["steal_ms"] >= 0 and run["steal_max_cpu_ms"] >= 0, run

@@ -63,6 +63,22 @@ def test_a_drive_reports_its_wait_and_shards_merge_it(store, tmp_path, prompt):
     assert all(r["wait_ms"] >= 0 and r["timeslices"] > 0 for r in per_shard), per_shard
     assert overhead["runqueue"]["wait_ms"] == pytest.approx(sum(r["wait_ms"] for r in per_shard), abs=1e-3)
     assert overhead["runqueue"]["max_shard_wait_ms"] == max(r["wait_ms"] for r in per_shard)
+    # the host's steal over the drive: one host, nearly one window, so the largest shard's figure
+    steals = [s["host_steal"] for s in overhead["shards"]]
+    if all(steals):  # /proc/stat: Linux
+        assert all(0 <= st["max_cpu_ms"] <= st["ms"] for st in steals), steals
+        assert overhead["host_steal"] == {"ms": max(st["ms"] for st in steals),
+                                          "max_cpu_ms": max(st["max_cpu_ms"] for st in steals)}
+
+
+def test_host_steal_counts_the_hypervisors_steal_per_cpu():
+    from engine_adapters.driver.overhead import HostSteal, cpu_steal_ms, host_steal_summary
+
+    per_cpu = cpu_steal_ms()
+    assert per_cpu is not None and len(per_cpu) == os.cpu_count() and min(per_cpu) >= 0, per_cpu
+    got = HostSteal().summary()
+    assert got is not None and 0 <= got["max_cpu_ms"] <= got["ms"], got
+    assert host_steal_summary([got, None]) is None and host_steal_summary([]) is None
 
 
 def test_a_shard_without_schedstat_leaves_the_merged_figure_out():

@@ -141,9 +141,12 @@ def cmd_probe(args) -> int:
     lag = overhead.get("send_lag", {})
     loop_lag = overhead.get("loop_lag", {})
     waited = overhead.get("runqueue")  # the host kept the driver off a CPU this long (docs/timing.md)
+    stolen = overhead.get("host_steal")  # the hypervisor took the VM's CPUs this long (docs/timing.md)
+    steal_text = f"{stolen['ms']:.0f} ms" if stolen else "-"  # /proc/stat counts 10 ms ticks
     console.print(f"status {run['status']} · {run['loop_impl']} · {run['client_impl']} · "
                   f"send lag p99 {_ms(lag.get('p99_ms'))} · loop lag p99 {_ms(loop_lag.get('p99_ms'))} · "
-                  f"driver off-CPU {_ms(waited['wait_ms'] if waited else None)}", highlight=False)
+                  f"driver off-CPU {_ms(waited['wait_ms'] if waited else None)} · "
+                  f"host steal {steal_text}", highlight=False)
     if args.json_out:
         doc = {"run_id": run_id, "url": args.url, "dialect": args.dialect, "status": run["status"],
                "metrics": m.to_dict(), "driver": {"loop": run["loop_impl"], "client": run["client_impl"], **overhead}}

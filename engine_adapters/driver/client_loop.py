@@ -19,7 +19,7 @@ from engine_adapters.driver.answers import error_text, what_arrived
 from engine_adapters.driver.busy_poll import BusyPoll
 from engine_adapters.driver.decode import decode_batch
 from engine_adapters.driver.heap import prepare_heap, reserve_for
-from engine_adapters.driver.overhead import GcPauses, RunqueueWait, loop_lag_summary, summarise_ns
+from engine_adapters.driver.overhead import GcPauses, HostSteal, RunqueueWait, loop_lag_summary, summarise_ns
 from engine_adapters.driver.pacing import SendPacer
 from engine_adapters.driver.periodic import Periodic
 from engine_adapters.driver.results import DriveSummary, RawResult
@@ -289,6 +289,7 @@ class DriveLoop:
             gc.collect()
             gc.freeze()
             gc.disable()
+        steal = HostSteal()  # read before the start barrier: /proc/stat is not read inside the drive
         ready = shard.wait_ready() if shard is not None else True  # the run's shared start instant
         started_ns = time.perf_counter_ns()
         pauses = GcPauses()
@@ -341,6 +342,7 @@ class DriveLoop:
             self.flush()
             cpu_s = time.process_time() - cpu0
             waited = runqueue.summary()
+            stolen = steal.summary()
             faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
             gc.callbacks.remove(pauses)
             if freeze_gc:
@@ -355,7 +357,7 @@ class DriveLoop:
                       "busy_poll_us": spec.busy_poll_us, "busy_poll_passes": self.poll.passes if self.poll else 0,
                       "loop_lag": loop_lag_summary(self.loop_lag_ns, self.loop_lag_at_ns, self.teardown_lag_ns),
                       "tick_ms": TICK_S * 1000, "cpu_s": round(cpu_s, 4), "gc": pauses.summary(),
-                      "page_faults": faults, "runqueue": waited, **({"heap": heap.summary()} if heap else {}),
+                      "page_faults": faults, "runqueue": waited, "host_steal": stolen, **({"heap": heap.summary()} if heap else {}),
                       **({"cpus": sorted(os.sched_getaffinity(0))} if spec.cpus else {}),
                       **({"trace": {"gaps": self.gaps.gaps, "sender": []}} if self.gaps is not None else {})},
             error=error,

@@ -80,6 +80,30 @@ def cpu_steal_ms() -> list[float] | None:
         return None
 
 
+class HostSteal:
+    """The hypervisor's steal over a drive, all CPUs (driver_overhead_json.host_steal; docs/timing.md):
+    a VM's CPU taken away delays a stamp with the thread neither on a CPU nor waiting for one, so
+    no figure of the driver's own shows it. /proc/stat counts in ticks of 10 ms (USER_HZ 100)."""
+
+    def __init__(self) -> None:
+        self._start = cpu_steal_ms()
+
+    def summary(self) -> dict[str, float] | None:
+        end = cpu_steal_ms()
+        if self._start is None or end is None:
+            return None
+        per_cpu = [b - a for a, b in zip(self._start, end)]
+        return host_steal_summary([{"ms": round(sum(per_cpu), 1), "max_cpu_ms": round(max(per_cpu, default=0.0), 1)}])
+
+
+def host_steal_summary(parts: list[dict[str, float] | None]) -> dict[str, float] | None:
+    """host_steal over one process's drive or merged over shards: the same host over nearly the
+    same window, so the largest of the shards' figures; None if any process has none."""
+    if not parts or any(p is None for p in parts):
+        return None
+    return {"ms": max(p["ms"] for p in parts if p), "max_cpu_ms": max(p["max_cpu_ms"] for p in parts if p)}
+
+
 SCHEDSTAT = "/proc/thread-self/schedstat"  # Linux: ns on a CPU, ns waiting on a runqueue, timeslices
 
 

@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Sequence, TypeVar
 
-from engine_adapters.driver.overhead import loop_lag_summary, runqueue_summary, summarise_ns
+from engine_adapters.driver.overhead import host_steal_summary, loop_lag_summary, runqueue_summary, summarise_ns
 from engine_adapters.driver.results import DriveSummary
 
 AUTO = "auto"
@@ -127,6 +127,7 @@ def merge_summaries(parts: Sequence[DriveSummary], *, cancelled: bool) -> DriveS
         "cpu_s": round(sum(p.overhead.get("cpu_s", 0.0) for p in parts), 4),
         "page_faults": sum(p.overhead.get("page_faults", 0) for p in parts),
         "runqueue": runqueue_summary([p.overhead.get("runqueue") for p in parts]),
+        "host_steal": host_steal_summary([p.overhead.get("host_steal") for p in parts]),
         "gc": {"collections": [sum(g.get("collections", [0, 0, 0])[i] for g in gcs) for i in range(3)],
                "max_ms": [max(g.get("max_ms", [0, 0, 0])[i] for g in gcs) for i in range(3)],
                "total_ms": round(sum(g.get("total_ms", 0.0) for g in gcs), 3)},
@@ -135,7 +136,7 @@ def merge_summaries(parts: Sequence[DriveSummary], *, cancelled: bool) -> DriveS
                     "loop_lag_max_ms": (p.overhead.get("loop_lag") or {}).get("max_ms"),
                     "gc_collections": (p.overhead.get("gc") or {}).get("collections"),
                     "page_faults": p.overhead.get("page_faults"), "heap": p.overhead.get("heap"),
-                    "runqueue": p.overhead.get("runqueue"),
+                    "runqueue": p.overhead.get("runqueue"), "host_steal": p.overhead.get("host_steal"),
                     **({"cpus": p.overhead["cpus"]} if "cpus" in p.overhead else {}),
                     **({"trace": p.overhead["trace"]} if "trace" in p.overhead else {})} for p in parts],
     }
