@@ -353,7 +353,8 @@ def drive_spec(plan: Plan, cell: Cell, run_id: str, requests: list[Any], artifac
     return DriveSpec(run_id=run_id, url=engine.url, dialect=engine.dialect, concurrency=cell.concurrency,
                      requests=requests, warmup_requests=plan.sweep.warmup_requests, timeout_s=plan.sweep.timeout_s,
                      artifacts_dir=artifacts_dir, sampling=plan_sampling(plan),
-                     request_options=dict(engine.request), shards=plan.sweep.driver_shards)
+                     request_options=dict(engine.request), shards=plan.sweep.driver_shards,
+                     busy_poll_us=plan.sweep.driver_busy_poll_us)
 
 
 def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:

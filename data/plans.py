@@ -139,6 +139,7 @@ class SweepSpec:
     kind: str = "measured"
     warmup_requests: int = 0
     driver_shards: int | str = 1  # driver processes per run: an integer or "auto" (docs/plans.md, docs/timing.md)
+    driver_busy_poll_us: int = 0  # how long each driver loop polls after a read instead of sleeping (docs/timing.md)
 
 
 @dataclass(frozen=True)

@@ -306,6 +306,26 @@ def test_plan_spreads_each_run_over_the_driver_processes_it_names(tmp_path, caps
         assert s.scalar("SELECT count(*) FROM requests WHERE outcome = 'ok'") == 4
 
 
+def test_plan_sets_each_runs_busy_poll(tmp_path, capsys):
+    """`sweep.driver_busy_poll_us` reaches the driver: the run records its window and the loop
+    passes that polled (docs/timing.md, "Busy polling"); a bad value is one line naming it."""
+    plan = _plan(tmp_path, short=True, profiles=("baseline",), concurrencies=(1,), requests=2, warmups=0, repeats=1)
+    doc = json.loads(plan.read_text())
+    doc["sweep"]["driver_busy_poll_us"] = 2000
+    plan.write_text(json.dumps(doc))
+    db = tmp_path / "c.duckdb"
+    assert inproc(capsys, "plan", "freeze", str(plan), db=db).returncode == 0
+    r = inproc(capsys, "run", str(plan), db=db)
+    assert r.returncode == 0, r.stdout + r.stderr
+    with Store(db) as s:
+        overhead = json.loads(s.scalar("SELECT driver_overhead_json FROM runs"))
+    assert overhead["busy_poll_us"] == 2000 and overhead["busy_poll_passes"] > 100, overhead
+    doc["sweep"]["driver_busy_poll_us"] = -5
+    plan.write_text(json.dumps(doc))
+    r = inproc(capsys, "plan", "freeze", str(plan), db=tmp_path / "d.duckdb")
+    assert r.returncode != 0 and "driver_busy_poll_us" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("value", [0, "many", 1.5])
 def test_a_bad_driver_shards_value_is_one_line_naming_the_field(tmp_path, capsys, value):
     plan = _plan(tmp_path, short=True, profiles=("baseline",), concurrencies=(2,), requests=4, warmups=0, repeats=1)
