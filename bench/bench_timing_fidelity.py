@@ -52,7 +52,7 @@ from data.store import open_store  # noqa: E402
 from engine_adapters.dialects import get_dialect  # noqa: E402
 from engine_adapters.driver import DriveSpec, RequestSpec  # noqa: E402
 from engine_adapters.driver.spec import SENDS_PER_PASS  # noqa: E402
-from engine_adapters.driver.overhead import cpu_steal_ms, cpu_us_per_event  # noqa: E402
+from engine_adapters.driver.overhead import HostSteal, cpu_us_per_event  # noqa: E402
 from stats.metrics import run_metrics  # noqa: E402
 from engine_adapters.driver.shards import check_shards, slot_shard  # noqa: E402
 from engine_adapters.driver.stall_trace import explain_gap  # noqa: E402
@@ -127,7 +127,7 @@ class Side:
     runqueue: dict | None = None  # the driver's loop thread(s) ready but off a CPU (docs/timing.md)
     event_shards: list[int] = field(default_factory=list)  # per audio event (as `deltas`): the driver process that read it
     shard_reads: dict[int, np.ndarray] = field(default_factory=dict)  # driver process -> its sorted distinct read stamps
-    steal_ms: list[float] | None = None  # per CPU, the hypervisor's steal over the run (/proc/stat)
+    steal: dict | None = None  # the hypervisor's steal over the run (HostSteal: ms, max_cpu_ms)
     traces: list[dict] = field(default_factory=list)  # per driver process, with --trace: its gaps and sender spans (stall_trace.py)
 
 
@@ -283,12 +283,6 @@ def engine_schedule(url: str, side: Side) -> dict:
         return json.loads(r.read())["schedule"]
 
 
-def steal_since(before: list[float] | None) -> list[float] | None:
-    """Per CPU, the hypervisor's steal (ms) since `before` (cpu_steal_ms), None off Linux."""
-    after = cpu_steal_ms()
-    return None if before is None or after is None else [round(b - a, 1) for a, b in zip(before, after)]
-
-
 def latest(side: Side, n: int = 5) -> list[int]:
     """The indexes of the side's n latest audio events, latest first."""
     return [int(i) for i in np.argsort(side.deltas)[::-1][:n]] if side.deltas else []
@@ -352,8 +346,8 @@ def figures(side: Side, c: int) -> dict:
     out["shards"] = side.shards
     if side.deferred_sends is not None:
         out["deferred_sends"] = side.deferred_sends
-    if side.steal_ms is not None:
-        out["steal_ms"], out["steal_max_cpu_ms"] = round(sum(side.steal_ms), 1), max(side.steal_ms, default=0.0)
+    if side.steal is not None:
+        out["steal_ms"], out["steal_max_cpu_ms"] = side.steal["ms"], side.steal["max_cpu_ms"]
     if side.runqueue is not None:
         out["runqueue_wait_ms"] = side.runqueue["wait_ms"]
         out["runqueue_wait_max_shard_ms"] = side.runqueue["max_shard_wait_ms"]
@@ -412,31 +406,36 @@ def measure(concurrencies: list[int], clients: str | list[str] = DEFAULT_TRANSPO
             assert eng.proc is not None
             pin_process(eng.proc.pid, {0})
             clients_cpus = tuple(range(1, n))
+        vs = variants(clients, shards or [1], sends_per_pass, busy_poll_us)
+        # requests per C: max(32, waves x C), since p99 is not the max
+        reqs_at = {c: [RequestSpec(f"s{i % 2}-{i}", TEXTS[i % 2], prompt)
+                       for i in range((requests_per_c or {}).get(c, max(32, waves * c)))] for c in concurrencies}
+
+        def drive(c: int, variant: tuple) -> Side:
+            _, _, cl, k, p, bp = variant
+            return driver_side(eng.spec.url, c, reqs_at[c], tmp, cl, live, k, clients_cpus, p, store_threads, trace, bp)
+
         try:
             if prime:  # one drive per C whose figures are dropped: a fresh machine's first-run costs land in it
                 for c in concurrencies:
-                    n = (requests_per_c or {}).get(c, max(32, waves * c))
-                    _, _, cl, k, p, bp = variants(clients, shards or [1], sends_per_pass, busy_poll_us)[0]
-                    driver_side(eng.spec.url, c, [RequestSpec(f"s{i % 2}-{i}", TEXTS[i % 2], prompt) for i in range(n)],
-                                tmp, cl, live, k, clients_cpus, p, store_threads, trace, bp)
+                    drive(c, vs[0])
                     log(f"primed C={c} (one drive, not counted)")
             for rep in range(repeats):
                 for c in concurrencies:
-                    n = (requests_per_c or {}).get(c, max(32, waves * c))  # p99 is not the max
-                    reqs = [RequestSpec(f"s{i % 2}-{i}", TEXTS[i % 2], prompt) for i in range(n)]
+                    reqs = reqs_at[c]
                     got = runs.setdefault(c, {})
                     sides: list[tuple[str, Side]] = []
-                    for key, _, cl, k, p, bp in variants(clients, shards or [1], sends_per_pass, busy_poll_us):
-                        steal = cpu_steal_ms()
-                        side = driver_side(eng.spec.url, c, reqs, tmp, cl, live, k, clients_cpus, p, store_threads, trace, bp)
-                        side.steal_ms = steal_since(steal)
+                    for variant in vs:
+                        steal = HostSteal()
+                        side = drive(c, variant)
+                        side.steal = steal.summary()
                         side.engine = engine_schedule(eng.spec.url, side)
-                        sides.append((key, side))
+                        sides.append((variant[0], side))
                     if plain:
                         bodies = [json.dumps(d.build_body(r.text, str(prompt), None)).encode() for r in reqs]
-                        steal = cpu_steal_ms()
+                        steal = HostSteal()
                         side = plain_side(eng.spec.url, c, bodies, clients_cpus)
-                        side.steal_ms = steal_since(steal)
+                        side.steal = steal.summary()
                         side.engine = engine_schedule(eng.spec.url, side)
                         sides.append(("plain", side))
                     for who, side in sides:

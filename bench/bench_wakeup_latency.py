@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from engine_adapters.driver.overhead import cpu_steal_ms  # noqa: E402
+from engine_adapters.driver.overhead import HostSteal  # noqa: E402
 
 STAMP = struct.Struct("<q")
 
@@ -120,11 +120,11 @@ def run_mode(mode: str, readers: int, sockets: int, size: int, rate: float, seco
     rs = [ctx.Process(target=reader, args=(port, sockets, size, mode, q)) for _ in range(readers)]
     for r in rs:
         r.start()
-    steal0, t0 = cpu_steal_ms(), time.monotonic()
+    steal, t0 = HostSteal(), time.monotonic()
     lat = np.concatenate([np.asarray(q.get(), dtype=np.int64) for _ in rs]) / 1e6
     sent, gaps = wq.get()
     wall = time.monotonic() - t0
-    steal1 = cpu_steal_ms()
+    stolen = steal.summary()
     for p in (w, *rs):
         p.join()
     listener.close()
@@ -134,7 +134,7 @@ def run_mode(mode: str, readers: int, sockets: int, size: int, rate: float, seco
             "p999_ms": float(np.percentile(lat, 99.9)), "max_ms": float(lat.max()),
             "over_1ms": int((lat > 1).sum()), "over_2ms": int((lat > 2).sum()),
             "send_gap_max_ms": float(gaps_ms.max()),
-            "steal_ms": None if steal0 is None or steal1 is None else round(sum(steal1) - sum(steal0), 1),
+            "steal_ms": stolen["ms"] if stolen else None, "steal_max_cpu_ms": stolen["max_cpu_ms"] if stolen else None,
             "wall_s": round(wall, 2)}
 
 

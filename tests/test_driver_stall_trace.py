@@ -13,7 +13,8 @@ import pytest
 
 from console.recording import record_run
 from engine_adapters.driver import DriveSpec, RequestSpec
-from engine_adapters.driver.stall_trace import SCHEDSTAT, ReadGaps, explain_gap
+from engine_adapters.driver.overhead import SCHEDSTAT
+from engine_adapters.driver.stall_trace import ReadGaps, explain_gap
 
 pytestmark = pytest.mark.skipif(not Path(SCHEDSTAT).exists(), reason="this kernel has no schedstat")
 

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -288,17 +289,26 @@ def test_engine_killed_mid_run_fails_the_run_with_the_signal(tmp_path):
         assert verify_chain(s).ok
 
 
-def test_plan_spreads_each_run_over_the_driver_processes_it_names(tmp_path, capsys):
-    """`sweep.driver_shards` reaches the driver: a run at C=2 with two shards records both
-    (driver_overhead_json.shards) and stores every request, as one process would."""
-    plan = _plan(tmp_path, short=True, profiles=("baseline",), concurrencies=(2,), requests=4, warmups=0, repeats=1)
+def _driver_plan(tmp_path, c: int, requests: int, **sweep) -> Path:
+    """A one-engine, one-repeat plan at concurrency c with `sweep` fields set as given."""
+    plan = _plan(tmp_path, short=True, profiles=("baseline",), concurrencies=(c,), requests=requests, warmups=0, repeats=1)
     doc = json.loads(plan.read_text())
-    doc["sweep"]["driver_shards"] = 2
+    doc["sweep"].update(sweep)
     plan.write_text(json.dumps(doc))
-    db = tmp_path / "c.duckdb"
+    return plan
+
+
+def _freeze_and_run(capsys, plan: Path, db: Path) -> None:
     assert inproc(capsys, "plan", "freeze", str(plan), db=db).returncode == 0
     r = inproc(capsys, "run", str(plan), db=db)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_plan_spreads_each_run_over_the_driver_processes_it_names(tmp_path, capsys):
+    """`sweep.driver_shards` reaches the driver: a run at C=2 with two shards records both
+    (driver_overhead_json.shards) and stores every request, as one process would."""
+    db = tmp_path / "c.duckdb"
+    _freeze_and_run(capsys, _driver_plan(tmp_path, 2, 4, driver_shards=2), db)
     with Store(db) as s:
         run = s.query("SELECT * FROM runs")[0]
         assert run["status"] == "complete"
@@ -309,29 +319,19 @@ def test_plan_spreads_each_run_over_the_driver_processes_it_names(tmp_path, caps
 def test_plan_sets_each_runs_busy_poll(tmp_path, capsys):
     """`sweep.driver_busy_poll_us` reaches the driver: the run records its window and the loop
     passes that polled (docs/timing.md, "Busy polling"); a bad value is one line naming it."""
-    plan = _plan(tmp_path, short=True, profiles=("baseline",), concurrencies=(1,), requests=2, warmups=0, repeats=1)
-    doc = json.loads(plan.read_text())
-    doc["sweep"]["driver_busy_poll_us"] = 2000
-    plan.write_text(json.dumps(doc))
     db = tmp_path / "c.duckdb"
-    assert inproc(capsys, "plan", "freeze", str(plan), db=db).returncode == 0
-    r = inproc(capsys, "run", str(plan), db=db)
-    assert r.returncode == 0, r.stdout + r.stderr
+    _freeze_and_run(capsys, _driver_plan(tmp_path, 1, 2, driver_busy_poll_us=2000), db)
     with Store(db) as s:
         overhead = json.loads(s.scalar("SELECT driver_overhead_json FROM runs"))
     assert overhead["busy_poll_us"] == 2000 and overhead["busy_poll_passes"] > 100, overhead
-    doc["sweep"]["driver_busy_poll_us"] = -5
-    plan.write_text(json.dumps(doc))
+    plan = _driver_plan(tmp_path, 1, 2, driver_busy_poll_us=-5)
     r = inproc(capsys, "plan", "freeze", str(plan), db=tmp_path / "d.duckdb")
     assert r.returncode != 0 and "driver_busy_poll_us" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("value", [0, "many", 1.5])
 def test_a_bad_driver_shards_value_is_one_line_naming_the_field(tmp_path, capsys, value):
-    plan = _plan(tmp_path, short=True, profiles=("baseline",), concurrencies=(2,), requests=4, warmups=0, repeats=1)
-    doc = json.loads(plan.read_text())
-    doc["sweep"]["driver_shards"] = value
-    plan.write_text(json.dumps(doc))
+    plan = _driver_plan(tmp_path, 2, 4, driver_shards=value)
     r = inproc(capsys, "plan", "freeze", str(plan), db=tmp_path / "c.duckdb")
     assert r.returncode != 0 and "driver_shards" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "c.duckdb").exists() or "Traceback" not in r.stderr

@@ -129,22 +129,15 @@ class DriveLoop:
 
     def _traced(self, sink: Callable[[int, bytes], bool]) -> Callable[[int, bytes], bool]:
         """`sink`, with every read also told to the busy poll and the stall trace when they are on."""
-        hooks = [h for h in (self.poll and self.poll.read, self.gaps and self.gaps.mark) if h]
-        if not hooks:
+        hooks = tuple(h for h in (self.poll and self.poll.read, self.gaps and self.gaps.mark) if h)
+        if not hooks:  # the measured default: the sink itself, nothing added per read
             return sink
-        if len(hooks) == 1:
-            hook = hooks[0]
 
-            def hooked(t: int, data: bytes) -> bool:
-                hook(t)
-                return sink(t, data)
-            return hooked
-
-        def hooked_all(t: int, data: bytes) -> bool:
+        def hooked(t: int, data: bytes) -> bool:
             for h in hooks:
                 h(t)
             return sink(t, data)
-        return hooked_all
+        return hooked
 
     async def one(self, transport: Any, index: int, req: RequestSpec, warm: bool) -> None:
         """Send one request and collect its stamped reads; decoding happens later, elsewhere."""

@@ -81,9 +81,10 @@ def cpu_steal_ms() -> list[float] | None:
 
 
 class HostSteal:
-    """The hypervisor's steal over a drive, all CPUs (driver_overhead_json.host_steal; docs/timing.md):
-    a VM's CPU taken away delays a stamp with the thread neither on a CPU nor waiting for one, so
-    no figure of the driver's own shows it. /proc/stat counts in ticks of 10 ms (USER_HZ 100)."""
+    """The hypervisor's steal from construction to `summary()`, all CPUs: a drive's
+    driver_overhead_json.host_steal (docs/timing.md) and the benches' steal figures. A VM's CPU
+    taken away delays a stamp with the thread neither on a CPU nor waiting for one, so no figure
+    of the driver's own shows it. /proc/stat counts in ticks of 10 ms (USER_HZ 100)."""
 
     def __init__(self) -> None:
         self._start = cpu_steal_ms()
@@ -93,7 +94,7 @@ class HostSteal:
         if self._start is None or end is None:
             return None
         per_cpu = [b - a for a, b in zip(self._start, end)]
-        return host_steal_summary([{"ms": round(sum(per_cpu), 1), "max_cpu_ms": round(max(per_cpu, default=0.0), 1)}])
+        return {"ms": round(sum(per_cpu), 1), "max_cpu_ms": round(max(per_cpu, default=0.0), 1)}
 
 
 def host_steal_summary(parts: list[dict[str, float] | None]) -> dict[str, float] | None:

@@ -21,8 +21,9 @@ import os
 import time
 from typing import Any
 
+from engine_adapters.driver.overhead import SCHEDSTAT
+
 MIN_GAP_NS = 500_000  # a silence this long is kept (p99 of the skew at 1,024 streams is ~0.2 ms)
-SCHEDSTAT = "/proc/thread-self/schedstat"  # ns on a CPU, ns waiting on a runqueue, timeslices
 
 
 class ReadGaps:
@@ -47,15 +48,6 @@ class ReadGaps:
 
     def close(self) -> None:
         os.close(self._fd)
-
-
-def available() -> bool:
-    """Whether this kernel gives a thread's schedstat (Linux with schedstats)."""
-    try:
-        with open(SCHEDSTAT) as f:
-            return len(f.read().split()) >= 2
-    except OSError:
-        return False
 
 
 def explain_gap(gap: list[int], sender_spans: list[list[int]], since_ns: int) -> dict[str, Any]:
