@@ -22,13 +22,17 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 import tempfile
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable, Iterable
+from functools import partial
+from pathlib import Path, PurePosixPath
+from typing import Any, Callable, Iterable, Sequence
 
-from data.anchor import current_head
-from data.audit import verify_chain
+from data import integrity
+from data.anchor import Head, current_head, holds, read_head
+from data.audit import event_hash, events, verify_chain
 from data.errors import CampaignError, first_line
 from data.hashing import canonical_json, sha256_file
 from data.store import Store
@@ -43,7 +47,10 @@ RULE_FIELDS = ("status", "n_pairs", "geo_mean_ratio", "lower_bound_ratio", "min_
 
 
 class EvidenceMismatch(CampaignError):
-    """A bundled file or verdict does not match what its data re-derives."""
+    """A bundled file or verdict does not match what its data re-derives; `check` names the step
+    of verify that found it."""
+
+    check = ""
 
 
 # -- export -----------------------------------------------------------------------------------
@@ -185,7 +192,14 @@ def reproduce_text(plan: Any, verdict_ids: list[str], head: dict[str, Any]) -> s
               "Files: plans/ (canonical plan JSON, named by hash), audit/ (the hash-chained log and its head), "
               "tables/ (Parquet and CSV), verdicts/ (documents; *.scores.parquet = a quality gate's input table), "
               "report/ (HTML report, figures as PNG and SVG). Definitions: docs/results.md and docs/statistics.md "
-              "of the console.", ""]
+              "of the console.", "",
+              "Derived, not verified: report/ (the HTML report and its figures) is drawn from the tables and "
+              "verdict documents that `campaign evidence verify` checks, but verify does not redraw it (a figure's "
+              "PNG bytes depend on the plotting library's version and platform). Read verdicts and numbers from "
+              "verdicts/ and tables/, or redraw the report from the store (step 2). The CSV files are checked: "
+              "each must equal its Parquet table. What verify proves, and what it cannot (a forger who rewrites "
+              "the whole chain and its head; `--head FILE|HASH` with a head you hold catches that): "
+              "docs/results.md of the console.", ""]
     return "\n".join(lines)
 
 
@@ -201,30 +215,85 @@ def write_manifest(out: Path) -> None:
 class Step:
     name: str
     detail: str
+    status: str = "ok"  # or "not verified": a part of the bundle verify does not vouch for (report/)
+
+
+TABLE_FILES = frozenset(f"{t}.{ext}" for t in TABLES for ext in ("parquet", "csv"))
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def bundle_files(root: Path) -> list[str]:
+    """Every file under `root` as a relative POSIX path, found without following links. A bundle
+    holds regular files and folders only: a symbolic link could point anywhere (a file outside the
+    bundle would be hashed and vouched for as part of it), so any link is refused."""
+    out = []
+    for folder, dirs, files in os.walk(root):
+        for name in sorted(dirs + files):
+            p = Path(folder) / name
+            rel = p.relative_to(root).as_posix()
+            if p.is_symlink():
+                raise EvidenceMismatch(f"{rel}: a symbolic link (to {os.readlink(p)}); a bundle holds regular files only")
+            if name in files:
+                if not p.is_file():
+                    raise EvidenceMismatch(f"{rel}: not a regular file")
+                out.append(rel)
+    return sorted(out)
+
+
+def _in_layout(rel: str) -> bool:
+    """Where export writes files (module docstring); report/ is derived and free-form."""
+    top, _, rest = rel.partition("/")
+    return (rel in (MANIFEST, REPRODUCE, "audit/audit_events.jsonl", "audit/head.json") or top == "report"
+            or (top == "plans" and bool(_HEX64.fullmatch(rest.removesuffix(".json"))) and rest.endswith(".json"))
+            or (top == "tables" and rest in TABLE_FILES) or (top == "verdicts" and "/" not in rest))
+
+
+def _manifest_name(root: Path, name: str, n: int) -> str:
+    """A MANIFEST path, refused unless it names a place inside the bundle: never absolute, no
+    `..`, nothing that resolves outside (checked before any file is opened, so no digest of a file
+    outside the bundle is ever computed or printed)."""
+    where = f"{MANIFEST}:{n}: {name!r}"
+    pure = PurePosixPath(name)
+    if not name or "\\" in name or "\x00" in name:
+        raise EvidenceMismatch(f"{where}: not a bundle path")
+    if pure.is_absolute():
+        raise EvidenceMismatch(f"{where}: an absolute path; bundle paths are relative to the bundle")
+    if ".." in pure.parts or "." in name.split("/"):
+        raise EvidenceMismatch(f"{where}: contains '..' or '.'; bundle paths name files inside the bundle")
+    if not (root / name).resolve().is_relative_to(root.resolve()):
+        raise EvidenceMismatch(f"{where}: resolves outside the bundle")
+    return pure.as_posix()
 
 
 def check_manifest(root: Path) -> Step:
-    mf = root / MANIFEST
-    if not mf.is_file():
-        raise EvidenceMismatch(f"{mf}: missing")
+    """Every file listed, listed once, inside the bundle, a regular file (no link), where export
+    puts files, and with the listed SHA-256."""
+    present = bundle_files(root)
+    if MANIFEST not in present:
+        raise EvidenceMismatch(f"{root / MANIFEST}: missing")
     listed: dict[str, str] = {}
-    for n, line in enumerate(mf.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate((root / MANIFEST).read_text(encoding="utf-8").splitlines(), 1):
         digest, sep, name = line.partition("  ")
-        if not sep or len(digest) != 64:
+        if not sep or not _HEX64.fullmatch(digest):
             raise EvidenceMismatch(f"{MANIFEST}:{n}: not a 'sha256  path' line")
+        name = _manifest_name(root, name, n)
+        if name in listed or name == MANIFEST:
+            raise EvidenceMismatch(f"{MANIFEST}:{n}: {name} is listed {'twice' if name in listed else 'in itself'}")
         listed[name] = digest
+    files = set(present) - {MANIFEST}
     for name, digest in listed.items():
-        p = root / name
-        if not p.is_file():
+        if name not in files:
             raise EvidenceMismatch(f"{name}: listed in {MANIFEST} but missing")
-        got = sha256_file(p)
+        got = sha256_file(root / name)
         if got != digest:
             raise EvidenceMismatch(f"{name}: sha256 {got[:16]}… differs from {MANIFEST} ({digest[:16]}…)")
-    extra = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and p.name != MANIFEST
-                   and p.relative_to(root).as_posix() not in listed)
+    extra = sorted(files - set(listed))
     if extra:
         raise EvidenceMismatch(f"{extra[0]}: not listed in {MANIFEST}")
-    return Step("manifest", f"{len(listed)} files, every sha256 matches")
+    stray = [f for f in present if not _in_layout(f)]
+    if stray:
+        raise EvidenceMismatch(f"{stray[0]}: not a file an evidence bundle holds (docs/results.md, layout)")
+    return Step("files", f"{len(listed)} files, every sha256 matches, none unlisted, no links, no path outside")
 
 
 def load_scratch(root: Path, scratch: Path) -> Store:
@@ -262,32 +331,149 @@ def check_plans(root: Path, store: Store) -> Step:
     from data.plans import hash_matches
 
     n = 0
-    for p in sorted((root / "plans").glob("*.json")):
+    files = sorted((root / "plans").glob("*.json")) if (root / "plans").is_dir() else []
+    for p in files:
         row = store.scalar("SELECT canonical_json FROM plans WHERE plan_hash = ?", [p.stem])
         text = p.read_text(encoding="utf-8")
         if row != text:
             raise EvidenceMismatch(f"plans/{p.name}: differs from tables/plans.parquet")
-        if not hash_matches(json.loads(text), p.stem):
+        try:
+            matches = hash_matches(json.loads(text), p.stem)
+        except ValueError as exc:
+            raise EvidenceMismatch(f"plans/{p.name}: not valid JSON ({first_line(exc)})") from None
+        if not matches:
             raise EvidenceMismatch(f"plans/{p.name}: content does not hash to {p.stem[:12]}")
         n += 1
-    return Step("plans", f"{n} plan document(s) hash to their names")
+    named = {p.stem for p in files}
+    for (h,) in store.con.execute("SELECT plan_hash FROM plans ORDER BY plan_hash").fetchall():
+        if h not in named:
+            raise EvidenceMismatch(f"plans/{h}.json: missing (tables/plans.parquet holds plan {h[:12]})")
+    return Step("plan files", f"{n} plan document(s) hash to their names")
 
 
-def check_audit(root: Path, store: Store) -> Step:
+JSONL_FIELDS = ("seq", "event_time", "kind", "plan_hash", "subject", "payload_json", "prev_hash", "event_hash")
+
+
+def check_jsonl(root: Path, store: Store) -> None:
+    """audit/audit_events.jsonl is the bundled chain: every line's event_hash recomputed from the
+    line itself (data/audit.py's event_hash) and every field equal to the chain's event (times
+    compared as epoch microseconds, whatever the zone they are written in)."""
+    rows = store.con.execute("SELECT seq, epoch_us(event_time), kind, plan_hash, subject, payload_json, prev_hash, "
+                             "event_hash FROM audit_events ORDER BY seq").fetchall()
+    where = "audit/audit_events.jsonl"
+    lines = (root / "audit" / "audit_events.jsonl").read_text(encoding="utf-8").splitlines()
+    if len(lines) != len(rows):
+        raise EvidenceMismatch(f"{where}: {len(lines)} events, tables/audit_events.parquet has {len(rows)}")
+    events_ = []
+    for n, text in enumerate(lines, 1):
+        try:
+            e = json.loads(text)
+        except ValueError as exc:
+            raise EvidenceMismatch(f"{where}:{n}: not JSON ({first_line(exc)})") from None
+        if not isinstance(e, dict) or set(e) != set(JSONL_FIELDS) or not isinstance(e["event_time"], str):
+            raise EvidenceMismatch(f"{where}:{n}: not an audit event (fields {', '.join(JSONL_FIELDS)})")
+        events_.append(e)
+    times = [t for (t,) in store.con.execute("SELECT epoch_us(TRY_CAST(t AS TIMESTAMPTZ)) FROM "
+                                             "(SELECT unnest(?::VARCHAR[]) AS t, generate_subscripts(?::VARCHAR[], 1) AS i) "
+                                             "ORDER BY i", [[e["event_time"] for e in events_]] * 2).fetchall()]
+    for n, (e, t_us, row) in enumerate(zip(events_, times, rows), 1):
+        if t_us is None:
+            raise EvidenceMismatch(f"{where}:{n}: event_time {e['event_time']!r} is not a time")
+        fields = (e["seq"], t_us, e["kind"], e["plan_hash"], e["subject"], e["payload_json"], e["prev_hash"])
+        try:
+            recomputed = event_hash(*fields)
+        except (TypeError, ValueError):
+            recomputed = None
+        if recomputed != e["event_hash"]:
+            raise EvidenceMismatch(f"{where}: seq {e['seq']} ({e['kind']}): contents do not match its event_hash "
+                                   "(altered)")
+        if (*fields, e["event_hash"]) != tuple(row):
+            raise EvidenceMismatch(f"{where}:{n}: differs from event seq {row[0]} of tables/audit_events.parquet")
+
+
+@dataclass(frozen=True)
+class TrustedHead:
+    """A head the reviewer holds from outside the bundle (`evidence verify --head`): an anchor
+    file, an exported verdict document or runs export (data/anchor.py), or a bare event hash."""
+    label: str
+    head: Head | None = None
+    event_hash: str | None = None
+
+
+def trusted_head(arg: str) -> TrustedHead:
+    """--head FILE|HASH; a CampaignError (exit 2) for anything else."""
+    if Path(arg).is_file():
+        return TrustedHead(arg, head=read_head(arg))
+    if _HEX64.fullmatch(arg):
+        return TrustedHead(arg[:12], event_hash=arg)
+    raise CampaignError(f"--head {arg}: neither a file nor an event hash (64 lowercase hex digits)")
+
+
+def _trusted_problem(store: Store, t: TrustedHead) -> str | None:
+    if t.head is not None:
+        return holds(store, t.head, t.label)
+    if store.scalar("SELECT count(*) FROM audit_events WHERE event_hash = ?", [t.event_hash]):
+        return None
+    return (f"--head {t.label}: no event of the bundled chain has this hash: the chain was rewritten or cut "
+            "short below it, or the bundle is of another store")
+
+
+def check_audit(root: Path, store: Store, trusted: Sequence[TrustedHead] = ()) -> Step:
     chain = verify_chain(store)
     if not chain.ok:
         raise EvidenceMismatch(f"tables/audit_events.parquet: {chain.message}")
-    head = json.loads((root / "audit" / "head.json").read_text(encoding="utf-8"))
+    try:
+        head = read_head(root / "audit" / "head.json")
+    except CampaignError as exc:
+        raise EvidenceMismatch(f"audit/head.json: {exc}") from None
     got = current_head(store)
-    if (got.length, got.head_hash) != (head.get("length"), head.get("head_hash")):
-        raise EvidenceMismatch(f"audit/head.json: head seq {head.get('length')} does not match the bundled chain "
+    if (got.length, got.head_hash) != (head.length, head.head_hash):
+        raise EvidenceMismatch(f"audit/head.json: head seq {head.length} does not match the bundled chain "
                                f"(seq {got.length})")
-    lines = (root / "audit" / "audit_events.jsonl").read_text(encoding="utf-8").splitlines()
-    hashes = [json.loads(x)["event_hash"] for x in lines]
-    stored = [r[0] for r in store.con.execute("SELECT event_hash FROM audit_events ORDER BY seq").fetchall()]
-    if hashes != stored:
-        raise EvidenceMismatch("audit/audit_events.jsonl: differs from tables/audit_events.parquet")
-    return Step("audit", f"{chain.message}; head seq {got.length}")
+    check_jsonl(root, store)
+    for t in trusted:
+        problem = _trusted_problem(store, t)
+        if problem:
+            raise EvidenceMismatch(problem)
+    held = f"; holds every --head given ({', '.join(t.label for t in trusted)})" if trusted else ""
+    return Step("audit", f"{chain.message}, every hash recomputed (table and jsonl); head seq {got.length}{held}")
+
+
+FREEZE_KINDS = ("plan_frozen", "addendum_frozen")
+
+
+def bundle_plans(store: Store, evs: Sequence[dict[str, Any]]) -> set[str]:
+    """The plans the bundle is evidence of: those its plans and runs rows name, grown along the
+    parent links the chain's freeze events record to the whole family export bundles (a plan, its
+    ancestors and every addendum below them: `plan_family`). Taken from the chain, not from the
+    rows, so a plan row or file left out of the bundle still counts."""
+    family = {h for (h,) in store.con.execute("SELECT plan_hash FROM plans UNION SELECT plan_hash FROM runs")
+              .fetchall() if h}
+    links = [(e["plan_hash"], e["payload"].get("parent_hash")) for e in evs if e["kind"] in FREEZE_KINDS]
+    grew = True
+    while grew:
+        grew = False
+        for h, parent in links:
+            if parent and (h in family or parent in family) and not {h, parent} <= family:
+                family |= {h, parent}
+                grew = True
+    if not family:
+        raise EvidenceMismatch("tables/plans.parquet: no plan in the bundle")
+    return family
+
+
+# data/integrity.py's checks that cover the bundled tables (verdict documents: check_verdicts)
+STORE_CHECKS = ("plans", "runs", "exclusions", "scores")
+
+
+def check_rows(store: Store, name: str, evs: list[dict[str, Any]]) -> Step:
+    """One of `campaign audit verify`'s checks (data/integrity.py) on the scratch store, over the
+    events of the bundle's plans (the chain is the whole store's)."""
+    fn = dict(integrity.CHECKS)[name]
+    c = fn(store, evs)
+    if not c.ok:
+        raise EvidenceMismatch(c.message)
+    return Step(name, c.message)
 
 
 def check_run_metrics(store: Store) -> Step:
@@ -403,18 +589,55 @@ def check_throughput(store: Store, doc: dict[str, Any]) -> str:
     return f"{vid} {rr.verdict}: {len(derived)} cell(s), ratios and lower bounds bit-identical"
 
 
-def check_verdicts(root: Path, store: Store) -> Step:
+def _document(root: Path, vid: str, e: dict[str, Any], head: Head) -> dict[str, Any]:
+    """verdicts/<vid>.json: the document its `verdict_issued` event announced, under its own id,
+    carrying the head the bundle was exported at."""
+    name = f"verdicts/{vid}.json"
+    p = root / name
+    if not p.is_file():
+        raise EvidenceMismatch(f"verdict {vid} ({e['payload'].get('verdict')}, issued at seq {e['seq']}): its "
+                               f"document {name} is missing")
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise EvidenceMismatch(f"{name}: not valid JSON ({first_line(exc)})") from None
+    if not isinstance(doc, dict):
+        raise EvidenceMismatch(f"{name}: not a verdict document (a JSON object)")
+    if doc.get("verdict_id") != vid:
+        raise EvidenceMismatch(f"{name}: holds verdict {doc.get('verdict_id')!r}, not {vid}: a document under "
+                               "another verdict's name")
+    body = {k: v for k, v in doc.items() if k != "audit_head"}
+    if document_sha256(body) != e["payload"].get("document_sha256"):
+        raise EvidenceMismatch(f"{name}: document does not match its verdict_issued audit event (seq {e['seq']})")
+    try:
+        got = read_head(p)
+    except CampaignError:
+        raise EvidenceMismatch(f"{name}: audit_head missing or malformed") from None
+    if (got.length, got.head_hash) != (head.length, head.head_hash):
+        raise EvidenceMismatch(f"{name}: audit_head (seq {got.length}, {got.head_hash[:12]}) is not the head the "
+                               f"bundle was exported at (audit/head.json: seq {head.length}, {head.head_hash[:12]})")
+    return doc
+
+
+def check_verdicts(root: Path, store: Store, evs: list[dict[str, Any]]) -> Step:
+    """Exactly one document per `verdict_issued` event of the bundle's plans, named by its id,
+    and nothing else in verdicts/; then every verdict re-derived from the bundled rows."""
+    issued = [e for e in evs if e["kind"] == "verdict_issued"]
+    seen: set[str] = set()
+    for e in issued:
+        if e["subject"] in seen:
+            raise EvidenceMismatch(f"verdict {e['subject']}: issued twice in the chain (seq {e['seq']})")
+        seen.add(e["subject"])
+    expected = {f"{e['subject']}.json" for e in issued} | {f"{e['subject']}.scores.parquet" for e in issued
+                                                          if e["payload"].get("kind") == "quality"}
+    folder = root / "verdicts"
+    stray = sorted(p.name for p in folder.iterdir() if p.name not in expected) if folder.is_dir() else []
+    if stray:
+        raise EvidenceMismatch(f"verdicts/{stray[0]}: no verdict_issued event of the bundle's plans names it")
+    head = read_head(root / "audit" / "head.json")
     done = []
-    for p in sorted((root / "verdicts").glob("*.json")):
-        try:
-            doc = json.loads(p.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise EvidenceMismatch(f"verdicts/{p.name}: not valid JSON ({first_line(exc)})") from None
-        body = {k: v for k, v in doc.items() if k != "audit_head"}
-        issued = store.query("SELECT payload_json FROM audit_events WHERE kind = 'verdict_issued' AND subject = ?",
-                             [doc.get("verdict_id")])
-        if not issued or json.loads(issued[0]["payload_json"]).get("document_sha256") != document_sha256(body):
-            raise EvidenceMismatch(f"verdicts/{p.name}: document does not match its verdict_issued audit event")
+    for e in issued:
+        doc = _document(root, e["subject"], e, head)
         if doc.get("kind") == "quality":
             done.append(check_quality(root, store, doc))
         else:
@@ -422,25 +645,72 @@ def check_verdicts(root: Path, store: Store) -> Step:
     return Step("verdicts", "; ".join(done) if done else "no verdicts in the bundle")
 
 
-def verify_bundle(root: Path, on_step: Callable[[Step], None] | None = None) -> list[Step]:
-    """Every check in order; raises EvidenceMismatch at the first mismatch."""
+def check_tables(root: Path) -> Step:
+    """Each CSV is its Parquet table as export writes it (pyarrow), byte for byte: the CSVs are a
+    second copy of rows verify has checked, so a copy that differs is a forgery."""
+    import io
+
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    for t in TABLES:
+        csv = root / "tables" / f"{t}.csv"
+        if not csv.is_file():
+            raise EvidenceMismatch(f"tables/{t}.csv: missing")
+        buf = io.BytesIO()
+        pacsv.write_csv(pq.read_table(root / "tables" / f"{t}.parquet"), buf)
+        if buf.getvalue() != csv.read_bytes():
+            raise EvidenceMismatch(f"tables/{t}.csv: differs from tables/{t}.parquet (the CSV is a copy of it)")
+    return Step("tables", f"{len(TABLES)} CSV files equal their Parquet tables")
+
+
+REPORT_NOTE = ("report/: derived, not verified: the HTML report and figures are drawn from the tables and "
+               "documents verified above; redraw them with `campaign report` (REPRODUCE.md)")
+
+
+def verify_bundle(root: Path, on_step: Callable[[Step], None] | None = None,
+                  trusted: Sequence[TrustedHead] = ()) -> list[Step]:
+    """Every check in order; raises EvidenceMismatch (its `check` naming the step) at the first
+    mismatch. What passing proves: docs/results.md."""
     if not root.is_dir():
         raise CampaignError(f"{root}: no such folder")
     steps = []
 
-    def done(s: Step) -> None:
+    def run(name: str, fn: Callable[[], Step]) -> None:
+        try:
+            s = fn()
+        except EvidenceMismatch as exc:
+            exc.check = name
+            raise
         steps.append(s)
         if on_step:
             on_step(s)
 
-    done(check_manifest(root))
+    run("files", lambda: check_manifest(root))
     with tempfile.TemporaryDirectory(prefix="evidence-verify-") as tmp:
-        store = load_scratch(root, Path(tmp) / "bundle.duckdb")
         try:
-            done(check_plans(root, store))
-            done(check_audit(root, store))
-            done(check_run_metrics(store))
-            done(check_verdicts(root, store))
+            store = load_scratch(root, Path(tmp) / "bundle.duckdb")
+        except EvidenceMismatch as exc:
+            exc.check = "tables"
+            raise
+        try:
+            run("plan files", lambda: check_plans(root, store))
+            run("audit", lambda: check_audit(root, store, trusted))
+            evs: list[dict[str, Any]] = []
+
+            def plans() -> Step:
+                chain = events(store)
+                family = bundle_plans(store, chain)
+                evs.extend(e for e in chain if e["plan_hash"] in family)
+                return Step("plans", f"{len(family)} plan(s) of the bundle (by the chain's freeze events): "
+                                     f"{check_rows(store, 'plans', evs).detail}")
+            run("plans", plans)
+            for name in STORE_CHECKS[1:]:
+                run(name, partial(check_rows, store, name, evs))
+            run("run metrics", lambda: check_run_metrics(store))
+            run("verdicts", lambda: check_verdicts(root, store, evs))
         finally:
             store.close()
+    run("tables", lambda: check_tables(root))
+    run("report", lambda: Step("report", REPORT_NOTE, "not verified"))
     return steps
