@@ -18,7 +18,9 @@ import soundfile as sf
 from plans_helpers import make_workload, plan_dict
 
 from data.audit import append_event
+from data.digest import DIGEST_VERSION, RUN_TABLES, digestible_columns, run_digests
 from data.plans import freeze
+from data.score_digest import announce
 from data.store import Store
 
 RATE = 24_000
@@ -105,6 +107,24 @@ def _scores(rng, run_id: str, utts: list[str], arm: str, rep: int) -> pd.DataFra
     return pd.DataFrame(rows)
 
 
+def _announce(store: Store, plan, runs: list[dict], scores: pd.DataFrame) -> None:
+    """The events the recorder and the scorer append with such rows (console/recording.py,
+    stats/quality/scoring.py): run_started, run_ended with the run's digest, scores_stored with
+    each scorer's digest, so `audit verify` and `evidence verify` hold on this store."""
+    columns = {table: digestible_columns(table) for table, _ in RUN_TABLES}
+    digests = run_digests(store, [r["run_id"] for r in runs], columns)
+    for r in runs:
+        append_event(store, "run_started", plan_hash=plan.hash, subject=r["run_id"],
+                     payload={"engine": r["engine"], "kind": r["kind"], "concurrency": r["concurrency"],
+                              "cell_key": r["cell_key"], "requests_planned": r["requests_planned"], "url": r["url"]})
+        append_event(store, "run_ended", plan_hash=plan.hash, subject=r["run_id"], payload={
+            "status": "complete", "requests_stored": r["requests_planned"],
+            "digest": {"v": DIGEST_VERSION, "columns": columns, "tables": digests[r["run_id"]]}})
+    for scorer_id, rows in scores.groupby("scorer_id"):
+        stored = announce(store, str(scorer_id), rows[["run_id", "request_index"]].to_dict("records"))
+        append_event(store, "scores_stored", plan_hash=plan.hash, subject=str(scorer_id), payload=stored.payload())
+
+
 def build_campaign(root: Path, *, concurrencies=(1, 2, 4), repeats: int = 3, requests: int = 8, chunks: int = 4,
                    holdout: int = 6, gpu: bool = True, gate: bool = True, seed: int = 7,
                    sim_gap: bool = True) -> tuple[Path, Path]:
@@ -156,9 +176,9 @@ def build_campaign(root: Path, *, concurrencies=(1, 2, 4), repeats: int = 3, req
         _insert_frame(store, "chunks", pd.concat(chs, ignore_index=True))
         if gpus:
             _insert_frame(store, "gpu_samples", pd.concat(gpus, ignore_index=True))
-        _insert_frame(store, "quality_scores", pd.concat(scores, ignore_index=True))
-        for r in runs:
-            append_event(store, "run_ended", plan_hash=plan.hash, subject=r["run_id"], payload={"status": "complete"})
+        all_scores = pd.concat(scores, ignore_index=True)
+        _insert_frame(store, "quality_scores", all_scores)
+        _announce(store, plan, runs, all_scores)
     if gate:
         from console.cli import main
         main(["gate", str(plan_path), "--db", str(db)])

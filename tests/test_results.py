@@ -175,9 +175,11 @@ def test_one_score_in_a_parquet_file_fails_naming_the_verdict(bundle, tmp_path, 
     _rewrite(scores, "value", row, lambda v: v + 0.5)
     assert main(["evidence", "verify", str(copy)]) == 1  # the manifest names the file
     assert "tables/quality_scores.parquet: sha256" in capsys.readouterr().err
-    write_manifest(copy)  # a forger who also rewrites the manifest: the verdict no longer re-derives
-    with pytest.raises(EvidenceMismatch, match=r"verdict quality-\S+: sim of \S+ in run \S+ is .* in tables/quality_scores"):
+    write_manifest(copy)  # a forger who also rewrites the manifest: the scores no longer match their digest
+    with pytest.raises(EvidenceMismatch, match=r"scores resemblyzer: the \d+ row\(s\) stored at seq \d+ differ from "
+                                               r"their digest") as caught:
         verify_bundle(copy)
+    assert caught.value.check == "scores"
 
 
 def test_one_chunk_stamp_fails_naming_the_run(bundle, tmp_path):
@@ -185,8 +187,19 @@ def test_one_chunk_stamp_fails_naming_the_run(bundle, tmp_path):
     shutil.copytree(bundle, copy)
     _rewrite(copy / "tables" / "chunks.parquet", "t_arrival_ns", 5, lambda v: v + 400_000_000)
     write_manifest(copy)
-    with pytest.raises(EvidenceMismatch, match=r"run \S+: metrics re-derived"):
+    with pytest.raises(EvidenceMismatch, match=r"run \S+: chunks: content differs from the digest recorded at run end"):
         verify_bundle(copy)
+
+
+def test_edited_run_metrics_fail_naming_the_run(bundle, tmp_path):
+    copy = tmp_path / "b"
+    shutil.copytree(bundle, copy)
+    _rewrite(copy / "tables" / "run_metrics.parquet", "metrics_json", 0,
+             lambda v: json.dumps({**json.loads(v), "throughput": 12345.0}))
+    write_manifest(copy)
+    with pytest.raises(EvidenceMismatch, match=r"run \S+: metrics re-derived") as caught:
+        verify_bundle(copy)
+    assert caught.value.check == "run metrics"
 
 
 def test_same_numbers_in_cli_tui_html_and_export(campaign, bundle, capsys, monkeypatch):
