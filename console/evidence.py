@@ -2,7 +2,7 @@
 verdicts without the store, and the check itself.
 
     campaign export evidence PLAN DIR     write the bundle
-    campaign evidence verify DIR          re-hash every file, re-derive every verdict
+    campaign evidence verify DIR          re-hash every file, re-check every row, re-derive every verdict
 
 Layout: plans/<hash>.json (canonical JSON of the plan and its addenda), audit/audit_events.jsonl and
 audit/head.json, tables/<table>.parquet and .csv (runs, requests, chunks, gpu_samples,
@@ -11,11 +11,16 @@ quality_scores, exclusions, plans, audit_events, run_metrics), verdicts/<id>.jso
 quality verdict), report/report.html and report/figures/*.png|svg, REPRODUCE.md, and
 MANIFEST.sha256 (`sha256  path` of every other file).
 
-Verify loads the bundled tables into a scratch DuckDB store and runs the project's own code on them:
-the audit chain, the plan hashes, every run's metrics from its requests and chunks (equal to the
-bundled `run_metrics`), each quality verdict's input table (its hash, and every value against
-quality_scores) and its checks, each throughput verdict's paired ratios and bounds — all compared
-bit for bit with the verdict documents. The first mismatch names the file or verdict.
+Verify refuses any link and any MANIFEST path outside the bundle before it opens a file, then
+loads the bundled tables into a scratch DuckDB store and runs the project's own code on them: the
+audit chain (every hash recomputed, in the table and in the jsonl), `campaign audit verify`'s plans,
+runs, exclusions and scores checks (data/integrity.py) over the events of the bundle's plans, every
+run's metrics from its requests and chunks (equal to the bundled `run_metrics`), one document per
+`verdict_issued` event under its own id and carrying the bundle's head, each quality verdict's input
+table (its hash, and every value against quality_scores) and its checks, each throughput verdict's
+paired ratios and bounds — all compared bit for bit with the verdict documents — and each CSV
+against its Parquet table. report/ is derived and not verified. The first mismatch is named with
+its check. What passing proves, and what it cannot: docs/results.md.
 """
 
 from __future__ import annotations
@@ -222,6 +227,13 @@ TABLE_FILES = frozenset(f"{t}.{ext}" for t in TABLES for ext in ("parquet", "csv
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
+def _text(root: Path, rel: str) -> str:
+    try:
+        return (root / rel).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise EvidenceMismatch(f"{rel}: not UTF-8 text ({first_line(exc)})") from None
+
+
 def bundle_files(root: Path) -> list[str]:
     """Every file under `root` as a relative POSIX path, found without following links. A bundle
     holds regular files and folders only: a symbolic link could point anywhere (a file outside the
@@ -272,7 +284,7 @@ def check_manifest(root: Path) -> Step:
     if MANIFEST not in present:
         raise EvidenceMismatch(f"{root / MANIFEST}: missing")
     listed: dict[str, str] = {}
-    for n, line in enumerate((root / MANIFEST).read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(_text(root, MANIFEST).splitlines(), 1):
         digest, sep, name = line.partition("  ")
         if not sep or not _HEX64.fullmatch(digest):
             raise EvidenceMismatch(f"{MANIFEST}:{n}: not a 'sha256  path' line")
@@ -293,6 +305,9 @@ def check_manifest(root: Path) -> Step:
     stray = [f for f in present if not _in_layout(f)]
     if stray:
         raise EvidenceMismatch(f"{stray[0]}: not a file an evidence bundle holds (docs/results.md, layout)")
+    absent = [f for f in (REPRODUCE, "audit/audit_events.jsonl", "audit/head.json") if f not in files]
+    if absent:
+        raise EvidenceMismatch(f"{absent[0]}: missing (every evidence bundle holds it)")
     return Step("files", f"{len(listed)} files, every sha256 matches, none unlisted, no links, no path outside")
 
 
@@ -334,7 +349,7 @@ def check_plans(root: Path, store: Store) -> Step:
     files = sorted((root / "plans").glob("*.json")) if (root / "plans").is_dir() else []
     for p in files:
         row = store.scalar("SELECT canonical_json FROM plans WHERE plan_hash = ?", [p.stem])
-        text = p.read_text(encoding="utf-8")
+        text = _text(root, f"plans/{p.name}")
         if row != text:
             raise EvidenceMismatch(f"plans/{p.name}: differs from tables/plans.parquet")
         try:
@@ -361,7 +376,7 @@ def check_jsonl(root: Path, store: Store) -> None:
     rows = store.con.execute("SELECT seq, epoch_us(event_time), kind, plan_hash, subject, payload_json, prev_hash, "
                              "event_hash FROM audit_events ORDER BY seq").fetchall()
     where = "audit/audit_events.jsonl"
-    lines = (root / "audit" / "audit_events.jsonl").read_text(encoding="utf-8").splitlines()
+    lines = _text(root, where).splitlines()
     if len(lines) != len(rows):
         raise EvidenceMismatch(f"{where}: {len(lines)} events, tables/audit_events.parquet has {len(rows)}")
     events_ = []
@@ -495,7 +510,10 @@ def _frame(root: Path, vid: str):
     p = root / "verdicts" / f"{vid}.scores.parquet"
     if not p.is_file():
         raise EvidenceMismatch(f"verdicts/{p.name}: missing (the quality verdict's input table)")
-    t = pq.read_table(p)
+    try:
+        t = pq.read_table(p)
+    except Exception as exc:  # pyarrow raises several error types for a damaged file
+        raise EvidenceMismatch(f"verdicts/{p.name}: cannot be read ({first_line(exc)})") from None
     frame = t.to_pandas()
     attrs = json.loads((t.schema.metadata or {}).get(b"omni_campaign.frame_attrs", b"{}"))
     frame.attrs.update(attrs)
@@ -598,7 +616,7 @@ def _document(root: Path, vid: str, e: dict[str, Any], head: Head) -> dict[str, 
         raise EvidenceMismatch(f"verdict {vid} ({e['payload'].get('verdict')}, issued at seq {e['seq']}): its "
                                f"document {name} is missing")
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        doc = json.loads(_text(root, name))
     except ValueError as exc:
         raise EvidenceMismatch(f"{name}: not valid JSON ({first_line(exc)})") from None
     if not isinstance(doc, dict):
