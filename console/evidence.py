@@ -136,8 +136,7 @@ def export_bundle(store: Store, plan: Any, out: Path, *, html: bool = True) -> d
             f.write(canonical_json(e) + "\n")
     head = current_head(store).document(store.path)
     (out / "audit" / "head.json").write_text(json.dumps(head, indent=2) + "\n", encoding="utf-8")
-    verdict_ids = [r[0] for r in store.con.execute(
-        f"SELECT verdict_id FROM verdicts WHERE plan_hash IN ({marks}) ORDER BY created_at, verdict_id", hashes).fetchall()]
+    verdict_ids = issued_ids(store, hashes)
     for vid in verdict_ids:
         row = get_verdict(store, vid)
         doc = row["document"]
@@ -162,6 +161,14 @@ def export_bundle(store: Store, plan: Any, out: Path, *, html: bool = True) -> d
     (out / REPRODUCE).write_text(reproduce_text(plan, verdict_ids, head), encoding="utf-8")
     write_manifest(out)
     return {"dir": str(out), "counts": counts, "verdicts": verdict_ids, "head": head}
+
+
+def issued_ids(store: Store, plans: Iterable[str]) -> list[str]:
+    """The verdicts of `plans` in the order the chain announced them (what REPRODUCE.md lists,
+    so verify can rebuild it from the bundled chain)."""
+    return [r[0] for r in store.con.execute(
+        "SELECT subject FROM audit_events WHERE kind = 'verdict_issued' AND list_contains(?, plan_hash) ORDER BY seq",
+        [sorted(plans)]).fetchall()]
 
 
 def _metrics_version() -> str:
@@ -663,6 +670,22 @@ def check_verdicts(root: Path, store: Store, evs: list[dict[str, Any]]) -> Step:
     return Step("verdicts", "; ".join(done) if done else "no verdicts in the bundle")
 
 
+def check_reproduce(root: Path, store: Store, plans: Iterable[str]) -> Step:
+    """REPRODUCE.md is the text export writes for one of the bundle's plans, its verdicts and the
+    bundle's head: its commands and the head it states are the verified ones."""
+    from data.plans import plan_from_store
+
+    head = read_head(root / "audit" / "head.json")
+    text, ids = _text(root, REPRODUCE), issued_ids(store, plans)
+    doc = {"length": head.length, "head_hash": head.head_hash}
+    for h in sorted(plans):
+        if store.scalar("SELECT count(*) FROM plans WHERE plan_hash = ?", [h]) and \
+                reproduce_text(plan_from_store(store, h), ids, doc) == text:
+            return Step("reproduce", f"{REPRODUCE} is the one export writes for plan {h[:12]}")
+    raise EvidenceMismatch(f"{REPRODUCE}: differs from the text export writes for the bundle's plans, verdicts "
+                           "and head (edited)")
+
+
 def check_tables(root: Path) -> Step:
     """Each CSV is its Parquet table as export writes it (pyarrow), byte for byte: the CSVs are a
     second copy of rows verify has checked, so a copy that differs is a forgery."""
@@ -727,6 +750,7 @@ def verify_bundle(root: Path, on_step: Callable[[Step], None] | None = None,
                 run(name, partial(check_rows, store, name, evs))
             run("run metrics", lambda: check_run_metrics(store))
             run("verdicts", lambda: check_verdicts(root, store, evs))
+            run("reproduce", lambda: check_reproduce(root, store, {e["plan_hash"] for e in evs}))
         finally:
             store.close()
     run("tables", lambda: check_tables(root))

@@ -83,6 +83,7 @@ def failed(b: Path, *extra: object) -> str:
     assert rc == 1, out
     lines = [ln for ln in out.splitlines() if "FAILED" in ln]
     assert len(lines) == 1 and "Traceback" not in out, out
+    print(lines[0])  # shown with -s: what a reviewer reads
     return lines[0]
 
 
@@ -117,7 +118,8 @@ def test_untouched_bundle_verifies(bundle):
     rc, out = verify(bundle)
     assert rc == 0, out
     assert out.rstrip().endswith("evidence verified")
-    for check in ("files", "audit", "runs", "exclusions", "scores", "verdicts", "tables"):
+    for check in ("files", "plan files", "audit", "plans", "runs", "exclusions", "scores", "run metrics", "verdicts",
+                  "reproduce", "tables"):
         assert re.search(rf"^ok\s+{check}:", out, re.M), (check, out)
     assert "report/: derived, not verified" in out
     assert "not verified" in (bundle / "REPRODUCE.md").read_text()
@@ -226,6 +228,14 @@ def test_report_and_csvs_edited_fail_to_pass(bundle, tmp_path):
     assert "tables:" in line and re.search(r"tables/\w+\.csv", line) and "differs from" in line
 
 
+def test_reproduce_md_edited(bundle, tmp_path):
+    b = copy_of(bundle, tmp_path)
+    sed("s/^Audit head at export: seq [0-9]*/Audit head at export: seq 7/", b / "REPRODUCE.md")
+    resign(b)
+    line = failed(b)
+    assert "reproduce:" in line and "REPRODUCE.md: differs" in line
+
+
 # -- the manifest and the files ---------------------------------------------------------------
 
 def _outside_entry(b: Path, target: str, digest: str | None = None) -> None:
@@ -290,6 +300,8 @@ def test_a_truncated_chain_is_caught_only_with_the_true_head(bundle, tmp_path):
         p.unlink(missing_ok=True)
     sed(f's/"length": {last["seq"]},/"length": {prev["seq"]},/; s/"head_hash": "{last["event_hash"]}"/'
         f'"head_hash": "{prev["event_hash"]}"/', b / "audit" / "head.json", *(b / "verdicts").glob("*.json"))
+    sed(f'/{last["subject"]}/d; s/seq {last["seq"]}, `{last["event_hash"]}`/seq {prev["seq"]}, `{prev["event_hash"]}`/',
+        b / "REPRODUCE.md")
     resign(b)
     rc, out = verify(b)
     assert rc == 0, out  # coherent: what verify cannot prove alone (docs/results.md)
