@@ -705,8 +705,8 @@ def check_tables(root: Path) -> Step:
     return Step("tables", f"{len(TABLES)} CSV files equal their Parquet tables")
 
 
-REPORT_NOTE = ("report/: derived, not verified: the HTML report and figures are drawn from the tables and "
-               "documents verified above; redraw them with `campaign report` (REPRODUCE.md)")
+REPORT_NOTE = ("report/: derived, not verified (drawn from the tables and documents checked above; redraw it from "
+               "the store with `campaign report`, REPRODUCE.md; why: docs/results.md)")
 
 
 def verify_bundle(root: Path, on_step: Callable[[Step], None] | None = None,
