@@ -301,8 +301,9 @@ def launch_engine(store: Store, spec: EngineSpec, *, log_dir: Path, plan_hash: s
         raise
     except BaseException:
         eng.stop()
-        eng.row.update(status="startup_failed", failure_reason=eng.row.get("failure_reason") or "launch interrupted")
-        store_launch(store, eng.row)
+        if eng.row:  # start() sets the row's identity first thing; an interrupt before it has nothing to record
+            eng.row.update(status="startup_failed", failure_reason=eng.row.get("failure_reason") or "launch interrupted")
+            store_launch(store, eng.row)
         raise
     store_launch(store, eng.row)
     return eng

@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from data.errors import CampaignError
+from data.errors import CampaignError, first_line
 from data.hashing import cached_sha256_files, sha256_file
 from data.plans import EngineSpec
 from data.secrets import redact_env, scrub
@@ -100,27 +100,25 @@ class EngineProcess:
         return self.log_dir / f"{self.spec.name}-{self.launch_id}.log"
 
     def start(self, checkpoint_cache: Path | None = None) -> "EngineProcess":
-        """Spawn the engine and fill the launch row (status 'startup_failed' if it cannot spawn)."""
+        """Spawn the engine and fill the launch row (status 'startup_failed' if it cannot spawn).
+
+        The row's identity is set before anything that can fail, and any exception while
+        preparing the launch (the argv, the deploy config, hashing the checkpoints, the log
+        folder) makes it a startup failure with a one-line reason: a launch that cannot start is
+        a recorded attempt, never an exception that leaves a row without its launch_id (a
+        missing checkpoint folder once ended `campaign run` in a NOT NULL constraint error)."""
         spec = self.spec
-        argv = launch_argv(spec)
-        cfg_sha = None
-        if spec.config_path:
-            cfg = Path(spec.config_path)
-            if not cfg.is_file():
-                raise CampaignError(f"engine {spec.name!r}: config_path {cfg} does not exist")
-            cfg_sha = sha256_file(cfg)
-        deploy = deploy_record(spec.adapter, argv, spec.config_path, spec.name)  # engine_adapters/deploy_config.py
-        ckpt = hash_checkpoints(spec.checkpoint_paths, checkpoint_cache) if spec.checkpoint_paths else {}
-        self.log_dir.mkdir(parents=True, exist_ok=True)
         self.row = {
             "launch_id": self.launch_id, "plan_hash": self.plan_hash, "engine": spec.name, "adapter": spec.adapter,
-            "revision": spec.revision, "profile": spec.profile, "argv_json": json.dumps(argv),
-            "env_json": json.dumps(redact_env(spec.env), sort_keys=True), "log_path": str(self.log_path),
-            "config_path": spec.config_path, "config_sha256": cfg_sha,
-            "checkpoint_sha256_json": json.dumps(ckpt, sort_keys=True), "url": spec.url,
-            "deploy_json": json.dumps(deploy, sort_keys=True) if deploy else None,
+            "revision": spec.revision, "profile": spec.profile, "env_json": json.dumps(redact_env(spec.env), sort_keys=True),
+            "log_path": str(self.log_path), "config_path": spec.config_path, "url": spec.url,
             "started_at": datetime.now(timezone.utc), "started_ns": time.perf_counter_ns(), "status": "starting",
         }
+        try:
+            argv = self._prepare(checkpoint_cache)
+        except Exception as exc:  # noqa: BLE001 - whatever it is, the attempt is recorded, not lost
+            self._failed(f"cannot prepare the launch: {first_line(exc)}")
+            return self
         env = {**os.environ, **spec.env, LAUNCH_ID_ENV: self.launch_id}
         problem = _not_runnable(argv[0], env.get("PATH"))
         if problem:
@@ -130,7 +128,11 @@ class EngineProcess:
         if taken:
             self._failed(taken)
             return self
-        log = open(self.log_path, "ab")
+        try:
+            log = open(self.log_path, "ab")
+        except OSError as exc:
+            self._failed(f"cannot open the engine log {self.log_path}: {exc.strerror or exc}")
+            return self
         try:
             # the orphan guard is the engine's parent: it stops the engine if this process dies
             # without stopping it (engine_adapters/orphan_guard.py); it runs by path, stdlib only
@@ -141,10 +143,31 @@ class EngineProcess:
             )
         except OSError as exc:
             self._failed(f"cannot start {argv[0]!r}: {exc.strerror or exc}")
+        except (ValueError, TypeError) as exc:  # e.g. a NUL byte in an argument
+            self._failed(f"cannot start {argv[0]!r}: {first_line(exc)}")
         finally:
             log.close()
         self.row["pid"] = self.proc.pid if self.proc else None
         return self
+
+    def _prepare(self, checkpoint_cache: Path | None) -> list[str]:
+        """The argv, with what the launch row records about the engine's inputs (config and
+        checkpoint digests, the deploy record) added to the row; raises on anything missing."""
+        spec = self.spec
+        argv = launch_argv(spec)
+        self.row["argv_json"] = json.dumps(argv)
+        cfg_sha = None
+        if spec.config_path:
+            cfg = Path(spec.config_path)
+            if not cfg.is_file():
+                raise CampaignError(f"engine {spec.name!r}: config_path {cfg} does not exist")
+            cfg_sha = sha256_file(cfg)
+        deploy = deploy_record(spec.adapter, argv, spec.config_path, spec.name)  # engine_adapters/deploy_config.py
+        ckpt = hash_checkpoints(spec.checkpoint_paths, checkpoint_cache) if spec.checkpoint_paths else {}
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.row.update(config_sha256=cfg_sha, checkpoint_sha256_json=json.dumps(ckpt, sort_keys=True),
+                        deploy_json=json.dumps(deploy, sort_keys=True) if deploy else None)
+        return argv
 
     def _log_tail(self) -> str:
         """The stored log tail, without the env values (an engine may print its environment)."""
