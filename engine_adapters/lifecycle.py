@@ -21,14 +21,15 @@ import subprocess
 import sys
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import httpx
 
-from data.errors import CampaignError, first_line
+from data.errors import CampaignError, first_line, one_line
 from data.hashing import cached_sha256_files, sha256_file
 from data.plans import EngineSpec
 from data.secrets import redact_env, scrub
@@ -83,6 +84,18 @@ def hash_checkpoints(paths: list[str] | tuple[str, ...], cache_path: Path | None
         else:
             raise CampaignError(f"checkpoint path {p}: no such file or directory")
     return dict(zip(map(str, files), cached_sha256_files(files, cache_path)))
+
+
+@contextmanager
+def _preparing(what: str) -> Iterator[None]:
+    """Any failure in a step of preparing a launch as one line naming the step (a CampaignError
+    already names its file, so it passes unchanged)."""
+    try:
+        yield
+    except CampaignError:
+        raise
+    except Exception as exc:
+        raise CampaignError(f"{what}: {one_line(exc)}") from exc
 
 
 @dataclass
@@ -154,17 +167,21 @@ class EngineProcess:
         """The argv, with what the launch row records about the engine's inputs (config and
         checkpoint digests, the deploy record) added to the row; raises on anything missing."""
         spec = self.spec
-        argv = launch_argv(spec)
+        with _preparing("the command line"):
+            argv = launch_argv(spec)
         self.row["argv_json"] = json.dumps(argv)
         cfg_sha = None
-        if spec.config_path:
-            cfg = Path(spec.config_path)
-            if not cfg.is_file():
-                raise CampaignError(f"engine {spec.name!r}: config_path {cfg} does not exist")
-            cfg_sha = sha256_file(cfg)
-        deploy = deploy_record(spec.adapter, argv, spec.config_path, spec.name)  # engine_adapters/deploy_config.py
-        ckpt = hash_checkpoints(spec.checkpoint_paths, checkpoint_cache) if spec.checkpoint_paths else {}
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        with _preparing(f"the deploy configuration ({spec.config_path or 'from the command line'})"):
+            if spec.config_path:
+                cfg = Path(spec.config_path)
+                if not cfg.is_file():
+                    raise CampaignError(f"engine {spec.name!r}: config_path {cfg} does not exist")
+                cfg_sha = sha256_file(cfg)
+            deploy = deploy_record(spec.adapter, argv, spec.config_path, spec.name)  # engine_adapters/deploy_config.py
+        with _preparing("hashing the checkpoints"):
+            ckpt = hash_checkpoints(spec.checkpoint_paths, checkpoint_cache) if spec.checkpoint_paths else {}
+        with _preparing(f"the log folder {self.log_dir}"):
+            self.log_dir.mkdir(parents=True, exist_ok=True)
         self.row.update(config_sha256=cfg_sha, checkpoint_sha256_json=json.dumps(ckpt, sort_keys=True),
                         deploy_json=json.dumps(deploy, sort_keys=True) if deploy else None)
         return argv

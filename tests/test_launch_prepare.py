@@ -22,14 +22,22 @@ from engine_adapters.lifecycle import EngineStartError
 pytestmark = pytest.mark.timeout(240)
 
 
-@pytest.mark.parametrize("missing", ["checkpoint_paths", "config_path"])
+@pytest.mark.parametrize("missing", ["checkpoint_paths", "config_path", "bad_deploy_yaml"])
 def test_missing_engine_input_is_a_recorded_startup_failure(store, tmp_path, missing):
     gone = tmp_path / "gone"
-    given = {"checkpoint_paths": (str(gone),)} if missing == "checkpoint_paths" else {"config_path": str(gone)}
-    spec = EngineSpec("e", "reference", "vllm-omni", argv=(sys.executable, "-c", "pass"), port=free_port(), **given)
+    adapter = "reference"
+    if missing == "checkpoint_paths":
+        given: dict = {"checkpoint_paths": (str(gone),)}
+    elif missing == "config_path":
+        given = {"config_path": str(gone)}
+    else:  # a deploy file that reads as YAML but not as a deploy config: a TypeError inside the reader
+        gone = tmp_path / "deploy.yaml"
+        gone.write_text("stages: 5\n")
+        given, adapter = {"config_path": str(gone)}, "vllm_omni"
+    spec = EngineSpec("e", adapter, "vllm-omni", argv=(sys.executable, "-c", "pass"), port=free_port(), **given)
     with pytest.raises(EngineStartError) as err:
         launch_engine(store, spec, log_dir=tmp_path / "logs")
-    assert str(gone) in str(err.value) and len(str(err.value).splitlines()) == 1
+    assert str(gone) in str(err.value) and len(str(err.value).splitlines()) == 1, err.value
     rows = store.query("SELECT launch_id, status, failure_reason FROM engine_launches")
     assert len(rows) == 1 and rows[0]["launch_id"] and rows[0]["status"] == "startup_failed", rows
     assert str(gone) in rows[0]["failure_reason"] and rows[0]["failure_reason"].startswith("cannot prepare the launch")
