@@ -123,11 +123,8 @@ class EngineManager:
         try:
             process = launch_engine(self.store, spec, log_dir=self.logs_dir, plan_hash=self.plan.hash,
                                     checkpoint_cache=self.logs_dir / "checkpoint-sha256.json")
-        except EngineStartError as exc:
-            launch_id = self.store.scalar(
-                "SELECT launch_id FROM engine_launches WHERE plan_hash = ? AND engine = ? ORDER BY started_at DESC LIMIT 1",
-                [self.plan.hash, engine.name])
-            record_attempt(self.store, self.plan, engine, "startup_failed", reason=str(exc), launch_id=launch_id)
+        except EngineStartError as exc:  # the attempt names its own launch row (never "the latest by wall clock")
+            record_attempt(self.store, self.plan, engine, "startup_failed", reason=str(exc), launch_id=exc.launch_id)
             raise EngineStartupFailed(f"startup failed: {exc}") from None
         launch = Launch(engine, process)
         self.up[engine.name] = launch

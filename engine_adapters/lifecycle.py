@@ -45,7 +45,12 @@ ORPHAN_GUARD = Path(__file__).with_name("orphan_guard.py")
 
 
 class EngineStartError(CampaignError):
-    """The engine did not become healthy; the message is the one-line reason."""
+    """The engine did not become healthy; the message is the one-line reason, `launch_id` the
+    attempt's engine_launches row."""
+
+    def __init__(self, message: str, launch_id: str | None = None):
+        super().__init__(message)
+        self.launch_id = launch_id
 
 
 def exit_status(code: int) -> str:
@@ -198,7 +203,7 @@ class EngineProcess:
         """Poll GET /health until the launched engine answers 200; on failure stop the process,
         set the row and raise EngineStartError with a one-line reason."""
         if self.row.get("status") == "startup_failed":
-            raise EngineStartError(f"engine {self.spec.name!r}: {self.row['failure_reason']}")
+            raise EngineStartError(f"engine {self.spec.name!r}: {self.row['failure_reason']}", self.launch_id)
         timeout_s = self.spec.health_timeout_s if timeout_s is None else timeout_s
         url = self.spec.url + self.spec.health_path
         deadline = time.monotonic() + timeout_s
@@ -227,20 +232,20 @@ class EngineProcess:
     def _process(self) -> subprocess.Popen:
         """The launched process (launch() ran and started it)."""
         if self.proc is None:
-            raise EngineStartError(f"engine {self.spec.name!r}: no process was launched")
+            raise EngineStartError(f"engine {self.spec.name!r}: no process was launched", self.launch_id)
         return self.proc
 
     def _exited_before_health(self, code: int, url: str) -> None:
         how = f"exited with code {code}" if code >= 0 else f"was {exit_status(code)}"
         self._failed(f"process {how} before {url} answered 200", code)
         self.row["stopped_ns"] = time.perf_counter_ns()
-        raise EngineStartError(f"engine {self.spec.name!r}: {self.row['failure_reason']} (log: {self.log_path})")
+        raise EngineStartError(f"engine {self.spec.name!r}: {self.row['failure_reason']} (log: {self.log_path})", self.launch_id)
 
     def _give_up(self, reason: str) -> None:
         self._failed(reason)
         self.stop()
         self.row["status"] = "startup_failed"
-        raise EngineStartError(f"engine {self.spec.name!r}: {self.row['failure_reason']} (log: {self.log_path})")
+        raise EngineStartError(f"engine {self.spec.name!r}: {self.row['failure_reason']} (log: {self.log_path})", self.launch_id)
 
     def _not_this_launch(self, url: str, r: httpx.Response) -> str | None:
         """Why a 200 from `url` is not the launched engine's, or None: the process must still be
