@@ -447,3 +447,7 @@ class LiveFeed:
             self.writes += 1
         except OSError as exc:
             self.last_error = f"{self.path}: {exc}"
+            try:  # a full disk leaves no temp file behind (a 0-byte one did, once)
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from data.audit import append_event
 from data.digest import run_digest
+from data.errors import DiskFull, disk_full
 from data.launches import store_launch, update_launch
 from data.plans import EngineSpec
 from data.records import RequestRecord
@@ -114,6 +115,7 @@ def finish_run(store: Store, run_id: str, *, plan_hash: str | None, note: str | 
     status = "incomplete" if lost else run_status(interrupted=interrupted, summary=summary, fatal=fatal,
                                                      engine_exit=engine_exit)
     overhead = dict(summary.overhead) if summary else {}
+    full = f"stopped: the disk is full ({cause})" if (cause := disk_full(fatal)) else None  # the note says it
     if summary and summary.error:
         overhead["error"] = summary.error
     if fatal:
@@ -127,7 +129,8 @@ def finish_run(store: Store, run_id: str, *, plan_hash: str | None, note: str | 
             [status, utcnow() if status == "complete" else None,
              summary.anchor_wall_ns if summary else None, summary.anchor_perf_ns if summary else None,
              summary.loop_impl if summary else None, summary.client_impl if summary else None,
-             json.dumps(overhead, sort_keys=True), "; ".join(x for x in (note, engine_exit, lost) if x) or None, run_id],
+             json.dumps(overhead, sort_keys=True), "; ".join(x for x in (note, engine_exit, lost, full) if x) or None,
+             run_id],
         )
         append_event(store, "run_ended", plan_hash=plan_hash, subject=run_id,
                      payload={"status": status, "requests_stored": stored,
@@ -283,6 +286,8 @@ def record_run(
         live.run_ended(spec.run_id, status)
     if progress.interrupted:
         raise KeyboardInterrupt
+    if proc is not None and (cause := disk_full(proc.fatal)):  # the next run would meet the same full disk
+        raise DiskFull(cause)
     return spec.run_id
 
 
@@ -301,8 +306,9 @@ def launch_engine(store: Store, spec: EngineSpec, *, log_dir: Path, plan_hash: s
         raise
     except BaseException:
         eng.stop()
-        eng.row.update(status="startup_failed", failure_reason=eng.row.get("failure_reason") or "launch interrupted")
-        store_launch(store, eng.row)
+        if eng.row:  # start() sets the row's identity first thing; an interrupt before it has nothing to record
+            eng.row.update(status="startup_failed", failure_reason=eng.row.get("failure_reason") or "launch interrupted")
+            store_launch(store, eng.row)
         raise
     store_launch(store, eng.row)
     return eng

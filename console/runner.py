@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from data.audit import append_event, atomic
 from data.digest import row_sha256, run_digest
-from data.errors import CampaignError
+from data.errors import CampaignError, first_line
 from data.hashing import canonical_json
 from data.launches import update_launch
 from data.manifest import build_manifest, holdout_opened, load_plan_workload
@@ -123,11 +123,8 @@ class EngineManager:
         try:
             process = launch_engine(self.store, spec, log_dir=self.logs_dir, plan_hash=self.plan.hash,
                                     checkpoint_cache=self.logs_dir / "checkpoint-sha256.json")
-        except EngineStartError as exc:
-            launch_id = self.store.scalar(
-                "SELECT launch_id FROM engine_launches WHERE plan_hash = ? AND engine = ? ORDER BY started_at DESC LIMIT 1",
-                [self.plan.hash, engine.name])
-            record_attempt(self.store, self.plan, engine, "startup_failed", reason=str(exc), launch_id=launch_id)
+        except EngineStartError as exc:  # the attempt names its own launch row (never "the latest by wall clock")
+            record_attempt(self.store, self.plan, engine, "startup_failed", reason=str(exc), launch_id=exc.launch_id)
             raise EngineStartupFailed(f"startup failed: {exc}") from None
         launch = Launch(engine, process)
         self.up[engine.name] = launch
@@ -192,17 +189,40 @@ def _pid_matches(pid: int, argv: list[str]) -> bool:
     return [c.decode(errors="replace") for c in cmdline if c] == argv
 
 
-def recover_interrupted(store: Store, plan: Plan, log: Callable[[str], None]) -> list[str]:
-    """Mark runs a dead runner left 'running' as 'incomplete' (an audit event each) and stop any
-    engine it left up. Safe: the DuckDB file lock means no live runner holds this store."""
+def _mark_open_runs(store: Store, plan: Plan, note: str, reason: str) -> list[dict[str, Any]]:
+    """Mark the plan's runs still 'running' as 'incomplete', `note` added to their note and
+    `reason` in a run_ended event each; returns them."""
     stale = store.query("SELECT run_id, cell_key FROM runs WHERE plan_hash = ? AND status = 'running'", [plan.hash])
     for r in stale:
         with atomic(store):
             store.con.execute("UPDATE runs SET status = 'incomplete', note = coalesce(note || '; ', '') || ? WHERE run_id = ?",
-                              ["interrupted: runner died mid-run (found on resume)", r["run_id"]])
+                              [note, r["run_id"]])
             append_event(store, "run_ended", plan_hash=plan.hash, subject=r["run_id"],
-                         payload={"status": "incomplete", "cell_key": r["cell_key"], "reason": "runner died mid-run; found on resume",
+                         payload={"status": "incomplete", "cell_key": r["cell_key"], "reason": reason,
                                   "digest": run_digest(store, r["run_id"])})
+    return stale
+
+
+def close_stopped_runs(store: Store, plan: Plan, cause: str) -> str:
+    """After a full disk stopped the campaign: mark its open run (if the runner could not close
+    it) incomplete with the cause, so that --resume and every reader see what happened; returns
+    what became of it, one line (the store itself may have no room: --resume then marks the
+    run, docs/results.md, "A full disk")."""
+    try:
+        marked = _mark_open_runs(store, plan, f"stopped: the disk is full ({cause})", f"disk full: {cause}")
+    except Exception as exc:  # noqa: BLE001 - best effort: the same full disk may refuse this too
+        return f"the open run could not be marked ({first_line(exc)}); `--resume` marks it incomplete"
+    if marked:
+        return f"run {marked[0]['run_id']} is marked incomplete with this cause"
+    return "the run it stopped is recorded as failed with this cause"
+
+
+def recover_interrupted(store: Store, plan: Plan, log: Callable[[str], None]) -> list[str]:
+    """Mark runs a dead runner left 'running' as 'incomplete' (an audit event each) and stop any
+    engine it left up. Safe: the DuckDB file lock means no live runner holds this store."""
+    stale = _mark_open_runs(store, plan, "interrupted: runner died mid-run (found on resume)",
+                            "runner died mid-run; found on resume")
+    for r in stale:
         log(f"run {r['run_id']} ({r['cell_key']}) was interrupted; marked incomplete, its cell will run again")
     orphans = store.query(
         "SELECT launch_id, engine, pid, argv_json, failure_reason FROM engine_launches WHERE plan_hash = ? "

@@ -1,5 +1,6 @@
 """User-facing errors: one line that names the problem (file, field, value)."""
 
+import errno
 
 class CampaignError(Exception):
     """An error caused by input or state the user can fix; the CLI prints it as one line."""
@@ -32,3 +33,31 @@ def one_line(exc: BaseException, limit: int | None = None) -> str:
     for errors whose type says what went wrong (a library's, a model's)."""
     line = first_line(exc, limit, default="")
     return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+
+
+# a write refused for lack of room: the OS's errno, or the text DuckDB (and a driver's fatal line) carries
+_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+_FULL_TEXTS = ("No space left on device", "Disk quota exceeded", "File too large")
+
+
+def disk_full(failure: BaseException | str | None) -> str | None:
+    """The one-line cause when `failure` (an exception, any exception it was raised from or during,
+    or a recorded one-line error) is a write refused for lack of room (ENOSPC, EDQUOT, EFBIG),
+    else None: such a failure stops a campaign as a failed run, not as bad input
+    (docs/results.md, "A full disk")."""
+    seen: set[int] = set()
+    while failure is not None and id(failure) not in seen:
+        seen.add(id(failure))
+        if isinstance(failure, OSError) and failure.errno in _FULL_ERRNOS:
+            return first_line(failure)
+        text = failure if isinstance(failure, str) else str(failure)
+        if any(t in text for t in _FULL_TEXTS):
+            return text.strip().splitlines()[0] if text.strip() else None
+        if isinstance(failure, str):
+            return None
+        failure = failure.__cause__ or failure.__context__
+    return None
+
+
+class DiskFull(Exception):
+    """A run stopped because a write found no room; the message is the one-line cause."""

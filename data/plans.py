@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence, TypeVar
 
 import jsonschema
 
+from data.audio_rates import rate_errors
 from data.audit import append_event, atomic, canonical_json, sha256_text, whoami
 from data.digest import row_sha256
 from data.errors import CampaignError
@@ -472,7 +473,7 @@ def semantic_errors(raw: dict[str, Any]) -> list[str]:
             if addr in ports:
                 errs.append(f"engines[{i}].port: {e['port']} is also used by {ports[addr]!r}; restart 'never' keeps every engine up at once")
             ports[addr] = e["name"]
-    return errs
+    return errs + rate_errors(raw)
 
 
 PLACEHOLDER = re.compile(r"<[^<>]+>")

@@ -21,14 +21,15 @@ import subprocess
 import sys
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import httpx
 
-from data.errors import CampaignError
+from data.errors import CampaignError, first_line, one_line
 from data.hashing import cached_sha256_files, sha256_file
 from data.plans import EngineSpec
 from data.secrets import redact_env, scrub
@@ -44,7 +45,12 @@ ORPHAN_GUARD = Path(__file__).with_name("orphan_guard.py")
 
 
 class EngineStartError(CampaignError):
-    """The engine did not become healthy; the message is the one-line reason."""
+    """The engine did not become healthy; the message is the one-line reason, `launch_id` the
+    attempt's engine_launches row."""
+
+    def __init__(self, message: str, launch_id: str | None = None):
+        super().__init__(message)
+        self.launch_id = launch_id
 
 
 def exit_status(code: int) -> str:
@@ -85,6 +91,18 @@ def hash_checkpoints(paths: list[str] | tuple[str, ...], cache_path: Path | None
     return dict(zip(map(str, files), cached_sha256_files(files, cache_path)))
 
 
+@contextmanager
+def _preparing(what: str) -> Iterator[None]:
+    """Any failure in a step of preparing a launch as one line naming the step (a CampaignError
+    already names its file, so it passes unchanged)."""
+    try:
+        yield
+    except CampaignError:
+        raise
+    except Exception as exc:
+        raise CampaignError(f"{what}: {one_line(exc)}") from exc
+
+
 @dataclass
 class EngineProcess:
     """One launch attempt of one engine spec."""
@@ -100,27 +118,25 @@ class EngineProcess:
         return self.log_dir / f"{self.spec.name}-{self.launch_id}.log"
 
     def start(self, checkpoint_cache: Path | None = None) -> "EngineProcess":
-        """Spawn the engine and fill the launch row (status 'startup_failed' if it cannot spawn)."""
+        """Spawn the engine and fill the launch row (status 'startup_failed' if it cannot spawn).
+
+        The row's identity is set before anything that can fail, and any exception while
+        preparing the launch (the argv, the deploy config, hashing the checkpoints, the log
+        folder) makes it a startup failure with a one-line reason: a launch that cannot start is
+        a recorded attempt, never an exception that leaves a row without its launch_id (a
+        missing checkpoint folder once ended `campaign run` in a NOT NULL constraint error)."""
         spec = self.spec
-        argv = launch_argv(spec)
-        cfg_sha = None
-        if spec.config_path:
-            cfg = Path(spec.config_path)
-            if not cfg.is_file():
-                raise CampaignError(f"engine {spec.name!r}: config_path {cfg} does not exist")
-            cfg_sha = sha256_file(cfg)
-        deploy = deploy_record(spec.adapter, argv, spec.config_path, spec.name)  # engine_adapters/deploy_config.py
-        ckpt = hash_checkpoints(spec.checkpoint_paths, checkpoint_cache) if spec.checkpoint_paths else {}
-        self.log_dir.mkdir(parents=True, exist_ok=True)
         self.row = {
             "launch_id": self.launch_id, "plan_hash": self.plan_hash, "engine": spec.name, "adapter": spec.adapter,
-            "revision": spec.revision, "profile": spec.profile, "argv_json": json.dumps(argv),
-            "env_json": json.dumps(redact_env(spec.env), sort_keys=True), "log_path": str(self.log_path),
-            "config_path": spec.config_path, "config_sha256": cfg_sha,
-            "checkpoint_sha256_json": json.dumps(ckpt, sort_keys=True), "url": spec.url,
-            "deploy_json": json.dumps(deploy, sort_keys=True) if deploy else None,
+            "revision": spec.revision, "profile": spec.profile, "env_json": json.dumps(redact_env(spec.env), sort_keys=True),
+            "log_path": str(self.log_path), "config_path": spec.config_path, "url": spec.url,
             "started_at": datetime.now(timezone.utc), "started_ns": time.perf_counter_ns(), "status": "starting",
         }
+        try:
+            argv = self._prepare(checkpoint_cache)
+        except Exception as exc:  # noqa: BLE001 - whatever it is, the attempt is recorded, not lost
+            self._failed(f"cannot prepare the launch: {first_line(exc)}")
+            return self
         env = {**os.environ, **spec.env, LAUNCH_ID_ENV: self.launch_id}
         problem = _not_runnable(argv[0], env.get("PATH"))
         if problem:
@@ -130,7 +146,11 @@ class EngineProcess:
         if taken:
             self._failed(taken)
             return self
-        log = open(self.log_path, "ab")
+        try:
+            log = open(self.log_path, "ab")
+        except OSError as exc:
+            self._failed(f"cannot open the engine log {self.log_path}: {exc.strerror or exc}")
+            return self
         try:
             # the orphan guard is the engine's parent: it stops the engine if this process dies
             # without stopping it (engine_adapters/orphan_guard.py); it runs by path, stdlib only
@@ -141,10 +161,35 @@ class EngineProcess:
             )
         except OSError as exc:
             self._failed(f"cannot start {argv[0]!r}: {exc.strerror or exc}")
+        except (ValueError, TypeError) as exc:  # e.g. a NUL byte in an argument
+            self._failed(f"cannot start {argv[0]!r}: {first_line(exc)}")
         finally:
             log.close()
         self.row["pid"] = self.proc.pid if self.proc else None
         return self
+
+    def _prepare(self, checkpoint_cache: Path | None) -> list[str]:
+        """The argv, with what the launch row records about the engine's inputs (config and
+        checkpoint digests, the deploy record) added to the row; raises on anything missing."""
+        spec = self.spec
+        with _preparing("the command line"):
+            argv = launch_argv(spec)
+        self.row["argv_json"] = json.dumps(argv)
+        cfg_sha = None
+        with _preparing(f"the deploy configuration ({spec.config_path or 'from the command line'})"):
+            if spec.config_path:
+                cfg = Path(spec.config_path)
+                if not cfg.is_file():
+                    raise CampaignError(f"engine {spec.name!r}: config_path {cfg} does not exist")
+                cfg_sha = sha256_file(cfg)
+            deploy = deploy_record(spec.adapter, argv, spec.config_path, spec.name)  # engine_adapters/deploy_config.py
+        with _preparing("hashing the checkpoints"):
+            ckpt = hash_checkpoints(spec.checkpoint_paths, checkpoint_cache) if spec.checkpoint_paths else {}
+        with _preparing(f"the log folder {self.log_dir}"):
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.row.update(config_sha256=cfg_sha, checkpoint_sha256_json=json.dumps(ckpt, sort_keys=True),
+                        deploy_json=json.dumps(deploy, sort_keys=True) if deploy else None)
+        return argv
 
     def _log_tail(self) -> str:
         """The stored log tail, without the env values (an engine may print its environment)."""
@@ -158,7 +203,7 @@ class EngineProcess:
         """Poll GET /health until the launched engine answers 200; on failure stop the process,
         set the row and raise EngineStartError with a one-line reason."""
         if self.row.get("status") == "startup_failed":
-            raise EngineStartError(f"engine {self.spec.name!r}: {self.row['failure_reason']}")
+            raise EngineStartError(f"engine {self.spec.name!r}: {self.row['failure_reason']}", self.launch_id)
         timeout_s = self.spec.health_timeout_s if timeout_s is None else timeout_s
         url = self.spec.url + self.spec.health_path
         deadline = time.monotonic() + timeout_s
@@ -187,20 +232,20 @@ class EngineProcess:
     def _process(self) -> subprocess.Popen:
         """The launched process (launch() ran and started it)."""
         if self.proc is None:
-            raise EngineStartError(f"engine {self.spec.name!r}: no process was launched")
+            raise EngineStartError(f"engine {self.spec.name!r}: no process was launched", self.launch_id)
         return self.proc
 
     def _exited_before_health(self, code: int, url: str) -> None:
         how = f"exited with code {code}" if code >= 0 else f"was {exit_status(code)}"
         self._failed(f"process {how} before {url} answered 200", code)
         self.row["stopped_ns"] = time.perf_counter_ns()
-        raise EngineStartError(f"engine {self.spec.name!r}: {self.row['failure_reason']} (log: {self.log_path})")
+        raise EngineStartError(f"engine {self.spec.name!r}: {self.row['failure_reason']} (log: {self.log_path})", self.launch_id)
 
     def _give_up(self, reason: str) -> None:
         self._failed(reason)
         self.stop()
         self.row["status"] = "startup_failed"
-        raise EngineStartError(f"engine {self.spec.name!r}: {self.row['failure_reason']} (log: {self.log_path})")
+        raise EngineStartError(f"engine {self.spec.name!r}: {self.row['failure_reason']} (log: {self.log_path})", self.launch_id)
 
     def _not_this_launch(self, url: str, r: httpx.Response) -> str | None:
         """Why a 200 from `url` is not the launched engine's, or None: the process must still be

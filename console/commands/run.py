@@ -1,8 +1,8 @@
 """`campaign run PLAN [--resume] [--holdout]`: execute a frozen plan (see console/runner.py).
 
 Exit status: 0 only when every cell this invocation ran has a complete run in which a request
-succeeded; 1 when a cell failed, measured nothing or was skipped; 2 for a refusal before anything
-ran; 130 when interrupted. A closed stdout (`| head`) neither stops the campaign nor changes its
+succeeded; 1 when a cell failed, measured nothing or was skipped, or a full disk stopped the
+campaign; 2 for a refusal before anything ran; 130 when interrupted. A closed stdout (`| head`) neither stops the campaign nor changes its
 exit status: it goes on with its output discarded and says so on stderr (measurement is the
 point, and everything is in the store); the closing summary then goes to stderr.
 """
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from console.commands.db import add_db_arg
 from console.commands.plan import plan_for_arg
 from console.output import guard_stdout
+from data.errors import disk_full
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -108,6 +109,11 @@ def _run(args, stdout) -> int:
         with store:  # closes before the feed says "finished", so the TUI may then open the store
             try:
                 res = _sweep(args, console, store, plan, feed)
+            except Exception as exc:
+                cause = disk_full(exc)
+                if cause is None:
+                    raise
+                return _stopped_by_full_disk(args, store, plan, cause)
             finally:
                 snapshots.stop()
     finally:
@@ -125,6 +131,18 @@ def _run(args, stdout) -> int:
         print(f"{len(res.problems)} of {res.cells_run} cell(s) did not succeed", file=out)
     out.flush()
     return 0 if res.ok else 1
+
+
+def _stopped_by_full_disk(args, store, plan, cause: str) -> int:
+    """A write found no room mid-campaign: the open run is marked incomplete with the cause where
+    the store still takes it, one line says what happened, and the exit status is a failed
+    run's (1), not a refusal's (2): things had run (docs/results.md, "A full disk")."""
+    from console.runner import close_stopped_runs
+
+    then = close_stopped_runs(store, plan, cause)
+    print(f"campaign: the campaign stopped: the disk is full ({cause}); {then}. Free space, then continue with "
+          f"`campaign run {args.plan} --resume`", file=sys.stderr)
+    return 1
 
 
 def _sweep(args, console: Console, store, plan, feed: LiveFeed):

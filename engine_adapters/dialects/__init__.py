@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable
 
+from data.audio_rates import expected_rate
 from data.errors import CampaignError
 from data.hashing import sha256_json
 from engine_adapters.dialects import pcm, sglang_omni, vllm_omni
@@ -84,11 +85,17 @@ class Dialect:
         when the request asked `stream: false`."""
         return self.content_type if self.request_config(options).stream else "application/json"
 
+    def sample_rate(self, options: dict[str, Any] | None = None) -> int:
+        """The rate (Hz) this engine is expected to deliver: `request.sample_rate`, else the
+        dialect's default (data/audio_rates.py; docs/engines.md, "Sample rate")."""
+        return expected_rate(self.name, options)
+
     def check_response(self, content_type: str | None, content_encoding: str | None,
-                       expected: str | None = None) -> Unexpected | None:
+                       expected: str | None = None, rate: int | None = None) -> Unexpected | None:
         """Why a 2xx response with these headers is not what was asked for (`expected`, default the
-        dialect's stream), or None; checked once per response, before its body is read."""
-        return unexpected_response(expected or self.content_type, content_type, content_encoding)
+        dialect's stream; `rate`, the Hz an audio type may announce), or None; checked once per
+        response, before its body is read."""
+        return unexpected_response(expected or self.content_type, content_type, content_encoding, rate)
     def build_body(self, text: str, prompt_wav: str | None, prompt_text: str | None, *,
                    sampling: dict[str, Any] | None = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
         """Request JSON: the preset's body (protocol: dialect shape, then the plan's fixed sampling
@@ -110,7 +117,7 @@ class Dialect:
         options = options or {}
         fmt = options.get("audio_format", "pcm" if self.name == "pcm" else "wav")
         cls = self._parser if self.request_config(options).stream else WholeJsonParser
-        return cls(audio_format=fmt, sample_rate=int(options.get("sample_rate", 24_000)),
+        return cls(audio_format=fmt, sample_rate=self.sample_rate(options),
                    max_event_bytes=int(options.get("max_event_bytes", MAX_EVENT_BYTES)))
 
 

@@ -22,6 +22,7 @@ from data.errors import first_line
 
 MAX_EVENT_BYTES = 64 * 1024 * 1024  # one event larger than this ends the request (no memory blow-up)
 DEFAULT_SAMPLE_RATE = 24_000
+INT64 = (-(1 << 63), (1 << 63) - 1)  # the BIGINT range an engine's emit_ns is stored in (chunks.server_emit_ns)
 
 
 @dataclass(slots=True)
@@ -67,7 +68,7 @@ class StreamParser(ABC):
 
     def __init__(self, sample_rate: int = DEFAULT_SAMPLE_RATE, max_event_bytes: int = MAX_EVENT_BYTES):
         self.state = ParseState()
-        self.default_rate = sample_rate
+        self.default_rate = sample_rate  # the rate the engine is expected to deliver (docs/engines.md, "Sample rate")
         self.max_event_bytes = max_event_bytes
 
     @property
@@ -111,10 +112,11 @@ class StreamParser(ABC):
     # -- helpers for dialects -------------------------------------------------------------
     def audio_event(self, t_ns: int, payload_bytes: int, pcm: bytes, rate: int, emit_ns: int | None) -> Event:
         st = self.state
-        if st.sample_rate is None:
-            st.sample_rate = rate
-        elif rate != st.sample_rate:
-            self.fail("decode_error", f"sample rate changed mid-stream ({st.sample_rate} -> {rate} Hz)")
+        if rate != self.default_rate:  # its samples would count as seconds of another rate's audio
+            self.fail("decode_error", f"audio delivered at sample rate {rate} Hz; this engine is expected to deliver "
+                                      f"{self.default_rate} Hz (request.sample_rate)")
+            return Event(t_ns, "other", payload_bytes, server_emit_ns=emit_ns)
+        st.sample_rate = rate
         n = len(pcm) // 2
         if n:
             st.audio_chunks += 1
@@ -140,6 +142,31 @@ class StreamParser(ABC):
         except WavError as exc:
             raise ValueError(f"corrupt WAV chunk: {exc}") from None
         return self.audio_event(t_ns, wire, audio.pcm, audio.sample_rate, emit_ns)
+
+
+def emit_stamp(value: Any) -> tuple[int | None, str | None]:
+    """(the stamp to store, why it is refused) of an event's `emit_ns`: an integer inside the
+    int64 column it is stored in, else None and a one-line reason naming the field and value (the
+    request is a decode_error; an out-of-range value once ended the campaign in a traceback)."""
+    if value is None:
+        return None, None
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None, f"emit_ns {str(value)[:40]!r} is not an integer"
+    if not INT64[0] <= value <= INT64[1]:
+        return None, f"emit_ns {str(value)[:40]} is outside the int64 range chunks.server_emit_ns holds"
+    return value, None
+
+
+def announced_rate(content_type: str | None) -> str | None:
+    """The `rate` parameter of an audio Content-Type (`audio/pcm; rate=16000`), as written, or None."""
+    media, _, params = (content_type or "").partition(";")
+    if not media.strip().lower().startswith("audio/"):
+        return None
+    for param in params.split(";"):
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "rate":
+            return value.strip().strip('"')
+    return None
 
 
 def cut_detail(events: int, what: str) -> str:
@@ -173,19 +200,27 @@ class Unexpected:
     readable: bool
 
 
-def unexpected_response(expected: str, content_type: str | None, content_encoding: str | None) -> Unexpected | None:
+def unexpected_response(expected: str, content_type: str | None, content_encoding: str | None,
+                        rate: int | None = None) -> Unexpected | None:
     """Why a 2xx response is not a stream the driver can decode as `expected`, or None.
 
     - a Content-Encoding other than identity: the driver asks for `accept-encoding: identity` and
       does not decode compressed streams (decoding would sit on the timing path);
     - a Content-Type announcing another format, e.g. application/json: a complete, non-streaming
-      answer (the engine ignored `"stream": true`), so no chunk timing exists."""
+      answer (the engine ignored `"stream": true`), so no chunk timing exists;
+    - an audio Content-Type announcing a `rate` other than `rate`, the Hz the engine is expected
+      to deliver: its samples would be counted at the wrong rate (docs/engines.md, "Sample rate")."""
     enc = (content_encoding or "").strip().lower()
     if enc and enc != "identity":
         return Unexpected(f"{enc}-encoded body: the driver does not decode compressed streams "
                           f"(it asks for accept-encoding: identity)", readable=False)
     media = (content_type or "").split(";", 1)[0].strip().lower()
     got = _format_of(media)
+    announced = announced_rate(content_type)
+    if rate is not None and announced is not None and got == "audio" == _format_of(expected) \
+            and announced != str(rate):
+        return Unexpected(f"server announced {media} at rate={announced[:20]} Hz; this engine is expected to "
+                          f"deliver {rate} Hz (request.sample_rate)", readable=False)
     if got is None or got == _format_of(expected):
         return None
     what = " (a non-streaming answer)" if got == "json" else ""
@@ -323,8 +358,9 @@ class SSEJsonParser(StreamParser):
                 self.fail("decode_error", f"event is not valid JSON: {str(exc)[:120]}")
                 events.append(Event(arrival, "other", wire))
                 break
-            emit = obj.get("emit_ns")
-            emit_ns = emit if isinstance(emit, int) else None
+            emit_ns, bad = emit_stamp(obj.get("emit_ns"))
+            if bad:
+                self.fail("decode_error", bad)
             if "error" in obj and obj["error"]:
                 self.fail("in_stream_error", error_detail(obj["error"]))
                 events.append(Event(arrival, "error", wire, server_emit_ns=emit_ns))

@@ -68,6 +68,7 @@ class DriveLoop:
         self.max_event_bytes = int(opts.get("max_event_bytes", MAX_EVENT_BYTES))
         self.sse = self.dialect.name != "pcm" and self.dialect.request_config(opts).stream
         self.expected_type = self.dialect.response_content_type(opts)
+        self.expected_rate = self.dialect.sample_rate(opts)
         # bodies built before the clock starts: JSON-encoding a base64 prompt is not send lag
         self._bodies: dict[str, bytes] = {}
         own = spec.requests if shard is None else [r for _, r, _ in self.own_items()]
@@ -159,7 +160,7 @@ class DriveLoop:
                         raw.t_end_ns = now()
                         raw.failure = ("http_status", f"HTTP {resp.status}: {error_text(body)}")
                     elif unexpected := self.dialect.check_response(resp.content_type, resp.content_encoding,
-                                                                   self.expected_type):
+                                                                   self.expected_type, self.expected_rate):
                         raw.failure = ("decode_error", await what_arrived(resp, unexpected))
                         raw.t_end_ns = now()
                     else:

@@ -69,6 +69,10 @@ def _write_wav(path: Path, pcm: bytes, rate: int) -> str:
     data = encode_wav(pcm, rate)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".wav.part")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no partial file holding what room is left
+        raise
     return sha256_bytes(data)

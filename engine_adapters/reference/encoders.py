@@ -40,6 +40,9 @@ class StreamContext:
     model: str
     audio_format: str  # "wav" or "pcm"
     include_usage: bool
+    # misbehaviour faults (faults.py, LABEL_FAULTS): added to each written emit_ns; the rate WAV headers claim
+    emit_shift: int = 0
+    wav_rate: int = OUTPUT_SAMPLE_RATE
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,16 +75,17 @@ def _json(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def stamp(frame: Frame) -> tuple[bytes, int]:
-    """The bytes to write now and the ``perf_counter_ns`` emit time (carried inside SSE JSON frames)."""
+def stamp(frame: Frame, shift: int = 0) -> tuple[bytes, int]:
+    """The bytes to write now and the ``perf_counter_ns`` emit time (carried inside SSE JSON frames,
+    plus ``shift``: nonzero only for the ``emit_ns_overflow`` fault)."""
     now = time.perf_counter_ns()
     if not frame.sse:
         return frame.body, now
-    return b"data: " + frame.body[:-1] + b',"emit_ns":' + str(now).encode() + b"}\n\n", now
+    return b"data: " + frame.body[:-1] + b',"emit_ns":' + str(now + shift).encode() + b"}\n\n", now
 
 
-def _b64_audio(samples: np.ndarray, audio_format: str) -> str:
-    raw = wav_bytes(samples) if audio_format == "wav" else pcm_bytes(samples)
+def _b64_audio(samples: np.ndarray, audio_format: str, rate: int = OUTPUT_SAMPLE_RATE) -> str:
+    raw = wav_bytes(samples, rate) if audio_format == "wav" else pcm_bytes(samples)
     return base64.b64encode(raw).decode("ascii")
 
 
@@ -124,7 +128,7 @@ class VllmOmniEncoder:
 
     def audio(self, ctx: StreamContext, samples: np.ndarray, finish: str = "stop") -> list[Frame]:
         """An audio delta; the last one carries the real finish_reason ("length" when cut)."""
-        delta = {"role": "assistant", "content": _b64_audio(samples, ctx.audio_format)}
+        delta = {"role": "assistant", "content": _b64_audio(samples, ctx.audio_format, ctx.wav_rate)}
         return [Frame(_json(self._chunk(ctx, delta, finish, "audio")), sse=True, audio_samples=len(samples))]
 
     def audio_payload(self, samples: np.ndarray, audio_format: str) -> bytes:
@@ -141,7 +145,7 @@ class VllmOmniEncoder:
 
     def whole(self, ctx: StreamContext, text: str, samples: np.ndarray, finish: str, usage: Usage) -> bytes:
         """The non-streamed response (vllm-omni 0.30.0 folds the audio into the text choice)."""
-        audio = {"id": f"audio-{ctx.request_id[-16:]}", "data": _b64_audio(samples, ctx.audio_format),
+        audio = {"id": f"audio-{ctx.request_id[-16:]}", "data": _b64_audio(samples, ctx.audio_format, ctx.wav_rate),
                  "expires_at": ctx.created + 86400, "transcript": ""}
         return _json({"id": ctx.request_id, "object": "chat.completion", "created": ctx.created, "model": ctx.model,
                       "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "audio": audio},
@@ -186,7 +190,7 @@ class SglangOmniEncoder:
         return [Frame(_json(self._chunk(ctx, {"role": "assistant", "content": text}, None)), sse=True)]
 
     def audio(self, ctx: StreamContext, samples: np.ndarray, finish: str = "stop") -> list[Frame]:
-        delta = {"audio": {"id": f"audio-{ctx.request_id}", "data": _b64_audio(samples, "wav")}}
+        delta = {"audio": {"id": f"audio-{ctx.request_id}", "data": _b64_audio(samples, "wav", ctx.wav_rate)}}
         return [Frame(_json(self._chunk(ctx, delta, None)), sse=True, audio_samples=len(samples))]
 
     def audio_payload(self, samples: np.ndarray, audio_format: str) -> bytes:
@@ -201,7 +205,7 @@ class SglangOmniEncoder:
 
     def whole(self, ctx: StreamContext, text: str, samples: np.ndarray, finish: str, usage: Usage) -> bytes:
         """The non-streamed response: `choices[0].message.audio.data` is the whole WAV."""
-        audio = {"id": f"audio-{ctx.request_id}", "data": _b64_audio(samples, "wav")}
+        audio = {"id": f"audio-{ctx.request_id}", "data": _b64_audio(samples, "wav", ctx.wav_rate)}
         return _json({"id": ctx.request_id, "object": "chat.completion", "created": ctx.created, "model": ctx.model,
                       "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "audio": audio},
                                    "finish_reason": finish}],

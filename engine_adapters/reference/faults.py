@@ -11,6 +11,16 @@ from engine_adapters.reference.profiles import FAULT_KINDS
 
 FAULT_HEADER = "X-Reference-Fault"
 NO_FAULT = "none"
+# Misbehaviours: the stream runs to its normal end but says something false, what a client must
+# refuse rather than record (docs/engines.md, "Sample rate"; "Numbers an engine sends"):
+# emit_ns_overflow: every SSE event's emit_ns is 2**63 past the real stamp (outside int64);
+# wav_rate: every WAV chunk's header says WAV_FAULT_RATE, the samples are still 24 kHz;
+# pcm_rate: a pcm stream's Content-Type says `audio/pcm; rate=PCM_FAULT_RATE`. Each changes only
+# the dialect that has that field (emit_ns: SSE; WAV headers: vllm-omni and sglang-omni; pcm).
+LABEL_FAULTS = ("emit_ns_overflow", "wav_rate", "pcm_rate")
+EMIT_NS_FAULT_SHIFT = 1 << 63
+WAV_FAULT_RATE = 8_000
+PCM_FAULT_RATE = 16_000
 
 
 class FaultHeaderError(ValueError):

@@ -21,7 +21,8 @@ CODEC_FRAME_RATE = 25  # MiniCPM-o's talker emits 25 codec frames per second of 
 OUTPUT_SAMPLE_RATE = 24_000
 SAMPLES_PER_FRAME = OUTPUT_SAMPLE_RATE // CODEC_FRAME_RATE
 
-FAULT_KINDS = ("in_stream_error", "drop", "http_500", "stall", "fatal")
+# the last three are misbehaviours (faults.LABEL_FAULTS): the stream completes, but says something false
+FAULT_KINDS = ("in_stream_error", "drop", "http_500", "stall", "fatal", "emit_ns_overflow", "wav_rate", "pcm_rate")
 AUDIO_MODES = ("lossless", "lossy")
 DELIVERY_MODES = ("stream", "whole")
 

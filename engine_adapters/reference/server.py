@@ -46,7 +46,10 @@ from engine_adapters.reference.chat_request import RequestError, SpeechRequest, 
 from engine_adapters.reference.config import EngineConfig
 from engine_adapters.reference.encoders import ENCODERS, AudioTemplate, Frame, StreamContext, Usage, stamp
 from engine_adapters.reference.espeak import EspeakSynth
-from engine_adapters.reference.faults import FAULT_HEADER, FaultHeaderError, draw_fault, forced_fault
+from engine_adapters.reference.faults import (
+    EMIT_NS_FAULT_SHIFT, FAULT_HEADER, LABEL_FAULTS, PCM_FAULT_RATE, WAV_FAULT_RATE, FaultHeaderError, draw_fault,
+    forced_fault,
+)
 from engine_adapters.reference.gpu import CudaStepWorker, CudaUnavailable, check_cuda
 from engine_adapters.reference.profiles import (
     CODEC_FRAME_RATE, OUTPUT_SAMPLE_RATE, SAMPLES_PER_FRAME, Profile, ProfileError, get_profile,
@@ -298,7 +301,7 @@ class ReferenceEngine:
 
     async def _write(self, resp: web.StreamResponse, ctx: StreamContext, frame: Frame, chunk: int,
                      due_ns: int = 0) -> None:
-        data, emit_ns = stamp(frame)
+        data, emit_ns = stamp(frame, ctx.emit_shift)
         await resp.write(data)
         self.scheduler.schedule.chunk(emit_ns, due_ns, time.perf_counter_ns())
         if self.emit_log is not None and frame.audio_samples:
@@ -380,17 +383,26 @@ class ReferenceEngine:
 
     async def _stream(self, request: web.Request, req: SpeechRequest, prompt: PromptAudio | None,
                       seq: Sequence, fault: str | None) -> web.StreamResponse:
+        label = fault if fault in LABEL_FAULTS else None  # a misbehaviour: the stream still completes
         ctx = StreamContext(request_id=f"chatcmpl-{uuid.uuid4().hex}", created=int(time.time()),
                             model=self.config.model_name, audio_format=req.audio_format,
-                            include_usage=req.include_usage)
+                            include_usage=req.include_usage,
+                            emit_shift=EMIT_NS_FAULT_SHIFT if label == "emit_ns_overflow" else 0,
+                            wav_rate=WAV_FAULT_RATE if label == "wav_rate" else OUTPUT_SAMPLE_RATE)
+        if label:
+            self.outcomes.faults += 1
+            _log(f"{ctx.request_id}: injecting fault {label}")
         if not req.stream:
-            return await self._whole(request, req, prompt, seq, fault, ctx)
+            return await self._whole(request, req, prompt, seq, None if label else fault, ctx)
         headers = {"Cache-Control": "no-cache", "X-Request-Id": ctx.request_id}
+        pcm_rate = PCM_FAULT_RATE if label == "pcm_rate" else OUTPUT_SAMPLE_RATE
         if self.encoder.content_type == "audio/pcm":
-            headers.update({"X-Audio-Sample-Rate": str(OUTPUT_SAMPLE_RATE), "X-Audio-Encoding": "s16le",
+            headers.update({"X-Audio-Sample-Rate": str(pcm_rate), "X-Audio-Encoding": "s16le",
                             "X-Audio-Channels": "1"})
         resp = web.StreamResponse(status=200, headers=headers)
         resp.content_type = self.encoder.content_type
+        if label == "pcm_rate" and self.encoder.content_type == "audio/pcm":
+            resp.headers["Content-Type"] = f"audio/pcm; rate={pcm_rate}"
         resp.enable_chunked_encoding()
         await resp.prepare(request)
         if self.profile.delivery == "stream" and fault is None and request.transport is not None:
@@ -400,7 +412,7 @@ class ReferenceEngine:
         held: list[np.ndarray] = []
         written = 0
         total = 0
-        pending_fault = fault
+        pending_fault = None if label else fault  # a misbehaviour is in ctx, not injected
         while True:
             event = await seq.events.get()
             if isinstance(event, Admitted):
