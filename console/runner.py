@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from data.audit import append_event, atomic
+from data.checkpoints import frozen_digests
 from data.digest import row_sha256, run_digest
 from data.errors import CampaignError
 from data.hashing import canonical_json
@@ -109,10 +110,12 @@ class EngineManager:
         self.store, self.plan, self.logs_dir, self.log = store, plan, logs_dir, log
         self.env = env or {}  # engine name -> real environment (data.plans.engine_environment)
         self.up: dict[str, Launch] = {}
+        self.checkpoints = frozen_digests(store, plan.hash)  # each launch must find these (data/checkpoints.py)
 
     def adapter_spec(self, engine: EngineSpec) -> EngineSpec:
         """The spec to launch: the plan's engine with its real environment (when it has one)."""
-        return replace(engine, env=self.env[engine.name]) if engine.name in self.env else engine
+        frozen = self.checkpoints.get(engine.name, {}) if self.checkpoints is not None else None
+        return replace(engine, env=self.env.get(engine.name, engine.env), frozen_checkpoints=frozen)
 
     def launch(self, engine: EngineSpec) -> Launch:
         """Spawn and wait for health; a startup failure is recorded and raised as EngineStartupFailed."""
@@ -362,6 +365,7 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
     `opts.cluster` the cells run on a Ray cluster (console/cluster/dispatch.py)."""
     from console.recording import record_run
     from engine_adapters.driver import discard_warm, prewarm
+    from engine_adapters.sampling import effective_sampling
 
     if opts.cluster:
         from console.cluster.dispatch import run_plan_on_cluster
@@ -423,7 +427,8 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
             launch.run_ids.append(run_id)
             rid = record_run(store, spec, engine=cell.engine, kind=cell.kind, plan_hash=plan.hash, cell_key=cell.key,
                              launch_id=launch.launch_id, pool=cell.pool, repeat_index=cell.repeat, note=note,
-                             params={**params_base, "engine_profile": engine.profile}, telemetry=opts.telemetry,
+                             params={**params_base, "engine_profile": engine.profile,
+                                     "sampling": effective_sampling(plan, engine)}, telemetry=opts.telemetry,
                              on_progress=opts.on_progress, live=opts.live, engine_process=launch.process)
             run_ids.append(rid)
             status = store.scalar("SELECT status FROM runs WHERE run_id = ?", [rid])

@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 
 from data.errors import CampaignError
+from data.checkpoints import checkpoint_files, launch_mismatch
 from data.hashing import cached_sha256_files, sha256_file
 from data.plans import EngineSpec
 from data.secrets import redact_env, scrub
@@ -36,6 +37,7 @@ from engine_adapters import ports
 from engine_adapters.identity import LAUNCH_ID_ENV, reported_identity
 from engine_adapters.deploy_config import deploy_record
 from engine_adapters.process_group import stop_group
+from engine_adapters.source_identity import identify
 from engine_adapters.specs import launch_argv
 
 LOG_TAIL_LINES = 40
@@ -73,16 +75,20 @@ def hash_checkpoints(paths: list[str] | tuple[str, ...], cache_path: Path | None
     """SHA-256 of every checkpoint file (directories expand to their files, sorted). A checkpoint
     is many GB, so digests come from the one digest cache (data/hashing.py; `cache_path` replaces
     its default file)."""
-    files: list[Path] = []
-    for p in paths:
-        path = Path(p).expanduser().resolve()
-        if path.is_dir():
-            files += sorted(f for f in path.rglob("*") if f.is_file())
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise CampaignError(f"checkpoint path {p}: no such file or directory")
+    files = checkpoint_files(paths)
     return dict(zip(map(str, files), cached_sha256_files(files, cache_path)))
+
+
+def launch_checkpoints(spec: EngineSpec, cache_path: Path | None = None) -> tuple[dict[str, str], str | None]:
+    """The launch's checkpoint digests, and why they are not the ones frozen with the plan (a
+    changed, added, missing or gone file: data/checkpoints.py), or None."""
+    try:
+        got = hash_checkpoints(spec.checkpoint_paths, cache_path) if spec.checkpoint_paths else {}
+    except CampaignError as exc:
+        return {}, str(exc)
+    if spec.frozen_checkpoints is None:
+        return got, None
+    return got, launch_mismatch(spec.frozen_checkpoints, got)
 
 
 @dataclass
@@ -110,7 +116,8 @@ class EngineProcess:
                 raise CampaignError(f"engine {spec.name!r}: config_path {cfg} does not exist")
             cfg_sha = sha256_file(cfg)
         deploy = deploy_record(spec.adapter, argv, spec.config_path, spec.name)  # engine_adapters/deploy_config.py
-        ckpt = hash_checkpoints(spec.checkpoint_paths, checkpoint_cache) if spec.checkpoint_paths else {}
+        ident = identify(spec)  # engine_adapters/source_identity.py: what code this launch runs
+        ckpt, ckpt_problem = launch_checkpoints(spec, checkpoint_cache)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.row = {
             "launch_id": self.launch_id, "plan_hash": self.plan_hash, "engine": spec.name, "adapter": spec.adapter,
@@ -120,7 +127,11 @@ class EngineProcess:
             "checkpoint_sha256_json": json.dumps(ckpt, sort_keys=True), "url": spec.url,
             "deploy_json": json.dumps(deploy, sort_keys=True) if deploy else None,
             "started_at": datetime.now(timezone.utc), "started_ns": time.perf_counter_ns(), "status": "starting",
+            **ident.columns,
         }
+        if ident.problem or ckpt_problem:
+            self._failed(ident.problem or ckpt_problem or "")
+            return self
         env = {**os.environ, **spec.env, LAUNCH_ID_ENV: self.launch_id}
         problem = _not_runnable(argv[0], env.get("PATH"))
         if problem:
