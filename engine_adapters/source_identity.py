@@ -7,8 +7,8 @@ row (data/schema.py IDENTITY_COLUMNS):
 - git: `git rev-parse HEAD`, `git rev-parse HEAD^{tree}` and `git status --porcelain` (untracked
   files count as dirty; ignored files do not). A dirty checkout is refused unless the entry
   names a `patch` file whose SHA-256 equals that of the checkout's diff against HEAD. The diff is
-  `git diff --binary --cached HEAD` over a temporary index (GIT_INDEX_FILE, a copy of the
-  checkout's own index) after `git add -A`, so untracked files are in it and the user's index is
+  `git diff --binary --cached HEAD` over a temporary index (GIT_INDEX_FILE, read from HEAD
+  with `git read-tree HEAD`) after `git add -A`, so untracked files are in it and the user's index is
   never touched; `git add` does write the changed files' blobs into the repository's object
   store, as any `git add` would (unreferenced, `git gc` removes them).
 - dist: version and the VCS commit pip recorded in `direct_url.json` (an install from git),
@@ -79,13 +79,11 @@ def _git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
 
 def checkout_diff(repo: Path) -> bytes:
     """The checkout's diff against HEAD, untracked files included, the user's index untouched."""
-    index = Path(_git(repo, "rev-parse", "--git-path", "index").strip())
-    index = index if index.is_absolute() else repo / index
     with tempfile.TemporaryDirectory(prefix="campaign-index-") as tmp:
-        tmp_index = Path(tmp) / "index"
-        if index.is_file():
-            shutil.copyfile(index, tmp_index)  # its stat cache spares re-reading unchanged files
-        env = {**os.environ, "GIT_INDEX_FILE": str(tmp_index)}
+        # a fresh index read from HEAD, not a copy of the user's: a copied index gets a new mtime,
+        # which defeats git's check for files changed within the second of their last staging
+        env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        _git(repo, "read-tree", "HEAD", env=env)
         _git(repo, "add", "-A", env=env)
         r = subprocess.run(["git", "--no-optional-locks", "-C", str(repo), "diff", "--binary", "--cached", "HEAD"],
                            capture_output=True, env=env, timeout=GIT_TIMEOUT_S)
