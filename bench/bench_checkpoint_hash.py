@@ -26,7 +26,6 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=int, default=512, help="checkpoint size in MB (1 MB = 2^20 bytes)")
     args = ap.parse_args()
-    size = args.mb << 20
     with tempfile.TemporaryDirectory() as tmp:
         ck = Path(tmp) / "ck.bin"
         block = os.urandom(1 << 20)

@@ -67,3 +67,15 @@ def identity_label(row: dict[str, Any]) -> str:
     elif row.get("source_dirty"):
         label += " (dirty)"
     return label
+
+
+def engine_identities(store: Store, plan_hash: str) -> dict[str, list[str]]:
+    """engine -> the distinct identity labels its launches for the plan recorded (in commit order)."""
+    rows = store.query(f"SELECT DISTINCT l.engine, {IDENTITY_SQL} FROM engine_launches l WHERE l.plan_hash = ? "
+                       "ORDER BY l.engine, l.source_commit NULLS FIRST, l.patch_sha256 NULLS FIRST", [plan_hash])
+    out: dict[str, list[str]] = {}
+    for r in rows:
+        label = identity_label(r)
+        if label and label not in out.setdefault(r["engine"], []):
+            out[r["engine"]].append(label)
+    return out

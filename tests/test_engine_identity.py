@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import replace
 from importlib.metadata import version
 from pathlib import Path
 
