@@ -4,7 +4,8 @@
 A launch from a dirty checkout is accepted only with a `patch` file equal to the checkout's diff
 against its commit; the launch row records the file and its SHA-256. The bundle carries each
 patch its plan's launches used, under patches/<sha256>.patch, with patches/patches.json naming
-the engine, the commit and the hash of each, so the engine can be rebuilt as commit + patch.
+the engine, the commit, the hash of each and how to rebuild the engine's code from them (`git
+checkout COMMIT && git apply --binary PATCH` in a clone of the checkout).
 A patch file that is gone or no longer has its recorded hash stops the export (the bundle would
 not prove what ran).
 """
@@ -40,6 +41,7 @@ def write_patches(store: Store, plan_hashes: Sequence[str], out: Path) -> list[d
         name = f"{r['patch_sha256']}.patch"
         shutil.copyfile(src, folder / name)
         index.append({"engine": r["engine"], "checkout": r["source_location"], "commit": r["source_commit"],
-                      "sha256": r["patch_sha256"], "file": f"patches/{name}", "source_path": str(src)})
+                      "sha256": r["patch_sha256"], "file": f"patches/{name}", "source_path": str(src),
+                      "rebuild": f"git checkout {r['source_commit']} && git apply --binary patches/{name}"})
     (folder / "patches.json").write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
     return index

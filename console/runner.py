@@ -365,7 +365,6 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
     `opts.cluster` the cells run on a Ray cluster (console/cluster/dispatch.py)."""
     from console.recording import record_run
     from engine_adapters.driver import discard_warm, prewarm
-    from engine_adapters.sampling import effective_sampling
 
     if opts.cluster:
         from console.cluster.dispatch import run_plan_on_cluster
@@ -427,8 +426,7 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
             launch.run_ids.append(run_id)
             rid = record_run(store, spec, engine=cell.engine, kind=cell.kind, plan_hash=plan.hash, cell_key=cell.key,
                              launch_id=launch.launch_id, pool=cell.pool, repeat_index=cell.repeat, note=note,
-                             params={**params_base, "engine_profile": engine.profile,
-                                     "sampling": effective_sampling(plan, engine)}, telemetry=opts.telemetry,
+                             params={**params_base, "engine_profile": engine.profile}, telemetry=opts.telemetry,
                              on_progress=opts.on_progress, live=opts.live, engine_process=launch.process)
             run_ids.append(rid)
             status = store.scalar("SELECT status FROM runs WHERE run_id = ?", [rid])

@@ -168,7 +168,8 @@ RUNS = Table(
         C("driver_overhead_json", "VARCHAR", "the driver's own overhead: send lag and event-loop lag percentiles"),
         C("gpu_json", "VARCHAR", "GPU identity at run start (name, uuid, driver, memory, power limit) or why absent"),
         C("telemetry_status", "VARCHAR", "ok, or why GPU telemetry is missing"),
-        C("params_json", "VARCHAR", "request and metric parameters in force (seed, temperature, timeout, pre-roll ...)"),
+        C("params_json", "VARCHAR", "request and metric parameters in force (timeout, pre-roll ...); `sampling`: the sampling "
+          "and output-length keys the request body carries (plan, preset, extra_body; docs/engines.md)"),
         C("metrics_version", "VARCHAR", "version of the metric definitions the run was recorded under"),
         C("note", "VARCHAR", "free text, e.g. 'exploratory: no restart between cells'"),
         C("request_preset", "VARCHAR", "request body preset: protocol, vllm-bench or sglang-bench (docs/engines.md)"),

@@ -35,10 +35,15 @@ SAMPLING_KEYS = (
 )
 
 
+def body_sampling(body: dict[str, Any]) -> dict[str, Any]:
+    """The sampling keys a request body carries (what `runs.params_json.sampling` stores)."""
+    return {k: body[k] for k in SAMPLING_KEYS if k in body}
+
+
 def effective_sampling(plan: Plan, engine: EngineSpec) -> dict[str, Any]:
     """The sampling keys of the body this engine is sent (plan sampling, preset, extra_body)."""
-    body = get_dialect(engine.dialect).body_template(dict(plan.sampling.fields), {**engine.request, "model": engine.model})
-    return {k: body[k] for k in SAMPLING_KEYS if k in body}
+    return body_sampling(get_dialect(engine.dialect).body_template(dict(plan.sampling.fields),
+                                                                   {**engine.request, "model": engine.model}))
 
 
 def _origin(plan: Plan, engine: EngineSpec, key: str) -> str:

@@ -247,6 +247,12 @@ def test_a_patched_candidate_runs_and_every_view_says_what_ran(tmp_path, capsys)
     index = json.loads((bundle / "patches" / "patches.json").read_text())
     assert [(x["engine"], x["commit"], x["sha256"]) for x in index] == [("ref-cand", commit, sha256_file(patch))]
     assert (bundle / index[0]["file"]).read_bytes() == patch.read_bytes()
+    # the bundle rebuilds the candidate's code: a clone at the commit, the patch applied
+    git(tmp_path, "clone", "-q", str(repo), "rebuilt")
+    git(tmp_path / "rebuilt", "checkout", "-q", commit)
+    git(tmp_path / "rebuilt", "apply", "--binary", str(bundle / index[0]["file"]))
+    assert (tmp_path / "rebuilt" / "engine.py").read_text() == (repo / "engine.py").read_text()
+    assert index[0]["rebuild"] == f"git checkout {commit} && git apply --binary {index[0]['file']}"
     assert f"{sha256_file(patch)}  patches/{sha256_file(patch)}.patch" in (bundle / "MANIFEST.sha256").read_text()
     assert cli("audit", "verify", db=db).returncode == 0
 
