@@ -381,6 +381,10 @@ def _message(err: jsonschema.ValidationError) -> str:
         return f"unknown field(s) {', '.join(map(repr, extra))} (comments must start with '_')"
     if err.validator == "enum" and isinstance(values, list):
         return f"{err.instance!r} is not one of {', '.join(map(repr, values))}"
+    if err.validator == "oneOf" and isinstance(values, list) and all("required" in v for v in values):
+        names = ", ".join(repr(v["required"][0]) for v in values)
+        return f"give exactly one of {names}, found {', '.join(map(repr, sorted(_written(instance)))) or 'none'}" \
+            if isinstance(instance, Mapping) else err.message
     if err.validator == "const":
         return f"{err.instance!r} must be {err.validator_value!r}"
     return err.message

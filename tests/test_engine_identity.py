@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from importlib.metadata import version
 from pathlib import Path
 
@@ -276,3 +277,78 @@ def test_a_checkpoint_changed_after_freeze_fails_the_next_launch(tmp_path, capsy
     assert rows[0]["failure_reason"] == (f"checkpoint file {ck} changed since the plan was frozen: "
                                          f"sha256 {sha256_file(ck)} now, {frozen} at freeze")
     assert str(ck) in r.stdout + r.stderr
+
+
+def test_source_entries_are_checked_with_one_line_each(tmp_path):
+    from data.errors import CampaignError
+    from data.plans import validate_plan_dict
+    from plans_helpers import minimal_plan_doc
+
+    def problem(**entry) -> str:
+        doc = minimal_plan_doc()
+        doc["engines"][0].update(entry)
+        with pytest.raises(CampaignError) as exc:
+            validate_plan_dict(doc, "p.json")
+        return str(exc.value)
+
+    assert problem(source={"git": "a", "dist": "b"}) == \
+        "p.json: engines[0].source: give exactly one of 'git', 'dist', found 'dist', 'git'"
+    assert problem(source={}) == "p.json: engines[0].source: give exactly one of 'git', 'dist', found none"
+    assert problem(patch="x.patch") == \
+        'p.json: engines[0].patch: a patch applies to a git checkout; give source: {"git": DIR}'
+    assert "engines[0].precision_change: 'yes' is not of type 'boolean'" in problem(precision_change="yes")
+
+
+def test_a_console_scripts_python_is_the_one_its_shebang_names(tmp_path):
+    from engine_adapters.source_identity import IdentityError, engine_python
+
+    script = Path(sys.executable).parent / "pytest"  # a console script of this venv: `#!<venv python>`
+    assert script.read_text().startswith("#!")
+    spec = replace(engine_spec(tmp_path, source={"dist": "pytest"}), argv=(str(script), "--version"))
+    assert Path(engine_python(spec)).resolve() == Path(sys.executable).resolve()
+    assert engine_python(replace(spec, source={"dist": "pytest", "python": "/opt/py/bin/python3"})) == "/opt/py/bin/python3"
+    binary = replace(spec, argv=("/bin/true",))
+    with pytest.raises(IdentityError, match="/bin/true is neither a Python nor a script a Python runs; give source.python"):
+        engine_python(binary)
+
+
+def test_a_decision_rules_engines_are_compared_too(tmp_path, capsys):
+    (tmp_path / "ckA.bin").write_bytes(b"A" * 10)
+    (tmp_path / "ckB.bin").write_bytes(b"B" * 10)
+    doc = two_engine_plan(tmp_path)
+    doc["engines"].append({**doc["engines"][1], "name": "ref-peer", "port": free_port(),
+                           "checkpoint_paths": [str(tmp_path / "ckB.bin")]})
+    doc["model"]["checkpoint_paths"] = [str(tmp_path / "ckA.bin")]
+    doc["decision_rules"] = [{"name": "faster", "kind": "throughput_exceeds", "candidate": "ref-cand", "reference": "ref-peer",
+                              "concurrencies": [1]}]
+    r = inproc(capsys, "plan", "freeze", str(write_json(tmp_path / "plan.json", doc)), db=tmp_path / "c.duckdb")
+    assert r.returncode == 2 and "'ref-peer' and 'ref-cand' are compared (decision rule 'faster')" in r.stderr
+
+
+def test_identity_and_checkpoints_are_under_the_audit_chain(tmp_path, capsys):
+    """The new launch columns and the frozen checkpoint digests are covered by their events' row
+    hashes: an edit of either is found by `audit verify`."""
+    import duckdb
+
+    repo = tmp_path / "src"
+    commit = make_repo(repo)
+    (tmp_path / "ck.bin").write_bytes(b"w" * 10)
+    doc = two_engine_plan(tmp_path)
+    doc["model"]["checkpoint_paths"] = [str(tmp_path / "ck.bin")]
+    doc["engines"][1].update(source={"git": str(repo)}, revision="feedface")  # a startup failure is stored too
+    plan = write_json(tmp_path / "plan.json", doc)
+    db = tmp_path / "c.duckdb"
+    assert inproc(capsys, "plan", "freeze", str(plan), db=db).returncode == 0
+    cli("run", str(plan), db=db)
+    assert cli("audit", "verify", db=db).returncode == 0
+    con = duckdb.connect(str(db))
+    con.execute("UPDATE engine_launches SET source_commit = 'feedface' || source_commit WHERE source_commit = ?", [commit])
+    con.close()
+    r = cli("audit", "verify", db=db)
+    assert r.returncode == 1 and "launch" in r.stdout
+    con = duckdb.connect(str(db))
+    con.execute("UPDATE engine_launches SET source_commit = ? WHERE source_commit LIKE 'feedface%'", [commit])
+    con.execute("UPDATE plans SET checkpoints_json = replace(checkpoints_json, '\"size\":10', '\"size\":11')")
+    con.close()
+    r = cli("audit", "verify", db=db)
+    assert r.returncode == 1 and "plan" in r.stdout
