@@ -255,6 +255,9 @@ def test_a_patched_candidate_runs_and_every_view_says_what_ran(tmp_path, capsys)
     assert (tmp_path / "rebuilt" / "engine.py").read_text() == (repo / "engine.py").read_text()
     assert index[0]["rebuild"] == f"git checkout {commit} && git apply --binary {index[0]['file']}"
     assert f"{sha256_file(patch)}  patches/{sha256_file(patch)}.patch" in (bundle / "MANIFEST.sha256").read_text()
+    v = subprocess.run([sys.executable, "-m", "console.cli", "evidence", "verify", str(bundle)], capture_output=True,
+                       text=True)
+    assert v.returncode == 0, v.stdout + v.stderr
     assert cli("audit", "verify", db=db).returncode == 0
 
 
