@@ -751,6 +751,8 @@ def freeze(store: Store, path: str | Path, expected_parent: str | None = None,
                    "holdout_ids": len(manifest.pools.get(plan.workload.holdout_pool, [])) if manifest and plan.workload.holdout_pool else 0}
         if plan.cluster.gpu_name or plan.cluster.gpus:  # the cluster shape the plan expects (docs/cluster.md)
             payload["cluster"] = {"gpu_name": plan.cluster.gpu_name, "gpus": plan.cluster.gpus}
+        if checkpoints:  # the frozen digests (data/checkpoints.py); the row hash below covers them too
+            payload["checkpoints_sha256"] = sha256_text(canonical_json(checkpoints))
         if plan.parent_hash:
             payload["parent_hash"] = plan.parent_hash
             payload["reason"] = doc.get("reason")
