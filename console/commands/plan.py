@@ -48,23 +48,19 @@ def _real_engine(kind: str, port: int) -> dict:
                 "argv": ["vllm", "serve", "<model dir>", "--omni", "--deploy-config", VLLM_DEPLOY,
                          "--host", "127.0.0.1", "--port", str(port)],
                 "config_path": VLLM_DEPLOY, "health_timeout_s": 1800,
-                "checkpoint_paths": ["<model dir>"],
-                # version and pip's recorded commit, read by vllm's own Python; an editable install:
-                # {"git": CHECKOUT} (docs/engines.md, "Engine identity and patches")
-                "source": {"dist": "vllm-omni"}}
+                "checkpoint_paths": ["<model dir>"]}
     if kind == "sglang-omni":
         return {**_engine("sglang-omni-main", "default", port, "sglang-omni"), "adapter": "sglang_omni",
                 "_comment": "options as --stage.section.key value are recorded with every launch",
                 "revision": "<sglang-omni git sha>", "health_timeout_s": 1800,
                 "argv": ["sgl-omni", "serve", "--model-path", "<model dir>", "--model-name", "minicpmo",
                          "--host", "127.0.0.1", "--port", str(port)],
-                "checkpoint_paths": ["<model dir>"], "source": {"git": "<sglang-omni checkout>"}}
+                "checkpoint_paths": ["<model dir>"]}
     return {**_engine("peer", "<peer profile name>", port, "<vllm-omni | sglang-omni | pcm>"), "adapter": "peer",
             "_comment": "a single-GPU MiniCPM-o engine pinned by git revision and profile; its wire format is "
                         "the dialect named here and nothing beyond it is assumed",
             "revision": "<peer git sha>", "health_timeout_s": 1800,
             "argv": ["<peer launch command>", "--port", str(port)], "checkpoint_paths": ["<model dir>"],
-            "source": {"git": "<peer checkout>"},
             "request": {"audio_format": "wav"}}
 
 
