@@ -42,6 +42,7 @@ from data.errors import CampaignError, first_line
 from data.hashing import canonical_json, sha256_file
 from data.store import Store
 from data.verdicts import document_sha256
+from console.evidence_patches import write_patches
 
 MANIFEST = "MANIFEST.sha256"
 REPRODUCE = "REPRODUCE.md"
@@ -158,6 +159,7 @@ def export_bundle(store: Store, plan: Any, out: Path, *, html: bool = True) -> d
         from stats.results.plan_results import load_plan_results
 
         write_report(store, load_plan_results(store, plan), out / "report" / "report.html", out / "report" / "figures")
+    write_patches(store, hashes, out)  # console/evidence_patches.py: each engine patch with its hash
     (out / REPRODUCE).write_text(reproduce_text(plan, verdict_ids, head), encoding="utf-8")
     write_manifest(out)
     return {"dir": str(out), "counts": counts, "verdicts": verdict_ids, "head": head}

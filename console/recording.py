@@ -29,6 +29,7 @@ from data.writer import BatchWriter
 from engine_adapters.dialects import get_dialect
 from engine_adapters.driver import DriverProcess, DriveSpec
 from engine_adapters.lifecycle import EngineProcess, EngineStartError
+from engine_adapters.sampling import body_sampling
 from stats.metrics import METRICS_VERSION
 
 
@@ -71,9 +72,11 @@ def begin_run(store: Store, spec: DriveSpec, *, engine: str, kind: str, plan_has
     request = dialect.request_config(spec.request_options)
     total = len(spec.requests) + spec.warmup_requests
     all_params = {
-        "sampling": spec.sampling, "timeout_s": spec.timeout_s, "warmup_requests": spec.warmup_requests,
+        "timeout_s": spec.timeout_s, "warmup_requests": spec.warmup_requests,
         "request_options": {k: v for k, v in spec.request_options.items() if k != "extra_body"},
         **(params or {}),
+        # what the body carries (plan sampling, a preset's own, extra_body), never a default it replaced
+        "sampling": body_sampling(dialect.body_template(spec.sampling, spec.request_options)),
     }
     with store.transaction():
         store.insert("runs", {

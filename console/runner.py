@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from data.audit import append_event, atomic
+from data.checkpoints import frozen_digests
 from data.digest import row_sha256, run_digest
 from data.errors import CampaignError, first_line
 from data.hashing import canonical_json
@@ -109,10 +110,12 @@ class EngineManager:
         self.store, self.plan, self.logs_dir, self.log = store, plan, logs_dir, log
         self.env = env or {}  # engine name -> real environment (data.plans.engine_environment)
         self.up: dict[str, Launch] = {}
+        self.checkpoints = frozen_digests(store, plan.hash)  # each launch must find these (data/checkpoints.py)
 
     def adapter_spec(self, engine: EngineSpec) -> EngineSpec:
         """The spec to launch: the plan's engine with its real environment (when it has one)."""
-        return replace(engine, env=self.env[engine.name]) if engine.name in self.env else engine
+        frozen = self.checkpoints.get(engine.name, {}) if self.checkpoints is not None else None
+        return replace(engine, env=self.env.get(engine.name, engine.env), frozen_checkpoints=frozen)
 
     def launch(self, engine: EngineSpec) -> Launch:
         """Spawn and wait for health; a startup failure is recorded and raised as EngineStartupFailed."""

@@ -44,3 +44,38 @@ def announce_launch(store: Store, launch_id: str) -> None:
     append_event(store, "launch_recorded", plan_hash=r["plan_hash"], subject=launch_id,
                  payload={"engine": r["engine"], "status": r["status"],
                           **row_sha256(store, "engine_launches", "launch_id", launch_id)})
+
+
+IDENTITY_SQL = ("l.source_kind, l.source_location, l.source_commit, l.source_tree, l.source_dirty, l.source_version, "
+                "l.patch_sha256, l.precision_change")  # engine_launches columns identity_label reads (alias l)
+
+
+def identity_label(row: dict[str, Any]) -> str:
+    """What code a launch ran, in one short phrase (docs/engines.md, "Engine identity and patches"):
+    `git 1a2b3c4d5e6f`, `git 1a2b3c4d5e6f + patch 9f8e7d6c5b4a`, `dist vllm-omni 0.30.0 (3c4d5e6f7a8b)`,
+    or '' when the plan names no source."""
+    kind = row.get("source_kind")
+    commit = (row.get("source_commit") or "")[:12]
+    if kind == "git":
+        label = f"git {commit or '?'}"
+    elif kind == "dist":
+        label = f"dist {row.get('source_location')} {row.get('source_version') or '?'}" + (f" ({commit})" if commit else "")
+    else:
+        return ""
+    if row.get("patch_sha256"):
+        label += f" + patch {row['patch_sha256'][:12]}"
+    elif row.get("source_dirty"):
+        label += " (dirty)"
+    return label
+
+
+def engine_identities(store: Store, plan_hash: str) -> dict[str, list[str]]:
+    """engine -> the distinct identity labels its launches for the plan recorded (in commit order)."""
+    rows = store.query(f"SELECT DISTINCT l.engine, {IDENTITY_SQL} FROM engine_launches l WHERE l.plan_hash = ? "
+                       "ORDER BY l.engine, l.source_commit NULLS FIRST, l.patch_sha256 NULLS FIRST", [plan_hash])
+    out: dict[str, list[str]] = {}
+    for r in rows:
+        label = identity_label(r)
+        if label and label not in out.setdefault(r["engine"], []):
+            out[r["engine"]].append(label)
+    return out

@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import jsonschema
 
@@ -111,6 +111,12 @@ class EngineSpec:
     request: dict[str, Any] = field(default_factory=dict)  # dialect request options (docs/engines.md), no comments
     model: str = DEFAULT_MODEL
     health_path: str = "/health"
+    # where the engine's code is and how it differs from `revision` (docs/engines.md, "Engine identity")
+    source: dict[str, str] | None = None  # {"git": DIR} or {"dist": NAME}, optional "python"
+    patch: str | None = None  # a file equal to the checkout's diff against its commit
+    precision_change: bool = False  # the engine alters precision (opt-in, shown in every view)
+    # file -> sha256 frozen with the plan (data/checkpoints.py); set by the runner, never by a plan
+    frozen_checkpoints: dict[str, str] | None = None
 
     @property
     def url(self) -> str:
@@ -284,6 +290,15 @@ class Plan:
         requests_per_slot x C so a high concurrency still sends several requests per slot."""
         return max(self.sweep.requests_per_run, self.sweep.requests_per_slot * concurrency)
 
+    def compared_pairs(self) -> list[tuple[str, str, str]]:
+        """(reference engine, compared engine, where the plan says so) for every comparison the plan
+        decides: the quality baseline with each candidate, each decision rule's reference with its
+        candidate (docs/plans.md). Compared engines load the same checkpoint and send the same
+        sampling."""
+        out = [(self.quality.baseline, c, "quality") for c in self.quality_candidates if self.quality.baseline]
+        out += [(r.reference, r.candidate, f"decision rule {r.name!r}") for r in self.decision_rules]
+        return [(a, b, w) for a, b, w in out if a and b and a != b]
+
     def engine(self, name: str) -> EngineSpec:
         for e in self.engines:
             if e.name == name:
@@ -312,9 +327,12 @@ def _quality(q: Mapping[str, Any]) -> QualitySpec:
                   scorers=dict(q.get("scorers") or {}), named=frozenset(_written(q)))
 
 
-def _engine(e: Mapping[str, Any], model: str) -> EngineSpec:
+def _engine(e: Mapping[str, Any], model: ModelSpec) -> EngineSpec:
+    """An engine entry; it is given `model.checkpoint_paths` unless it names its own."""
     return _build(EngineSpec, e, env=dict(e.get("env") or {}), request=_written(e.get("request") or {}),
-                  health_timeout_s=float(e.get("health_timeout_s", 600.0)), model=model)
+                  health_timeout_s=float(e.get("health_timeout_s", 600.0)), model=model.id,
+                  source=_written(e["source"]) if e.get("source") else None,
+                  checkpoint_paths=tuple(e.get("checkpoint_paths") or model.checkpoint_paths))
 
 
 def plan_from_dict(raw: dict[str, Any], *, hash: str = "", kind: str = "plan", parent_hash: str | None = None,
@@ -334,7 +352,7 @@ def plan_from_dict(raw: dict[str, Any], *, hash: str = "", kind: str = "plan", p
     if "quality" in raw:
         sections["quality"] = _quality(raw["quality"])
     return Plan(schema=raw["schema"], name=raw["name"], description=raw.get("description", ""), model=model,
-                engines=tuple(_engine(e, model.id) for e in raw["engines"]),
+                engines=tuple(_engine(e, model) for e in raw["engines"]),
                 workload=_build(WorkloadSpec, raw["workload"]), sweep=_build(SweepSpec, raw["sweep"]),
                 decision_rules=tuple(_build(DecisionRule, r) for r in raw.get("decision_rules", [])),
                 validators=tuple(_build(Validator, v) for v in raw.get("validators", [])),
@@ -364,6 +382,10 @@ def _message(err: jsonschema.ValidationError) -> str:
         return f"unknown field(s) {', '.join(map(repr, extra))} (comments must start with '_')"
     if err.validator == "enum" and isinstance(values, list):
         return f"{err.instance!r} is not one of {', '.join(map(repr, values))}"
+    if err.validator == "oneOf" and isinstance(values, list) and all("required" in v for v in values):
+        names = ", ".join(repr(v["required"][0]) for v in values)
+        return f"give exactly one of {names}, found {', '.join(map(repr, sorted(_written(instance)))) or 'none'}" \
+            if isinstance(instance, Mapping) else err.message
     if err.validator == "const":
         return f"{err.instance!r} must be {err.validator_value!r}"
     return err.message
@@ -463,6 +485,9 @@ def semantic_errors(raw: dict[str, Any]) -> list[str]:
         for j, c in enumerate(rule["concurrencies"]):
             if c not in concs:
                 errs.append(f"decision_rules[{i}].concurrencies[{j}]: {c} is not a sweep concurrency")
+    for i, e in enumerate(raw["engines"]):
+        if e.get("patch") and "git" not in (e.get("source") or {}):
+            errs.append(f"engines[{i}].patch: a patch applies to a git checkout; give source: {{\"git\": DIR}}")
     wl = raw["workload"]
     if wl.get("holdout_pool") and wl.get("holdout_pool") == wl.get("pool"):
         errs.append(f"workload.holdout_pool: {wl['holdout_pool']!r} is also the tuning pool")
@@ -677,8 +702,16 @@ class FreezeResult:
         return f"{what} {self.name!r} was already frozen with identical content: {self.hash}"
 
 
-def freeze(store: Store, path: str | Path, expected_parent: str | None = None) -> FreezeResult:
-    """Validate, reserve the holdout (refusing reuse), store canonical JSON + hash, audit it."""
+FreezeCheck = Callable[["Plan"], list[str]]
+
+
+def freeze(store: Store, path: str | Path, expected_parent: str | None = None,
+           checks: Sequence[FreezeCheck] = ()) -> FreezeResult:
+    """Validate, reserve the holdout (refusing reuse), hash the checkpoints (refusing compared
+    engines on different bytes), store canonical JSON + hash, audit it. `checks`: further rules
+    on the typed plan that need more than data/ knows (the console passes the compared engines'
+    sampling rule, engine_adapters/sampling.py); each returns one-line problems."""
+    from data.checkpoints import freeze_checkpoints
     from data.manifest import check_holdout_unused, freeze_manifest
 
     doc = read_json(path)
@@ -700,6 +733,9 @@ def freeze(store: Store, path: str | Path, expected_parent: str | None = None) -
     existing = store.query("SELECT plan_hash FROM plans WHERE plan_hash = ?", [h])
     if existing:
         return FreezeResult(h, False, plan.kind, plan, name=doc["name"])
+    if errs := [e for check in checks for e in check(plan)]:
+        raise _fail(label, errs)
+    checkpoints = freeze_checkpoints(plan, label)
     manifest = freeze_manifest(store, plan, label)
     check_holdout_unused(store, plan, manifest, label)
     kind = plan.kind
@@ -708,6 +744,7 @@ def freeze(store: Store, path: str | Path, expected_parent: str | None = None) -
             "plan_hash": h, "parent_hash": plan.parent_hash, "kind": kind, "name": doc["name"],
             "canonical_json": canonical_json(redact_document(doc)), "source_path": str(Path(path).resolve()),
             "frozen_at": utcnow(), "frozen_by": whoami(),
+            "checkpoints_json": canonical_json(checkpoints) if checkpoints else None,
         })
         payload = {"name": doc["name"], "source_path": str(Path(path).resolve()),
                    "manifest_hash": manifest.hash if manifest else None,
@@ -715,6 +752,8 @@ def freeze(store: Store, path: str | Path, expected_parent: str | None = None) -
                    "holdout_ids": len(manifest.pools.get(plan.workload.holdout_pool, [])) if manifest and plan.workload.holdout_pool else 0}
         if plan.cluster.gpu_name or plan.cluster.gpus:  # the cluster shape the plan expects (docs/cluster.md)
             payload["cluster"] = {"gpu_name": plan.cluster.gpu_name, "gpus": plan.cluster.gpus}
+        if checkpoints:  # the frozen digests (data/checkpoints.py); the row hash below covers them too
+            payload["checkpoints_sha256"] = sha256_text(canonical_json(checkpoints))
         if plan.parent_hash:
             payload["parent_hash"] = plan.parent_hash
             payload["reason"] = doc.get("reason")

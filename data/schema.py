@@ -56,6 +56,8 @@ PLANS = Table(
         C("source_path", "VARCHAR", "file the plan was frozen from"),
         C("frozen_at", "TIMESTAMPTZ", "when it was frozen", "NOT NULL"),
         C("frozen_by", "VARCHAR", "user@host that froze it"),
+        C("checkpoints_json", "VARCHAR", "checkpoint files hashed at freeze (canonical JSON): {files: {path: {size, sha256}}, "
+          "engines: {name: [paths]}}; NULL when the plan names none (docs/plans.md)"),
     ),
     ("plan_hash",),
 )
@@ -92,6 +94,20 @@ WORKLOAD_MANIFESTS = Table(
     ("manifest_hash",),
 )
 
+# what code a launch ran (docs/engines.md, "Engine identity"); NULL where the plan names no source
+IDENTITY_COLUMNS = (
+    C("source_kind", "VARCHAR", "'git' (a checkout) or 'dist' (an installed distribution); NULL: no source named"),
+    C("source_location", "VARCHAR", "the checkout's folder, or the distribution's name"),
+    C("source_commit", "VARCHAR", "git: HEAD's commit; dist: the VCS commit pip recorded in direct_url.json, if any"),
+    C("source_tree", "VARCHAR", "git: HEAD's tree hash"),
+    C("source_dirty", "BOOLEAN", "git: the checkout had changes against HEAD, untracked files included"),
+    C("source_version", "VARCHAR", "dist: the installed version"),
+    C("source_python", "VARCHAR", "dist: the interpreter whose metadata was read"),
+    C("patch_path", "VARCHAR", "the plan's `patch` file: the checkout's diff against its commit"),
+    C("patch_sha256", "VARCHAR", "SHA-256 of the patch file (equal to that of the checkout's diff at launch)"),
+    C("precision_change", "BOOLEAN", "the plan marks this engine as altering precision"),
+)
+
 ENGINE_LAUNCHES = Table(
     "engine_launches",
     "Every engine launch attempt, including startup failures, with what exactly was launched.",
@@ -120,6 +136,7 @@ ENGINE_LAUNCHES = Table(
         C("exit_code", "INTEGER", "process exit code once stopped"),
         C("deploy_json", "VARCHAR", "resolved engine deploy configuration (docs/engines.md): files with SHA-256, "
           "per-stage admission limits and sampling defaults, admission_limit; NULL when none is given"),
+        *IDENTITY_COLUMNS,
     ),
     ("launch_id",),
 )
@@ -151,7 +168,8 @@ RUNS = Table(
         C("driver_overhead_json", "VARCHAR", "the driver's own overhead: send lag and event-loop lag percentiles"),
         C("gpu_json", "VARCHAR", "GPU identity at run start (name, uuid, driver, memory, power limit) or why absent"),
         C("telemetry_status", "VARCHAR", "ok, or why GPU telemetry is missing"),
-        C("params_json", "VARCHAR", "request and metric parameters in force (seed, temperature, timeout, pre-roll ...)"),
+        C("params_json", "VARCHAR", "request and metric parameters in force (timeout, pre-roll ...); `sampling`: the sampling "
+          "and output-length keys the request body carries (plan, preset, extra_body; docs/engines.md)"),
         C("metrics_version", "VARCHAR", "version of the metric definitions the run was recorded under"),
         C("note", "VARCHAR", "free text, e.g. 'exploratory: no restart between cells'"),
         C("request_preset", "VARCHAR", "request body preset: protocol, vllm-bench or sglang-bench (docs/engines.md)"),
@@ -377,6 +395,10 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         "ALTER TABLE runs ADD COLUMN IF NOT EXISTS node_id VARCHAR",
         "ALTER TABLE runs ADD COLUMN IF NOT EXISTS gpu_uuid VARCHAR",
         "ALTER TABLE runs ADD COLUMN IF NOT EXISTS gpu_name VARCHAR",
+    ]),
+    (5, "engine source identity and patch on each launch; checkpoints hashed at freeze (docs/engines.md)", [
+        *(f"ALTER TABLE engine_launches ADD COLUMN IF NOT EXISTS {c.name} {c.type}" for c in IDENTITY_COLUMNS),
+        "ALTER TABLE plans ADD COLUMN IF NOT EXISTS checkpoints_json VARCHAR",
     ]),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -29,6 +29,7 @@ from typing import Any, Iterator
 
 import httpx
 
+from data.checkpoints import checkpoint_files, launch_mismatch
 from data.errors import CampaignError, first_line, one_line
 from data.hashing import cached_sha256_files, sha256_file
 from data.plans import EngineSpec
@@ -37,6 +38,7 @@ from engine_adapters import ports
 from engine_adapters.identity import LAUNCH_ID_ENV, reported_identity
 from engine_adapters.deploy_config import deploy_record
 from engine_adapters.process_group import stop_group
+from engine_adapters.source_identity import identify
 from engine_adapters.specs import launch_argv
 
 LOG_TAIL_LINES = 40
@@ -79,15 +81,7 @@ def hash_checkpoints(paths: list[str] | tuple[str, ...], cache_path: Path | None
     """SHA-256 of every checkpoint file (directories expand to their files, sorted). A checkpoint
     is many GB, so digests come from the one digest cache (data/hashing.py; `cache_path` replaces
     its default file)."""
-    files: list[Path] = []
-    for p in paths:
-        path = Path(p).expanduser().resolve()
-        if path.is_dir():
-            files += sorted(f for f in path.rglob("*") if f.is_file())
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise CampaignError(f"checkpoint path {p}: no such file or directory")
+    files = checkpoint_files(paths)
     return dict(zip(map(str, files), cached_sha256_files(files, cache_path)))
 
 
@@ -101,6 +95,16 @@ def _preparing(what: str) -> Iterator[None]:
         raise
     except Exception as exc:
         raise CampaignError(f"{what}: {one_line(exc)}") from exc
+
+
+def launch_checkpoints(spec: EngineSpec, cache_path: Path | None = None) -> tuple[dict[str, str], str | None]:
+    """The launch's checkpoint digests, and why they are not the ones frozen with the plan (a
+    changed, added or missing file: data/checkpoints.py), or None. A path that is gone raises
+    (the launch cannot be prepared)."""
+    got = hash_checkpoints(spec.checkpoint_paths, cache_path) if spec.checkpoint_paths else {}
+    if spec.frozen_checkpoints is None:
+        return got, None
+    return got, launch_mismatch(spec.frozen_checkpoints, got)
 
 
 @dataclass
@@ -133,9 +137,12 @@ class EngineProcess:
             "started_at": datetime.now(timezone.utc), "started_ns": time.perf_counter_ns(), "status": "starting",
         }
         try:
-            argv = self._prepare(checkpoint_cache)
+            argv, problem = self._prepare(checkpoint_cache)
         except Exception as exc:  # noqa: BLE001 - whatever it is, the attempt is recorded, not lost
             self._failed(f"cannot prepare the launch: {first_line(exc)}")
+            return self
+        if problem:  # the code or the checkpoint bytes are not what the plan froze
+            self._failed(problem)
             return self
         env = {**os.environ, **spec.env, LAUNCH_ID_ENV: self.launch_id}
         problem = _not_runnable(argv[0], env.get("PATH"))
@@ -168,9 +175,11 @@ class EngineProcess:
         self.row["pid"] = self.proc.pid if self.proc else None
         return self
 
-    def _prepare(self, checkpoint_cache: Path | None) -> list[str]:
-        """The argv, with what the launch row records about the engine's inputs (config and
-        checkpoint digests, the deploy record) added to the row; raises on anything missing."""
+    def _prepare(self, checkpoint_cache: Path | None) -> tuple[list[str], str | None]:
+        """The argv, with what the launch row records about the engine's inputs (its code's
+        identity, config and checkpoint digests, the deploy record) added to the row, and why
+        the code or the checkpoint bytes are not what the plan froze (None when they are);
+        raises on anything missing."""
         spec = self.spec
         with _preparing("the command line"):
             argv = launch_argv(spec)
@@ -183,13 +192,16 @@ class EngineProcess:
                     raise CampaignError(f"engine {spec.name!r}: config_path {cfg} does not exist")
                 cfg_sha = sha256_file(cfg)
             deploy = deploy_record(spec.adapter, argv, spec.config_path, spec.name)  # engine_adapters/deploy_config.py
+        with _preparing("reading the engine's source identity"):
+            ident = identify(spec)  # engine_adapters/source_identity.py: what code this launch runs
+        self.row.update(ident.columns)
         with _preparing("hashing the checkpoints"):
-            ckpt = hash_checkpoints(spec.checkpoint_paths, checkpoint_cache) if spec.checkpoint_paths else {}
+            ckpt, ckpt_problem = launch_checkpoints(spec, checkpoint_cache)
         with _preparing(f"the log folder {self.log_dir}"):
             self.log_dir.mkdir(parents=True, exist_ok=True)
         self.row.update(config_sha256=cfg_sha, checkpoint_sha256_json=json.dumps(ckpt, sort_keys=True),
                         deploy_json=json.dumps(deploy, sort_keys=True) if deploy else None)
-        return argv
+        return argv, ident.problem or ckpt_problem
 
     def _log_tail(self) -> str:
         """The stored log tail, without the env values (an engine may print its environment)."""

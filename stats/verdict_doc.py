@@ -146,6 +146,24 @@ def runs_section(store: Store, plan_hash: str) -> tuple[list[dict[str, Any]], li
     return runs, exclusions
 
 
+def engines_section(store: Store | None, plan) -> list[dict[str, Any]] | None:
+    """What code each engine ran (docs/engines.md, "Engine identity and patches"): the plan's
+    revision, source and precision mark, and every distinct identity its launches recorded."""
+    if plan is None:
+        return None
+    from data.launches import IDENTITY_SQL, identity_label
+
+    out = []
+    for e in plan.engines:
+        rows = store.query(f"SELECT DISTINCT {IDENTITY_SQL}, l.patch_path FROM engine_launches l "
+                           "WHERE l.plan_hash = ? AND l.engine = ? ORDER BY l.source_commit NULLS FIRST, "
+                           "l.patch_sha256 NULLS FIRST", [plan.hash, e.name]) if store is not None else []
+        out.append({"engine": e.name, "revision": e.revision, "source": e.source, "patch": e.patch,
+                    "precision_change": e.precision_change,
+                    "identities": [{**{k: r[k] for k in r}, "label": identity_label(r)} for r in rows]})
+    return out
+
+
 def plan_section(store: Store | None, plan) -> dict[str, Any] | None:
     if plan is None:
         return None
@@ -205,6 +223,7 @@ def quality_document(*, verdict_id: str, created_at, result, frame, plan=None, s
                 "otherwise INCONCLUSIVE (coverage gap or scorer unavailable). Coverage: " + COVERAGE_RULE,
         "evidence": finite(pool) if pool is not None else None,
         "plan": plan_section(store, plan),
+        "engines": engines_section(store, plan),
         "metrics_version": metrics_version,
         "bootstrap": {
             "method": cfg.method, "draws": cfg.draws, "seed": cfg.seed, "confidence": cfg.confidence,
@@ -251,6 +270,7 @@ def rule_document(*, verdict_id: str, created_at, rule_result, plan, store: Stor
         "rule": f"{r.candidate} / {r.reference} {r.metric}: PASS iff the lower {r.confidence:g} bound of the "
                 f"paired ratio > {r.min_ratio:g} at every concurrency ({', '.join(str(c.concurrency) for c in r.cells)})",
         "plan": plan_section(store, plan),
+        "engines": engines_section(store, plan),
         "metrics_version": metrics_version,
         "decision_rule": {"name": r.name, "kind": r.kind, "candidate": r.candidate, "reference": r.reference,
                           "metric": r.metric, "confidence": r.confidence, "min_ratio": r.min_ratio,

@@ -235,9 +235,10 @@ def cmd_init(args) -> int:
 def cmd_freeze(args) -> int:
     from data.plans import freeze
     from data.store import open_store
+    from engine_adapters.sampling import sampling_errors
 
     with open_store(args.db) as store:
-        res = freeze(store, args.plan)
+        res = freeze(store, args.plan, checks=[sampling_errors])
         print(res.message)
         if res.manifest_hash:
             print(f"workload manifest {res.manifest_hash}")
@@ -263,9 +264,10 @@ def cmd_verify(args) -> int:
 def cmd_addendum(args) -> int:
     from data.plans import freeze
     from data.store import open_store
+    from engine_adapters.sampling import sampling_errors
 
     with open_store(args.db) as store:
-        res = freeze(store, args.addendum, expected_parent=args.parent)
+        res = freeze(store, args.addendum, expected_parent=args.parent, checks=[sampling_errors])
         print(res.message)
         print(f"parent {res.plan.parent_hash}")
     return 0

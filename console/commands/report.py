@@ -55,6 +55,7 @@ def cmd_report(args) -> int:
 
     from data.snapshot import open_or_snapshot
     from data.store import resolve_db_path
+    from data.launches import engine_identities
     from stats.metrics import METRICS_VERSION
     from stats.results.plan_results import load_plan_results
     from stats.results.report import COLUMNS, column_label, concurrency_label
@@ -62,6 +63,7 @@ def cmd_report(args) -> int:
     with open_or_snapshot(resolve_db_path(args.db)) as store:  # a snapshot while a campaign runs
         plan = plan_for_arg(store, args.plan)
         res = load_plan_results(store, plan)
+        identities = engine_identities(store, plan.hash)  # what code each engine ran (docs/engines.md)
         if args.html:
             from console.html_report import write_report
             out = write_report(store, res, Path(args.html), Path(args.figures) if args.figures else None)
@@ -83,7 +85,9 @@ def cmd_report(args) -> int:
         print_rows(["C", "n"] + [column_label(f, lbl, plan.metrics.throughput_scale) for f, lbl in COLUMNS], rows,
                    console=console,
                    title=f"{engine.name} ({engine.adapter}, profile {engine.profile or '-'}"
-                         + (f", admits {limit} at once: larger C queues in the engine" if limit is not None else "") + ")")
+                         + (f", admits {limit} at once: larger C queues in the engine" if limit is not None else "")
+                         + "".join(f", {label}" for label in identities.get(engine.name, []))
+                         + (", PRECISION CHANGED" if engine.precision_change else "") + ")")
     if res.left_out:
         console.print("not in aggregates: " + ", ".join(o.label() for o in res.left_out), highlight=False)
     return 0

@@ -25,6 +25,7 @@ def register(sub) -> None:
 def cmd_list(args) -> int:
     from rich.console import Console
 
+    from data.launches import IDENTITY_SQL, identity_label
     from data.plans import resolve_hash
     from data.store import open_store
 
@@ -38,10 +39,14 @@ def cmd_list(args) -> int:
             params.append(args.engine)
         rows = store.query(
             "SELECT r.run_id, r.engine, r.concurrency, r.kind, r.repeat_index, r.status, r.pool, r.cell_key, "
-            "(SELECT count(*) FROM requests q WHERE q.run_id = r.run_id) AS requests, r.started_at, x.reason AS excluded "
-            "FROM runs r LEFT JOIN exclusions x USING (run_id)"
+            "(SELECT count(*) FROM requests q WHERE q.run_id = r.run_id) AS requests, r.started_at, x.reason AS excluded, "
+            f"{IDENTITY_SQL} FROM runs r LEFT JOIN exclusions x USING (run_id) "
+            "LEFT JOIN engine_launches l ON l.launch_id = r.launch_id"
             + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY r.started_at, r.run_id", params)
-    cols = ["run_id", "engine", "concurrency", "kind", "repeat_index", "status", "pool", "requests", "started_at", "excluded"]
+    for r in rows:  # what code served the run (docs/engines.md, "Engine identity and patches")
+        r.update(identity=identity_label(r), precision="CHANGED" if r["precision_change"] else "")
+    cols = ["run_id", "engine", "concurrency", "kind", "repeat_index", "status", "pool", "requests", "started_at",
+            "identity", "precision", "excluded"]
     print_rows(cols, [[r[c] for c in cols] for r in rows], args.format, console=Console(width=max(Console().width, 200)))
     return 0
 

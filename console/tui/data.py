@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from data.audit import ChainResult, verify_chain
+from data.launches import IDENTITY_SQL, identity_label
 from data.metric_params import MetricParams
 from data.plans import plan_from_store
 from data.snapshot import open_reader
@@ -97,11 +98,12 @@ GPU_COLUMNS = ("util_gpu_pct", "power_w", "sm_clock_mhz")
 
 def load_run_detail(store: Store, run_id: str) -> RunDetail:
     runs = store.query(
-        "SELECT r.*, x.reason AS excluded FROM runs r LEFT JOIN exclusions x USING (run_id) WHERE run_id = ?", [run_id])
+        f"SELECT r.*, x.reason AS excluded, {IDENTITY_SQL} FROM runs r LEFT JOIN exclusions x USING (run_id) "
+        "LEFT JOIN engine_launches l ON l.launch_id = r.launch_id WHERE run_id = ?", [run_id])
     if not runs:
         from data.errors import CampaignError
         raise CampaignError(f"{store.path}: no run with id {run_id!r}")
-    run = runs[0]
+    run = {**runs[0], "identity": identity_label(runs[0])}  # what code served it (docs/engines.md)
     params = run_params(run)
     metrics = metrics_for_runs(store, [run], params)[run_id]
     requests, chunks = load_run_records(store, run_id, extra_columns=("error_detail",))

@@ -88,6 +88,10 @@ class RunDetailScreen(Screen):
         run, m = d.run, d.metrics
         title = Text.assemble((f"run {run['run_id']}", "bold"), f"   {run['engine']}  C={run['concurrency']}  "
                               f"{run['kind']} #{run['repeat_index']}  ", status_text(run["status"]))
+        if run.get("identity"):
+            title.append(f"   {run['identity']}")
+        if run.get("precision_change"):
+            title.append("   PRECISION CHANGED", style=FAIL_STYLE)
         if run.get("excluded"):
             title.append(f"   excluded: {run['excluded']}", style=FAIL_STYLE)
         if run.get("note"):
