@@ -7,7 +7,8 @@ as insert-only verdicts; `campaign verdicts`: list issued verdicts.
 
 Exit status: 0 PASS, 1 FAIL, 3 INCONCLUSIVE (2 stays "usage or input error"). The synthetic
 controls run first with the same margins, draws, seed and method; if any control misses its known
-answer no verdict is issued.
+answer no verdict is issued. In plan mode a PASS also needs the candidate's validators to have
+passed after the freeze and its latest launch (data/validators.py; docs/plans.md, "Validators").
 """
 
 from __future__ import annotations
