@@ -244,3 +244,20 @@ def s_seq(db: Path, plan_hash: str) -> int:
     with Store(db, read_only=True) as s:
         return s.scalar("SELECT max(a.seq) FROM audit_events a JOIN validator_runs v ON a.subject = v.validator_run_id "
                         "WHERE v.plan_hash = ?", [plan_hash])
+
+
+def test_the_reference_self_check_fails_on_audio_that_is_not_the_sentence(tmp_path):
+    """The demo's validator checks something: a profile whose talker stops after 5 frames (0.2 s)
+    renders audio that decodes but is too short for the sentence, and the check says so."""
+    profiles = tmp_path / "profiles.toml"
+    profiles.write_text('[profiles.clipped]\ninherits = "baseline"\nmax_audio_frames = 5\n')
+    run = [sys.executable, "-m", "engine_adapters.reference", "--self-check"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    ok = subprocess.run(run, capture_output=True, text=True, env=env, cwd=ROOT)
+    assert ok.returncode == 0 and ok.stdout.startswith("self-check OK: profile baseline"), ok.stdout + ok.stderr
+    bad = subprocess.run([*run, "--profile", "clipped", "--profiles-file", str(profiles)], capture_output=True,
+                         text=True, env=env, cwd=ROOT)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "self-check FAILED: duration: 0.20 s of audio" in bad.stderr
+    unknown = subprocess.run([*run, "--profile", "nope"], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert unknown.returncode == 1 and unknown.stderr.count("\n") == 1 and "no profile named 'nope'" in unknown.stderr
