@@ -261,3 +261,28 @@ def test_the_reference_self_check_fails_on_audio_that_is_not_the_sentence(tmp_pa
     assert "self-check FAILED: duration: 0.20 s of audio" in bad.stderr
     unknown = subprocess.run([*run, "--profile", "nope"], capture_output=True, text=True, env=env, cwd=ROOT)
     assert unknown.returncode == 1 and unknown.stderr.count("\n") == 1 and "no profile named 'nope'" in unknown.stderr
+
+
+def test_a_run_recorded_before_its_plan_was_frozen_does_not_count(tmp_path):
+    """The freeze threshold alone: a passing run stored under the plan's hash (through the same
+    record_run `campaign validate` uses) before the plan's freeze event is older than the freeze by
+    audit sequence, so the candidate still has no validated PASS; a run after it counts."""
+    from console.validation import run_validator
+    from data.plans import freeze, load_plan
+    from data.validators import record_run
+
+    doc = plan_dict(make_workload(tmp_path / "wl"))
+    doc["validators"] = [{"name": "passes", "argv": ["true"]}]
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(doc))
+    with Store(tmp_path / "c.duckdb") as s:
+        unfrozen = load_plan(path)
+        v = unfrozen.validators[0]
+        _, early = record_run(s, unfrozen, v, {}, run_validator(v, {}))
+        plan = freeze(s, path).plan
+        standing = precondition(s, plan, "ref-fast")
+        assert standing.freeze_seq > early and not standing.ok and standing.standings[0].status == "not_run"
+        assert "passes (no run after seq" in standing.reason
+        _, late = record_run(s, plan, v, {}, run_validator(v, {}))
+        after = precondition(s, plan, "ref-fast")
+        assert after.ok and after.standings[0].seq == late
