@@ -11,7 +11,10 @@ it was). The campaign (`campaign plan init --demo`):
 - `ref-peer` is the throughput target: the decision rule "fast exceeds peer at C16 and C32";
 - the holdout is defined (`campaign workload pools`), reserved at freeze, opened by an audit
   event after the sweep, then used by the quality arms;
-- one sweep run is excluded with its reason (it stands for a run measured under a profiler).
+- one sweep run is excluded with its reason (it stands for a run measured under a profiler);
+- the plan's validator, the reference engine's self-check (synthesise one utterance, decode it,
+  check it is voiced speech), runs with `campaign validate` after the last launches and before the
+  gate: a PASS counts only validator runs after the freeze and the candidate's latest launch.
 
 It ends with the verdicts (fast PASS, lossy FAIL with its failing checks named, the throughput
 rule), where the store, the HTML report and the evidence bundle are, and queries to try.
@@ -143,7 +146,9 @@ def write_plan(lay: Layout, quick: bool) -> dict:
     campaign("workload", "pools", "data/sample_workload", "--shuffle", "20261022",
              "--define", f"holdout=0:{holdout}", "--define", f"tuning={holdout}:128", "-o", str(lay.pools))
     ports = {f"engines.{i}.port": free_port() for i in range(4)}  # the template's 8091.. may be taken here
-    edit_plan(lay.plan, {"workload.pools_file": lay.pools.name, **ports, **(QUICK_CHANGES if quick else {})})
+    # the validator runs with this interpreter (the one that has the engine), wherever PATH points
+    edit_plan(lay.plan, {"workload.pools_file": lay.pools.name, **ports, "validators.0.argv.0": sys.executable,
+                         **(QUICK_CHANGES if quick else {})})
     plan = json.loads((REPO / lay.plan).read_text())
     sw, q = plan["sweep"], plan["quality"]
     console.print(f"[dim]plan {plan['name']}: engines {[e['name'] for e in plan['engines']]}; sweep C={sw['concurrencies']}, "
@@ -251,6 +256,8 @@ def run_demo(quick: bool = False, root: Path = DEMO_ROOT) -> Layout:
     campaign("plan", "open-holdout", str(lay.plan), "--reason", "demo: candidates chosen on tuning data only", *db)
     campaign("run", str(lay.plan), "--holdout", *db)
     campaign("score", str(lay.plan), *db)
+    # after the last launches: a PASS counts only validator runs later than the candidate's launch
+    campaign("validate", str(lay.plan), *db)
     # exit 1 = a FAIL, 3 = INCONCLUSIVE: verdicts, not demo errors (lossy is meant to fail)
     gate = campaign("gate", str(lay.plan), *db, ok_codes=(0, 1, 3))
     campaign("report", str(lay.plan), *db)

@@ -6,7 +6,7 @@ verdicts without the store, and the check itself.
 
 Layout: plans/<hash>.json (canonical JSON of the plan and its addenda), audit/audit_events.jsonl and
 audit/head.json, tables/<table>.parquet and .csv (runs, requests, chunks, gpu_samples,
-quality_scores, exclusions, plans, audit_events, run_metrics), verdicts/<id>.json (each document as
+quality_scores, exclusions, plans, audit_events, run_metrics, validator_runs), verdicts/<id>.json (each document as
 `campaign export verdict` writes it) and verdicts/<id>.scores.parquet (the gate's input table of a
 quality verdict), report/report.html and report/figures/*.png|svg, REPRODUCE.md, and
 MANIFEST.sha256 (`sha256  path` of every other file).
@@ -47,7 +47,8 @@ from console.evidence_patches import write_patches
 MANIFEST = "MANIFEST.sha256"
 REPRODUCE = "REPRODUCE.md"
 TABLES = ("runs", "requests", "chunks", "gpu_samples", "quality_scores", "exclusions", "plans", "audit_events",
-          "run_metrics")
+          "run_metrics", "validator_runs")
+LATER_TABLES = ("validator_runs",)  # absent from bundles written before it existed
 CHECK_FIELDS = ("status", "n_ids", "n_expected", "point", "bound", "base_value", "cand_value", "margin")
 RULE_FIELDS = ("status", "n_pairs", "geo_mean_ratio", "lower_bound_ratio", "min_ratio")
 
@@ -130,6 +131,8 @@ def export_bundle(store: Store, plan: Any, out: Path, *, html: bool = True) -> d
         "run_metrics": _write_table(store, "run_metrics", f"SELECT m.* FROM run_metrics m JOIN runs r USING (run_id) "
                                     f"WHERE r.plan_hash IN ({marks}) AND m.metrics_version = ? ORDER BY run_id, params_sha256",
                                     [*hashes, _metrics_version()], out / "tables"),
+        "validator_runs": _write_table(store, "validator_runs", f"SELECT * FROM validator_runs WHERE plan_hash IN ({marks}) "
+                                       "ORDER BY started_at, validator_run_id", hashes, out / "tables"),
     }
     with (out / "audit" / "audit_events.jsonl").open("w", encoding="utf-8") as f:
         for e in store.query("SELECT seq, CAST(event_time AS VARCHAR) AS event_time, kind, plan_hash, subject, "
@@ -325,6 +328,8 @@ def load_scratch(root: Path, scratch: Path) -> Store:
     store = Store(scratch)
     for t in TABLES:
         p = root / "tables" / f"{t}.parquet"
+        if not p.is_file() and t in LATER_TABLES:
+            continue
         if not p.is_file():
             raise EvidenceMismatch(f"tables/{t}.parquet: missing")
         try:
@@ -562,6 +567,19 @@ def judged_plan(store: Store, plan_hash: str, doc: dict[str, Any]):
     return plan.for_candidate(cand) if cand in plan.quality_candidates else plan
 
 
+def with_validators(store: Store, plan: Any, doc: dict[str, Any], verdict: str) -> str:
+    """The verdict under the validator precondition as it stood when it was issued: bundled
+    validator runs and launches before its verdict_issued event (docs/plans.md, "Validators"). A
+    document without `validators` was issued before validators gated verdicts."""
+    from data.validators import precondition
+
+    if not isinstance(doc.get("validators"), dict):
+        return verdict
+    issued = store.scalar("SELECT seq FROM audit_events WHERE kind = 'verdict_issued' AND subject = ?",
+                          [doc["verdict_id"]])
+    return precondition(store, plan, doc["validators"]["engine"], before_seq=issued).verdict(verdict)
+
+
 def check_quality(root: Path, store: Store, doc: dict[str, Any]) -> str:
     from stats.gates import GateConfig, evaluate_gates, frame_sha256
 
@@ -582,9 +600,10 @@ def check_quality(root: Path, store: Store, doc: dict[str, Any]) -> str:
         raise EvidenceMismatch(f"verdict {vid}: {len(derived)} checks re-derived, the document has {len(stored)}")
     for s, d in zip(stored, derived):
         _compare(f"verdict {vid} C{s.get('concurrency')} {s.get('metric')}", s, d, CHECK_FIELDS)
-    if result.verdict != doc.get("verdict"):
-        raise EvidenceMismatch(f"verdict {vid}: re-derived {result.verdict}, the document says {doc.get('verdict')}")
-    return f"{vid} {result.verdict}: {len(derived)} checks, bounds bit-identical"
+    verdict = with_validators(store, plan, doc, result.verdict)
+    if verdict != doc.get("verdict"):
+        raise EvidenceMismatch(f"verdict {vid}: re-derived {verdict}, the document says {doc.get('verdict')}")
+    return f"{vid} {verdict}: {len(derived)} checks, bounds bit-identical"
 
 
 def check_throughput(store: Store, doc: dict[str, Any]) -> str:
@@ -611,9 +630,10 @@ def check_throughput(store: Store, doc: dict[str, Any]) -> str:
         for a, b in zip(sp, dp):
             _compare(f"{where} repeat {a.get('repeat')}", a, b, ("candidate_run", "reference_run", "candidate",
                                                                    "reference", "ratio"))
-    if rr.verdict != doc.get("verdict"):
-        raise EvidenceMismatch(f"verdict {vid}: re-derived {rr.verdict}, the document says {doc.get('verdict')}")
-    return f"{vid} {rr.verdict}: {len(derived)} cell(s), ratios and lower bounds bit-identical"
+    verdict = with_validators(store, plan, doc, rr.verdict)
+    if verdict != doc.get("verdict"):
+        raise EvidenceMismatch(f"verdict {vid}: re-derived {verdict}, the document says {doc.get('verdict')}")
+    return f"{vid} {verdict}: {len(derived)} cell(s), ratios and lower bounds bit-identical"
 
 
 def _document(root: Path, vid: str, e: dict[str, Any], head: Head) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 The chain (data/audit.py) protects the events; these checks tie the other tables to them: every
 plan row to its freeze event, every verdict row to its `verdict_issued` event, every exclusion to
-its `run_excluded` event, every run's rows to the digest its run-end event recorded
+its `run_excluded` event, every validator run to its `validator_run` event, every run's rows to the digest its run-end event recorded
 (data/digest.py), and the chain's head to the anchors kept outside the table (data/anchor.py).
 What this proves, and what it cannot, is in docs/integrity.md.
 """
@@ -294,6 +294,18 @@ def check_launches(store: Store, evs: list[dict[str, Any]]) -> Check:
     return _result("launches", problems, f"{n} launch(es) match their launch_recorded events{note}")
 
 
+_VALIDATOR_RUN_FIELDS = ("name", "status", "exit_code")
+
+
+def check_validator_runs(store: Store, evs: list[dict[str, Any]]) -> Check:
+    """Every validator run (what ran, how it ended: the runs a PASS rests on, docs/plans.md
+    "Validators") matches the validator_run event that announced it."""
+    problems, n, _ = _rows_against_events(store, evs, table="validator_runs", key="validator_run_id",
+                                          kind="validator_run", noun="validator run", verb="recorded",
+                                          fields=_VALIDATOR_RUN_FIELDS, order="started_at")
+    return _result("validator runs", problems, f"{n} validator run(s) match their validator_run events")
+
+
 def _digest_problem(rid: str, seq: int, recorded: dict[str, Any], got: dict[str, Any]) -> str | None:
     for table in [t for t, _ in RUN_TABLES] + ["gpu_samples"]:
         want, have = recorded.get(table), got[table]  # run_digests gives every table, rows 0 included
@@ -397,7 +409,8 @@ def check_sql_writes(store: Store, evs: list[dict[str, Any]]) -> Check:
 CHECKS: tuple[tuple[str, Callable[[Store, list[dict[str, Any]]], Check]], ...] = (
     ("store file", check_file), ("schema", check_schema), ("chain", check_chain), ("plans", check_plans),
     ("manifests", check_manifests), ("verdicts", check_verdicts), ("exclusions", check_exclusions),
-    ("runs", check_runs), ("attempts", check_attempts), ("launches", check_launches), ("scores", check_scores), ("sql writes", check_sql_writes),
+    ("runs", check_runs), ("attempts", check_attempts), ("launches", check_launches),
+    ("validator runs", check_validator_runs), ("scores", check_scores), ("sql writes", check_sql_writes),
 )
 
 

@@ -230,10 +230,27 @@ class DecisionRule:
     min_ratio: float = 1.0
 
 
+DEFAULT_VALIDATOR_TIMEOUT_S = 600.0  # docs/plans.md, "Validators"
+
+
 @dataclass(frozen=True)
 class Validator:
+    """One plan `validators[]` entry: a repository check `campaign validate` runs without a shell
+    (docs/plans.md, "Validators"). `applies_to` empty means every engine of the plan (what a plan
+    written before the field gates); `env` values are "sha256:<hex>" in a loaded plan, as for
+    engines."""
+
     name: str
     argv: tuple[str, ...]
+    cwd: str | None = None
+    timeout_s: float = DEFAULT_VALIDATOR_TIMEOUT_S
+    applies_to: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    env_passthrough: tuple[str, ...] = ()
+
+    def engines(self, plan: "Plan") -> tuple[str, ...]:
+        """The engines whose PASS this validator gates."""
+        return self.applies_to or tuple(e.name for e in plan.engines)
 
 
 @dataclass(frozen=True)
@@ -355,7 +372,9 @@ def plan_from_dict(raw: dict[str, Any], *, hash: str = "", kind: str = "plan", p
                 engines=tuple(_engine(e, model) for e in raw["engines"]),
                 workload=_build(WorkloadSpec, raw["workload"]), sweep=_build(SweepSpec, raw["sweep"]),
                 decision_rules=tuple(_build(DecisionRule, r) for r in raw.get("decision_rules", [])),
-                validators=tuple(_build(Validator, v) for v in raw.get("validators", [])),
+                validators=tuple(_build(Validator, v, env=dict(v.get("env") or {}),
+                                        timeout_s=float(v.get("timeout_s", DEFAULT_VALIDATOR_TIMEOUT_S)))
+                                 for v in raw.get("validators", [])),
                 hash=hash, raw=raw, kind=kind, parent_hash=parent_hash, source_path=source_path, secrets=secrets,
                 **sections)
 
@@ -388,6 +407,8 @@ def _message(err: jsonschema.ValidationError) -> str:
             if isinstance(instance, Mapping) else err.message
     if err.validator == "const":
         return f"{err.instance!r} must be {err.validator_value!r}"
+    if err.validator == "type" and isinstance(instance, str) and list(err.absolute_path)[-1:] == ["argv"]:
+        return f"{instance!r} is a shell string; argv is a list of arguments, run without a shell, e.g. {instance.split()!r}"
     return err.message
 
 
@@ -459,13 +480,15 @@ def _sweep_size_errors(raw: dict[str, Any]) -> list[str]:
 
 def semantic_errors(raw: dict[str, Any]) -> list[str]:
     """Cross-field rules JSON Schema cannot express."""
-    errs: list[str] = _sweep_size_errors(raw) + passthrough_errors(raw["engines"])
+    errs: list[str] = (_sweep_size_errors(raw) + passthrough_errors(raw["engines"])
+                       + passthrough_errors(raw.get("validators", []), "validators"))
     names = [e["name"] for e in raw["engines"]]
     seen: set[str] = set()
     for i, n in enumerate(names):
         if n in seen:
             errs.append(f"engines[{i}].name: duplicate engine name {n!r}")
         seen.add(n)
+    errs += _validator_errors(raw.get("validators", []), names)
     q = raw.get("quality", {})
     for key in ("baseline", "candidate"):
         if q.get(key) is not None and q[key] not in seen:
@@ -499,6 +522,20 @@ def semantic_errors(raw: dict[str, Any]) -> list[str]:
                 errs.append(f"engines[{i}].port: {e['port']} is also used by {ports[addr]!r}; restart 'never' keeps every engine up at once")
             ports[addr] = e["name"]
     return errs + rate_errors(raw)
+
+
+def _validator_errors(validators: list[dict[str, Any]], engines: list[str]) -> list[str]:
+    """Validator names are unique (runs are stored by name) and `applies_to` names engines of the plan."""
+    errs, seen = [], set()
+    for i, v in enumerate(validators):
+        if v["name"] in seen:
+            errs.append(f"validators[{i}].name: duplicate validator name {v['name']!r}")
+        seen.add(v["name"])
+        for j, name in enumerate(v.get("applies_to") or []):
+            if name not in engines:
+                errs.append(f"validators[{i}].applies_to[{j}]: {name!r} is not an engine in this plan "
+                            f"(have: {', '.join(engines)})")
+    return errs
 
 
 PLACEHOLDER = re.compile(r"<[^<>]+>")
@@ -674,6 +711,15 @@ def engine_environment(plan: Plan, secrets: dict[str, str], names: set[str] | No
     env: Mapping[str, str] = os.environ if environ is None else environ
     return {e.name: resolve_env(e.env, e.env_passthrough, secrets, env, f"engines[{i}]")
             for i, e in enumerate(plan.engines) if names is None or e.name in names}
+
+
+def validator_environment(plan: Plan, secrets: dict[str, str], names: set[str] | None = None,
+                          environ: Mapping[str, str] | None = None) -> dict[str, dict[str, str]]:
+    """validator name -> the env it runs with (its plan values and passed-through variables),
+    with the same rules and one-line refusals as engine_environment."""
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    return {v.name: resolve_env(v.env, v.env_passthrough, secrets, env, f"validators[{i}]")
+            for i, v in enumerate(plan.validators) if names is None or v.name in names}
 
 
 def stored_document(store: Store, plan_hash: str) -> dict[str, Any] | None:

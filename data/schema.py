@@ -369,9 +369,38 @@ RUN_METRICS = Table(
     ("run_id", "metrics_version", "params_sha256"),
 )
 
+VALIDATOR_RUNS = Table(
+    "validator_runs",
+    "Every run of a plan validator (`campaign validate`, docs/plans.md \"Validators\"), passed or not; each "
+    "announced by a `validator_run` audit event, whose seq orders it against the freeze and the launches. Insert-only.",
+    (
+        C("validator_run_id", "VARCHAR", "unique id of this run", "NOT NULL"),
+        C("plan_hash", "VARCHAR", "frozen plan whose validator ran", "NOT NULL"),
+        C("name", "VARCHAR", "the validator's `name`", "NOT NULL"),
+        C("engines_json", "VARCHAR", "JSON list: the engines whose PASS it gates (its `applies_to`, or every engine)", "NOT NULL"),
+        C("argv_json", "VARCHAR", "argv as a JSON list (run without a shell)", "NOT NULL"),
+        C("cwd", "VARCHAR", "absolute folder it ran in"),
+        C("env_json", "VARCHAR", "environment it was given as a JSON object: name -> \"sha256:<hex>\" of the value, never the value"),
+        C("timeout_s", "DOUBLE", "the plan's timeout_s"),
+        C("status", "VARCHAR", "passed (exit 0), failed (non-zero exit), timed_out, not_started (missing executable, cwd ...)", "NOT NULL"),
+        C("exit_code", "INTEGER", "process exit code (negative: killed by that signal); NULL when it did not start"),
+        C("reason", "VARCHAR", "one line: why it did not pass"),
+        C("duration_ns", "BIGINT", "perf_counter_ns from spawn to exit (or to the kill at the timeout)"),
+        C("stdout_sha256", "VARCHAR", "SHA-256 of everything it wrote to stdout"),
+        C("stderr_sha256", "VARCHAR", "SHA-256 of everything it wrote to stderr"),
+        C("stdout_tail", "VARCHAR", "last 4000 characters of stdout (env values of 8+ characters redacted)"),
+        C("stderr_tail", "VARCHAR", "last 4000 characters of stderr (env values of 8+ characters redacted)"),
+        C("started_at", "TIMESTAMPTZ", "wall-clock start (shown only; order by the audit event's seq)", "NOT NULL"),
+        C("ended_at", "TIMESTAMPTZ", "wall-clock end", "NOT NULL"),
+        C("host", "VARCHAR", "user@host that ran it"),
+    ),
+    ("validator_run_id",),
+)
+
 TABLES: tuple[Table, ...] = (
     PLANS, AUDIT_EVENTS, WORKLOAD_MANIFESTS, ENGINE_LAUNCHES, RUNS, REQUESTS, CHUNKS,
     GPU_DEVICES, GPU_SAMPLES, AUDIO_FILES, QUALITY_SCORES, VERDICTS, EXCLUSIONS, ATTEMPTS, RUN_METRICS,
+    VALIDATOR_RUNS,
 )
 TABLES_BY_NAME = {t.name: t for t in TABLES}
 
@@ -400,6 +429,7 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         *(f"ALTER TABLE engine_launches ADD COLUMN IF NOT EXISTS {c.name} {c.type}" for c in IDENTITY_COLUMNS),
         "ALTER TABLE plans ADD COLUMN IF NOT EXISTS checkpoints_json VARCHAR",
     ]),
+    (6, "validator runs (validator_runs; docs/plans.md, \"Validators\")", [VALIDATOR_RUNS.create_sql()]),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

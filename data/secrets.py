@@ -1,6 +1,7 @@
-"""Engine environment values never leave the plan file: stored and exported copies of a plan, the
-`engine_launches` and `attempts` rows and stored log tails hold each variable's name and the
-SHA-256 of its value ("sha256:<hex>"), never the value (docs/plans.md, "Engine environment").
+"""Engine and validator environment values never leave the plan file: stored and exported copies
+of a plan, the `engine_launches`, `attempts` and `validator_runs` rows and stored log tails hold
+each variable's name and the SHA-256 of its value ("sha256:<hex>"), never the value (docs/plans.md,
+"Engine environment").
 
 A plan gives an engine's environment in two ways: `env` (name -> value, the value written in the
 plan file) and `env_passthrough` (names whose values come from the console's own environment
@@ -54,37 +55,39 @@ def _entries(doc: Any, section: str) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def _engines(doc: Any) -> list[dict[str, Any]]:
-    """The engine entries of a plan document or of an addendum's `changes`."""
-    return [e for _, e in _entries(doc, "engines")]
+def _with_env(doc: Any) -> list[dict[str, Any]]:
+    """The entries that may hold an `env` (engines and validators, docs/plans.md) of a plan
+    document or of an addendum's `changes`."""
+    return [e for section in ("engines", "validators") for _, e in _entries(doc, section)]
 
 
 def redact_document(doc: Any) -> Any:
-    """A copy of a plan (or addendum) document with every `engines[].env` value hashed; a
-    document without env values comes back equal to itself (so its hash is unchanged)."""
-    if not any(isinstance(e.get("env"), dict) and e["env"] for e in _engines(doc)):
+    """A copy of a plan (or addendum) document with every `engines[].env` and `validators[].env`
+    value hashed; a document without env values comes back equal to itself (so its hash is
+    unchanged)."""
+    if not any(isinstance(e.get("env"), dict) and e["env"] for e in _with_env(doc)):
         return doc
     out = copy.deepcopy(doc)
-    for engine in _engines(out):
-        if isinstance(engine.get("env"), dict):
-            engine["env"] = redact_env(engine["env"])
+    for entry in _with_env(out):
+        if isinstance(entry.get("env"), dict):
+            entry["env"] = redact_env(entry["env"])
     return out
 
 
 def secret_values(doc: Any) -> dict[str, str]:
     """hash -> value for every env value written in a plan (or addendum) document."""
-    return {value_hash(v): v for e in _engines(doc) if isinstance(e.get("env"), dict)
+    return {value_hash(v): v for e in _with_env(doc) if isinstance(e.get("env"), dict)
             for v in e["env"].values() if isinstance(v, str) and not is_hashed(v)}
 
 
-def passthrough_errors(engines: list[Any]) -> list[str]:
+def passthrough_errors(entries: list[Any], section: str = "engines") -> list[str]:
     """Cross-field rule: a name is given either a value (`env`) or passed through, not both."""
     errs = []
-    for i, e in enumerate(engines):
+    for i, e in enumerate(entries):
         env = e.get("env") or {}
         for name in e.get("env_passthrough") or []:
             if name in env:
-                errs.append(f"engines[{i}].env_passthrough: {name} is also set in engines[{i}].env; give it one source")
+                errs.append(f"{section}[{i}].env_passthrough: {name} is also set in {section}[{i}].env; give it one source")
     return errs
 
 

@@ -5,7 +5,8 @@ The document is assembled once, when the verdict is issued, and stored with it (
 `campaign export verdict` writes exactly what was decided. It carries what a reviewer needs to
 redo the decision without the console: the frozen plan, every check, the per-id aggregates the
 bootstrap resampled (so a dozen lines of numpy reproduce each bound), the coverage rule and every
-gap (ids and repeats), what kind of evidence it is (the quality pool's status: reserved and unused
+gap (ids and repeats), the validators it rests on and every validator run of the plan, what kind
+of evidence it is (the quality pool's status: reserved and unused
 at freeze, or reused, see data.pool_status), attribution, the throughput table of every
 concurrency, the runs used, the exclusions with reasons, and the commands. docs/statistics.md
 states the protocol.
@@ -174,6 +175,16 @@ def plan_section(store: Store | None, plan) -> dict[str, Any] | None:
             "canonical": frozen if frozen is not None else plan.document(), "effective": plan.document()}
 
 
+def validators_section(store: Store | None, plan, precondition) -> dict[str, Any] | None:
+    """The validator precondition the verdict was decided under (data/validators.py) and every
+    validator run of the plan (docs/plans.md, "Validators"); None without a plan."""
+    if precondition is None or store is None or plan is None:
+        return None
+    from data.validators import plan_runs
+
+    return finite({**precondition.as_dict(), "runs": plan_runs(store, plan.hash)})
+
+
 def quality_name(plan) -> str:
     """A quality verdict's name: the plan and which candidate it judges against which baseline
     (a plan may have several candidates, each with its own verdict)."""
@@ -207,7 +218,7 @@ def reproduce_section(verdict_id: str, plan, source: str | None, config) -> dict
 def quality_document(*, verdict_id: str, created_at, result, frame, plan=None, store: Store | None = None,
                      metrics_version: str | None = None, controls=None, source: str | None = None,
                      scorer_status: dict | None = None, scorers: dict | None = None,
-                     pool: dict | None = None) -> dict[str, Any]:
+                     pool: dict | None = None, validators=None) -> dict[str, Any]:
     from stats.gates import HASH_RECIPE, UNITS
 
     cfg = result.config
@@ -219,9 +230,12 @@ def quality_document(*, verdict_id: str, created_at, result, frame, plan=None, s
         "kind": "quality",
         "name": quality_name(plan),
         "verdict": result.verdict,
-        "rule": "PASS iff every check's one-sided upper bound < its margin; FAIL if any check fails; "
-                "otherwise INCONCLUSIVE (coverage gap or scorer unavailable). Coverage: " + COVERAGE_RULE,
+        "rule": "PASS iff every check's one-sided upper bound < its margin and every validator applying to the "
+                "candidate passed after the freeze and its latest launch (`validators`); FAIL if any check fails; "
+                "otherwise INCONCLUSIVE (coverage gap, scorer unavailable, validator not passed). Coverage: "
+                + COVERAGE_RULE,
         "evidence": finite(pool) if pool is not None else None,
+        "validators": validators_section(store, plan, validators),
         "plan": plan_section(store, plan),
         "engines": engines_section(store, plan),
         "metrics_version": metrics_version,
@@ -257,7 +271,7 @@ def quality_document(*, verdict_id: str, created_at, result, frame, plan=None, s
 
 
 def rule_document(*, verdict_id: str, created_at, rule_result, plan, store: Store,
-                  metrics_version: str | None) -> dict[str, Any]:
+                  metrics_version: str | None, validators=None) -> dict[str, Any]:
     runs, exclusions = runs_section(store, plan.hash)
     r = rule_result
     return finite({
@@ -268,9 +282,12 @@ def rule_document(*, verdict_id: str, created_at, rule_result, plan, store: Stor
         "name": r.name,
         "verdict": r.verdict,
         "rule": f"{r.candidate} / {r.reference} {r.metric}: PASS iff the lower {r.confidence:g} bound of the "
-                f"paired ratio > {r.min_ratio:g} at every concurrency ({', '.join(str(c.concurrency) for c in r.cells)})",
+                f"paired ratio > {r.min_ratio:g} at every concurrency ({', '.join(str(c.concurrency) for c in r.cells)}) "
+                f"and every validator applying to {r.candidate} passed after the freeze and its latest launch "
+                "(`validators`); otherwise INCONCLUSIVE when a cell or a validator is",
         "plan": plan_section(store, plan),
         "engines": engines_section(store, plan),
+        "validators": validators_section(store, plan, validators),
         "metrics_version": metrics_version,
         "decision_rule": {"name": r.name, "kind": r.kind, "candidate": r.candidate, "reference": r.reference,
                           "metric": r.metric, "confidence": r.confidence, "min_ratio": r.min_ratio,
@@ -296,7 +313,7 @@ def rule_document(*, verdict_id: str, created_at, rule_result, plan, store: Stor
 
 def issue_quality(store: Store, result, frame, *, plan=None, metrics_version: str | None = None, controls=None,
                   source: str | None = None, scorer_status: dict | None = None, scorers: dict | None = None,
-                  pool: dict | None = None) -> str:
+                  pool: dict | None = None, validators=None) -> str:
     """Store a quality verdict (insert-only, audited) with its full document; returns its id.
     `pool`: `data.pool_status` as a dict (what kind of evidence this is); computed here if omitted."""
     from data.pool_status import external_status, pool_status
@@ -307,7 +324,7 @@ def issue_quality(store: Store, result, frame, *, plan=None, metrics_version: st
     vid = new_verdict_id("quality", [result.inputs, result.checks_dicts()], created)
     doc = quality_document(verdict_id=vid, created_at=created, result=result, frame=frame, plan=plan, store=store,
                            metrics_version=metrics_version, controls=controls, source=source,
-                           scorer_status=scorer_status, scorers=scorers, pool=pool)
+                           scorer_status=scorer_status, scorers=scorers, pool=pool, validators=validators)
     cfg = result.config
     return insert_verdict(store, VerdictRow(
         kind="quality", verdict=result.verdict, name=doc["name"], plan_hash=plan.hash if plan else None,
@@ -316,11 +333,11 @@ def issue_quality(store: Store, result, frame, *, plan=None, metrics_version: st
         verdict_id=vid, created_at=created))
 
 
-def issue_rule(store: Store, rule_result, *, plan, metrics_version: str | None) -> str:
+def issue_rule(store: Store, rule_result, *, plan, metrics_version: str | None, validators=None) -> str:
     created = utcnow()
     vid = new_verdict_id("throughput", [rule_result.name, rule_result.checks_dicts()], created)
     doc = rule_document(verdict_id=vid, created_at=created, rule_result=rule_result, plan=plan, store=store,
-                        metrics_version=metrics_version)
+                        metrics_version=metrics_version, validators=validators)
     return insert_verdict(store, VerdictRow(
         kind="throughput", verdict=rule_result.verdict, name=rule_result.name, plan_hash=plan.hash,
         method=rule_result.method, metrics_version=metrics_version, inputs=doc["inputs"], checks=doc["checks"],

@@ -24,7 +24,12 @@ def _fill(doc: dict, tmp: Path) -> dict:
               "<sglang-omni git sha>": "0970348", "<peer git sha>": "abc1234", "<peer profile name>": "default",
               "<vllm-omni | sglang-omni | pcm>": "pcm", "<peer launch command>": "/opt/peer/bin/serve",
               "<seed-tts-eval dir (contains en/meta.lst)>": str(REPO / "data" / "sample_workload"),
-              "<pools.json written by campaign workload pools>": str(pools)}
+              "<pools.json written by campaign workload pools>": str(pools),
+              "<python of the vllm-omni environment>": "/opt/vllm-omni/bin/python",
+              "<vllm-omni checkout at the engine's revision>": str(tmp),
+              "<python of the sglang-omni environment>": "/opt/sglang-omni/bin/python",
+              "<sglang-omni checkout at the engine's revision>": str(tmp),
+              "<peer test command>": "/opt/peer/bin/selftest", "<peer checkout>": str(tmp)}
     text = json.dumps(doc)
     for k, v in values.items():
         text = text.replace(json.dumps(k)[1:-1], v)
@@ -53,6 +58,10 @@ def test_real_engine_plan_refused_until_filled_then_freezes(tmp_path, capsys):
     assert doc["quality"]["baseline"] == "vllm-omni-main"
     rule = doc["decision_rules"][0]
     assert (rule["reference"], rule["concurrencies"]) == ("peer", [16, 32])
+    # each engine's own repository tests gate that engine (docs/engines.md, "Validators")
+    assert [(x["applies_to"], x["argv"][1:4]) for x in doc["validators"]] == [
+        (["vllm-omni-main"], ["-m", "pytest", "-q"]), (["sglang-omni-main"], ["-m", "pytest", "-q"]), (["peer"], [])]
+    assert doc["validators"][1]["argv"][-1] == "tests/unit_test/minicpm_o"
     capsys.readouterr()
     assert main(["plan", "freeze", str(plan), "--db", str(db)]) != 0
     err = capsys.readouterr().err

@@ -44,17 +44,18 @@ def _with_env() -> dict:
     return doc
 
 
-# document_hash of each document computed by main's code before the plan was typed
+# document_hash of each document computed by main's code before the plan was typed; the demo and
+# real-engine templates since issue 27 gave them their validators (`plan init` is unchanged)
 SHIPPED = {
-    "plan init --demo": (lambda: template(True), "4de0a7e53ba5c90db72fc6bd3dbe0a42f6da3a3dc9b0892195a82172bb123e51"),
+    "plan init --demo": (lambda: template(True), "138c454e6d492e581d33494b73b133b86863b94cf1fad9776e18e2e5b91baffd"),
     "plan init": (lambda: template(False), "dd6af72d15b1a65fedb8f4260ba6a0e46de6335d3dc64ece741bd66765cc4ee0"),
     "plan init --engines": (lambda: real_template(["vllm-omni", "sglang-omni", "peer"]),
-                            "fec633a198b248baa8675c9aa31a502fdea47f8c2dc258f35f077bf1bf1cae7f"),
-    "demo env values": (_with_env, "e48c0a8905a082c193858f9f9e788e125d82bf36dc5e16b2e88c845d80c7e1da"),
+                            "ff252c6a090192d589d4d75f38ca448b4dd17f52fc0b9bf021ab276b42d6814c"),
+    "demo env values": (_with_env, "4e3ce1af0aeeca01b6dfd94194eaee108705193d3c3f3b71de995e7d29871533"),
     "demo --quick": (lambda: _edited(template(True), {"workload.pools_file": "pools.json",
                                                       **{f"engines.{i}.port": 9001 + i for i in range(4)},
                                                       **QUICK_CHANGES}),
-                     "02c666cbeb034d8801ed1c1d1c2ac16e70863eed61808c3323a4c642846fd3b6"),
+                     "2c64a241f13f2a10b65119ce036b53859a2ee77761ef6b38915398df1fddd8db"),
 }
 
 

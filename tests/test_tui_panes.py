@@ -60,6 +60,10 @@ def test_quick_demo_tells_the_whole_story(quick_demo):
         assert s.scalar("SELECT count(*) FROM exclusions WHERE reason LIKE 'profiled:%'") == 1
         assert s.scalar("SELECT count(*) FROM audit_events WHERE kind = 'holdout_opened'") == 1
         assert s.scalar("SELECT count(DISTINCT engine) FROM runs WHERE pool = 'holdout'") == 3
+        # the reference engine's self-check ran after the last launch: ref-fast's PASS rests on it
+        assert s.query("SELECT name, status FROM validator_runs") == [{"name": "reference-self-check", "status": "passed"}]
+        assert s.scalar("SELECT max(seq) FROM audit_events WHERE kind = 'launch_recorded'") < s.scalar(
+            "SELECT seq FROM audit_events WHERE kind = 'validator_run'")
         evidence = [json.loads(d)["evidence"]["status"] for (d,) in s.con.execute(
             "SELECT document_json FROM verdicts WHERE kind = 'quality'").fetchall()]
     assert evidence == ["reserved", "reserved"]

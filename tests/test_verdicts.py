@@ -202,6 +202,7 @@ def test_gate_plan_issues_rule_verdict_with_throughput_table(tmp_path, capsys):
     raw = json.loads(plan_path.read_text())
     raw["workload"]["root"] = str(ROOT / raw["workload"]["root"])
     raw["bootstrap"]["draws"] = 2000
+    raw["validators"][0].update(argv=[sys.executable, *raw["validators"][0]["argv"][1:]], cwd=str(ROOT))  # as the demo
     plan_path.write_text(json.dumps(raw))
     db = tmp_path / "c.duckdb"
     assert main(["plan", "freeze", str(plan_path), "--db", str(db)]) == 0
@@ -217,6 +218,7 @@ def test_gate_plan_issues_rule_verdict_with_throughput_table(tmp_path, capsys):
         # a holdout-phase quality run is another workload: never a throughput repeat
         _add_run(s, plan_hash, rule["reference"], 16, 0, 2.0, 0.1, pool="holdout")
     assert main(["runs", "exclude", excluded, "--reason", "stack snapshots during run", "--db", str(db)]) == 0
+    assert main(["validate", str(plan_path), "--db", str(db)]) == 0  # a PASS needs the plan's validator
     capsys.readouterr()
     code = main(["gate", str(plan_path), "--db", str(db)])
     out = capsys.readouterr().out

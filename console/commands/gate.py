@@ -7,7 +7,8 @@ as insert-only verdicts; `campaign verdicts`: list issued verdicts.
 
 Exit status: 0 PASS, 1 FAIL, 3 INCONCLUSIVE (2 stays "usage or input error"). The synthetic
 controls run first with the same margins, draws, seed and method; if any control misses its known
-answer no verdict is issued.
+answer no verdict is issued. In plan mode a PASS also needs the candidate's validators to have
+passed after the freeze and its latest launch (data/validators.py; docs/plans.md, "Validators").
 """
 
 from __future__ import annotations
@@ -126,6 +127,7 @@ def gate_plan(args, console: Console) -> int:
     from data.plans import frozen_plan_for_file
     from data.pool_status import pool_status
     from data.store import open_store
+    from data.validators import precondition
     from stats.gates import GateConfig, evaluate_gates
     from stats.metrics import METRICS_VERSION
     from stats.quality.registry import scorer_status
@@ -149,15 +151,19 @@ def gate_plan(args, console: Console) -> int:
                     raise CampaignError(f"plan {plan.hash[:12]}: no quality rows (run the quality cells and "
                                         "`campaign score` first)")
                 result = evaluate_gates(frame, cfg, scorer_status=status, source=f"plan {plan.hash[:12]}")
+                validators = precondition(store, plan, candidate)  # a PASS needs its validators (docs/plans.md)
+                result.verdict = validators.verdict(result.verdict)
                 evidence = pool_status(store, view)
                 print_checks(console, result, f"noninferiority gates: {plan.name} ({candidate} vs {q.baseline})",
                              evidence)
+                if validators.reason:
+                    console.print(validators.reason, highlight=False)
                 verdicts.append(result.verdict)
                 if not args.dry_run:
                     issued.append(issue_quality(store, result, frame, plan=view, metrics_version=METRICS_VERSION,
                                                 controls=controls, scorer_status=status,
                                                 scorers=dict(frame.attrs.get("scorers") or {}),
-                                                pool=evidence.as_dict()))
+                                                pool=evidence.as_dict(), validators=validators))
         else:
             console.print("plan has no quality baseline/candidate: no noninferiority gates")
         for rule in plan.decision_rules:
@@ -165,10 +171,14 @@ def gate_plan(args, console: Console) -> int:
                 console.print(f"decision rule {rule.name}: kind {rule.kind!r} is not evaluated by the gate")
                 continue
             rr = evaluate_rule(rule, collect_values(store, plan, rule))
+            validators = precondition(store, plan, rule.candidate)
+            rr.verdict = validators.verdict(rr.verdict)
             print_rule(console, rr)
+            if validators.reason:
+                console.print(validators.reason, highlight=False)
             verdicts.append(rr.verdict)
             if not args.dry_run:
-                issued.append(issue_rule(store, rr, plan=plan, metrics_version=METRICS_VERSION))
+                issued.append(issue_rule(store, rr, plan=plan, metrics_version=METRICS_VERSION, validators=validators))
     for vid in issued:
         console.print(f"verdict issued: {vid}")
     if plan.parent_hash and issued:

@@ -64,6 +64,39 @@ def _real_engine(kind: str, port: int) -> dict:
             "request": {"audio_format": "wav"}}
 
 
+# The engines' own repository tests, as `plan init --engines` proposes them (docs/engines.md,
+# "Validators" cites the files read): each runs in a checkout of the engine at its revision, with
+# the engine's own interpreter, and gates that engine's PASS.
+REAL_VALIDATORS = {
+    "vllm-omni": {
+        "name": "vllm-omni-minicpmo-tests",
+        "_comment": "vLLM-Omni's MiniCPM-o 4.5 model tests (tests/model_executor/models/minicpmo_4_5/); "
+                    "tests/e2e/online_serving/test_minicpmo_4_5.py serves the model on 2 GPUs",
+        "argv": ["<python of the vllm-omni environment>", "-m", "pytest", "-q",
+                 "tests/model_executor/models/minicpmo_4_5/test_pipeline.py"],
+        "cwd": "<vllm-omni checkout at the engine's revision>", "timeout_s": 1800},
+    "sglang-omni": {
+        "name": "sglang-omni-minicpmo-unit-tests",
+        "_comment": "SGLang-Omni's MiniCPM-o unit tests (tests/README.md: unit_test/ runs without model "
+                    "downloads or a server)",
+        "argv": ["<python of the sglang-omni environment>", "-m", "pytest", "-q", "tests/unit_test/minicpm_o"],
+        "cwd": "<sglang-omni checkout at the engine's revision>", "timeout_s": 1800},
+    "peer": {
+        "name": "peer-tests",
+        "_comment": "EXAMPLE ONLY: the console does not know the peer engine's repository; give its own test command",
+        "argv": ["<peer test command>"], "cwd": "<peer checkout>", "timeout_s": 1800},
+}
+REAL_ENGINE_NAMES = {"vllm-omni": "vllm-omni-main", "sglang-omni": "sglang-omni-main", "peer": "peer"}
+
+
+def demo_validators(engines: list[str]) -> list[dict]:
+    """The demo's validator: the reference engine's self-check (engine_adapters/reference/self_check.py),
+    which synthesises one utterance and checks that it decodes to voiced speech."""
+    return [{"name": "reference-self-check",
+             "argv": ["python", "-m", "engine_adapters.reference", "--self-check"],
+             "cwd": ".", "timeout_s": 120, "applies_to": engines}]
+
+
 def template(demo: bool, real_engines: list[str] | None = None) -> dict:
     """The plan written by `plan init`; `_comment` keys document each section (JSON has no comments)."""
     engines = [_engine("ref-baseline", "baseline", 8091), _engine("ref-fast", "fast", 8092),
@@ -121,7 +154,8 @@ def template(demo: bool, real_engines: list[str] | None = None) -> dict:
         "decision_rules": [{"name": "fast-exceeds-peer" if demo else "candidate-exceeds-baseline",
                             "kind": "throughput_exceeds", "candidate": cand,
                             "reference": reference, "concurrencies": [16, 32], "confidence": 0.95}],
-        "validators": [{"name": "synthetic-controls", "argv": ["campaign", "controls"]}],
+        "validators": (demo_validators([e["name"] for e in engines]) if demo
+                       else [{"name": "synthetic-controls", "argv": ["campaign", "controls"]}]),
     }
 
 
@@ -158,6 +192,7 @@ def real_template(kinds: list[str]) -> dict:
         rules.append({"name": "candidate-exceeds-peer", "kind": "throughput_exceeds", "candidate": candidate,
                       "reference": "peer", "concurrencies": [16, 32], "confidence": 0.95})
     doc["decision_rules"] = rules
+    doc["validators"] = [{**REAL_VALIDATORS[k], "applies_to": [REAL_ENGINE_NAMES[k]]} for k in kinds]
     return doc
 
 

@@ -10,6 +10,11 @@ from engine_adapters.reference.server import ReferenceEngineError, run_engine
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--self-check" in argv:  # the engine's own check, run as a plan validator (self_check.py)
+        from engine_adapters.reference.self_check import main as self_check
+
+        return self_check([a for a in argv if a != "--self-check"])
     parser = argparse.ArgumentParser(prog="python -m engine_adapters.reference",
                                      description="Embedded reference streaming TTS engine.")
     add_arguments(parser)

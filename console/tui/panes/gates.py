@@ -130,6 +130,7 @@ def load_gates(store, plan_hash: str | None = None) -> GatesData | None:
     """The dry run for the newest frozen plan (or `plan_hash`); None when no plan is frozen."""
     from data.plans import plan_from_store
     from data.pool_status import pool_status
+    from data.validators import precondition
     from stats.gates import GateConfig, evaluate_gates
     from stats.quality.registry import scorer_status
     from stats.quality.scoring import coverage, scores_frame
@@ -156,10 +157,12 @@ def load_gates(store, plan_hash: str | None = None) -> GatesData | None:
             reps = _replicates(frame, cfg, int(c["concurrency"]), c["metric"]) if c["bound"] is not None else None
             hists.append(histogram(reps, c["bound"], float(c["margin"])) if reps is not None else None)
         data.candidates.append(CandidateGates(
-            cand, baseline, result.verdict, checks, hists, short_events(pool_status(store, view).summary),
+            cand, baseline, precondition(store, plan, cand).verdict(result.verdict), checks, hists, short_events(pool_status(store, view).summary),
             coverage(store, view)[1], attribution_lines(result)))
     data.rules = [evaluate_rule(r, collect_values(store, plan, r)) for r in plan.decision_rules
                   if r.kind == "throughput_exceeds"]
+    for rr in data.rules:  # as `campaign gate` decides: a PASS needs the candidate's validators (docs/plans.md)
+        rr.verdict = precondition(store, plan, rr.candidate).verdict(rr.verdict)
     return data
 
 
