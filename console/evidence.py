@@ -269,7 +269,9 @@ def _in_layout(rel: str) -> bool:
     top, _, rest = rel.partition("/")
     return (rel in (MANIFEST, REPRODUCE, "audit/audit_events.jsonl", "audit/head.json") or top == "report"
             or (top == "plans" and bool(_HEX64.fullmatch(rest.removesuffix(".json"))) and rest.endswith(".json"))
-            or (top == "tables" and rest in TABLE_FILES) or (top == "verdicts" and "/" not in rest))
+            or (top == "tables" and rest in TABLE_FILES) or (top == "verdicts" and "/" not in rest)
+            or (top == "patches" and (rest == "patches.json"
+                                      or (rest.endswith(".patch") and bool(_HEX64.fullmatch(rest.removesuffix(".patch")))))))
 
 
 def _manifest_name(root: Path, name: str, n: int) -> str:
@@ -727,6 +729,18 @@ def check_tables(root: Path) -> Step:
     return Step("tables", f"{len(TABLES)} CSV files equal their Parquet tables")
 
 
+def _patches_step(root: Path) -> Callable[[], Step]:
+    def step() -> Step:
+        from console.evidence_patches import check_patches
+        try:
+            return Step("patches", check_patches(root))
+        except EvidenceMismatch:
+            raise
+        except CampaignError as exc:
+            raise EvidenceMismatch(str(exc)) from None
+    return step
+
+
 REPORT_NOTE = ("report/: derived, not verified (drawn from the tables and documents checked above; redraw it from "
                "the store with `campaign report`, REPRODUCE.md; why: docs/results.md)")
 
@@ -776,5 +790,6 @@ def verify_bundle(root: Path, on_step: Callable[[Step], None] | None = None,
         finally:
             store.close()
     run("tables", lambda: check_tables(root))
+    run("patches", _patches_step(root))
     run("report", lambda: Step("report", REPORT_NOTE, "not verified"))
     return steps

@@ -45,3 +45,26 @@ def write_patches(store: Store, plan_hashes: Sequence[str], out: Path) -> list[d
                       "rebuild": f"git checkout {r['source_commit']} && git apply --binary patches/{name}"})
     (folder / "patches.json").write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
     return index
+
+
+def check_patches(root: Path) -> str:
+    """Each bundled patch hashes to its name and patches.json lists exactly those files with those
+    hashes; returns the step's detail line. (Which launch used which patch is in the launches'
+    rows, which the bundle does not hold yet: docs/results.md.)"""
+    folder = root / "patches"
+    if not folder.is_dir():
+        return "no engine patches"
+    files = sorted(p.name for p in folder.iterdir() if p.name.endswith(".patch"))
+    for name in files:
+        got = sha256_file(folder / name)
+        if f"{got}.patch" != name:
+            raise CampaignError(f"patches/{name}: sha256 {got[:16]}… is not the hash its name states (edited)")
+    try:
+        index = json.loads((folder / "patches.json").read_text(encoding="utf-8"))
+        listed = sorted(str(e["file"]).removeprefix("patches/") for e in index)
+        hashes_ok = all(f"{e['sha256']}.patch" == str(e["file"]).removeprefix("patches/") for e in index)
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise CampaignError(f"patches/patches.json: not the index export writes ({exc})") from None
+    if sorted(set(listed)) != files or not hashes_ok:
+        raise CampaignError("patches/patches.json: does not list exactly the bundled patch files with their hashes")
+    return f"{len(files)} engine patch(es) hash to their names and are indexed"

@@ -107,19 +107,26 @@ def _scores(rng, run_id: str, utts: list[str], arm: str, rep: int) -> pd.DataFra
     return pd.DataFrame(rows)
 
 
-def _announce(store: Store, plan, runs: list[dict], scores: pd.DataFrame) -> None:
-    """The events the recorder and the scorer append with such rows (console/recording.py,
-    stats/quality/scoring.py): run_started, run_ended with the run's digest, scores_stored with
-    each scorer's digest, so `audit verify` and `evidence verify` hold on this store."""
+def announce_runs(store: Store, plan_hash: str, run_ids: list[str]) -> None:
+    """The events the recorder appends around runs inserted by hand (console/recording.py):
+    run_started, then run_ended with the run's digest, so `audit verify` and `evidence verify`
+    hold on such a store."""
     columns = {table: digestible_columns(table) for table, _ in RUN_TABLES}
-    digests = run_digests(store, [r["run_id"] for r in runs], columns)
-    for r in runs:
-        append_event(store, "run_started", plan_hash=plan.hash, subject=r["run_id"],
+    digests = run_digests(store, run_ids, columns)
+    for run_id in run_ids:
+        r = store.query("SELECT * FROM runs WHERE run_id = ?", [run_id])[0]
+        append_event(store, "run_started", plan_hash=plan_hash, subject=run_id,
                      payload={"engine": r["engine"], "kind": r["kind"], "concurrency": r["concurrency"],
                               "cell_key": r["cell_key"], "requests_planned": r["requests_planned"], "url": r["url"]})
-        append_event(store, "run_ended", plan_hash=plan.hash, subject=r["run_id"], payload={
-            "status": "complete", "requests_stored": r["requests_planned"],
-            "digest": {"v": DIGEST_VERSION, "columns": columns, "tables": digests[r["run_id"]]}})
+        append_event(store, "run_ended", plan_hash=plan_hash, subject=run_id, payload={
+            "status": r["status"], "requests_stored": store.scalar("SELECT count(*) FROM requests WHERE run_id = ?", [run_id]),
+            "digest": {"v": DIGEST_VERSION, "columns": columns, "tables": digests[run_id]}})
+
+
+def _announce(store: Store, plan, runs: list[dict], scores: pd.DataFrame) -> None:
+    """announce_runs, then what the scorer appends (stats/quality/scoring.py): scores_stored with
+    each scorer's digest."""
+    announce_runs(store, plan.hash, [r["run_id"] for r in runs])
     for scorer_id, rows in scores.groupby("scorer_id"):
         stored = announce(store, str(scorer_id), rows[["run_id", "request_index"]].to_dict("records"))
         append_event(store, "scores_stored", plan_hash=plan.hash, subject=str(scorer_id), payload=stored.payload())

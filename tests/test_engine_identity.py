@@ -6,6 +6,7 @@ and `campaign` as a user runs it."""
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import subprocess
 import sys
@@ -257,7 +258,17 @@ def test_a_patched_candidate_runs_and_every_view_says_what_ran(tmp_path, capsys)
     assert f"{sha256_file(patch)}  patches/{sha256_file(patch)}.patch" in (bundle / "MANIFEST.sha256").read_text()
     v = subprocess.run([sys.executable, "-m", "console.cli", "evidence", "verify", str(bundle)], capture_output=True,
                        text=True)
-    assert v.returncode == 0, v.stdout + v.stderr
+    assert v.returncode == 0, v.stdout + v.stderr and "patches" in v.stdout
+    # an outsider edits the bundled patch and regenerates the manifest: verify names the patch
+    forged = tmp_path / "forged"
+    shutil.copytree(bundle, forged)
+    subprocess.run(["sed", "-i", "s/^+/+ /", index[0]["file"]], cwd=forged, check=True)
+    names = sorted(str(p.relative_to(forged)) for p in forged.rglob("*") if p.is_file() and p.name != "MANIFEST.sha256")
+    (forged / "MANIFEST.sha256").write_text(
+        subprocess.run(["sha256sum", *names], cwd=forged, capture_output=True, text=True, check=True).stdout)
+    v = subprocess.run([sys.executable, "-m", "console.cli", "evidence", "verify", str(forged)], capture_output=True,
+                       text=True)
+    assert v.returncode == 1 and "patches" in v.stdout + v.stderr and "is not the hash its name states" in v.stdout + v.stderr
     assert cli("audit", "verify", db=db).returncode == 0
 
 

@@ -24,6 +24,7 @@ from data.plans import frozen_plan_for_file
 from data.store import Store, utcnow
 from data.validators import precondition
 from plans_helpers import make_workload, plan_dict
+from results_store import announce_runs
 from stats.verdict_doc import load_schema
 from test_verdicts import _add_run
 
@@ -166,6 +167,7 @@ def _gated_plan(tmp_path: Path, flag: Path) -> tuple[Path, Path, dict]:
             for rep in range(3):
                 _add_run(s, plan_hash, rule["candidate"], c, rep, 2.0, 1.0 - 0.01 * rep)
                 _add_run(s, plan_hash, rule["reference"], c, rep, 2.0, 1.5 + 0.01 * rep)
+        announce_runs(s, plan_hash, [r[0] for r in s.con.execute("SELECT run_id FROM runs ORDER BY run_id").fetchall()])
     return plan, db, rule
 
 
