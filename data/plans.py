@@ -31,6 +31,7 @@ import jsonschema
 
 from data.audit import append_event, atomic, canonical_json, sha256_text, whoami
 from data.digest import row_sha256
+from data import jsonfile
 from data.errors import CampaignError
 from data.metric_params import MetricParams
 from data.plan_ids import ADDENDUM_SCHEMA_ID as ADDENDUM_SCHEMA_ID  # re-exported: the ids' home is data/plan_ids.py
@@ -512,19 +513,8 @@ def validate_plan_dict(raw: Any, label: str = "plan") -> None:
 
 
 def read_json(path: str | Path) -> Any:
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CampaignError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise CampaignError(f"{path}: is a directory, not a plan file") from None
-    except UnicodeDecodeError as exc:
-        raise CampaignError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CampaignError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    """A plan or addendum file: strict JSON (duplicate keys and deep nesting refused, data/jsonfile.py)."""
+    return jsonfile.read(path, "plan file")
 
 
 def document_hash(doc: Any) -> str:
