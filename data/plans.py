@@ -667,8 +667,10 @@ class FreezeResult:
 
 
 def freeze(store: Store, path: str | Path, expected_parent: str | None = None) -> FreezeResult:
-    """Validate, reserve the holdout (refusing reuse), store canonical JSON + hash, audit it."""
+    """Validate, check every path the plan names exists, reserve the holdout (refusing reuse),
+    store canonical JSON + hash, audit it."""
     from data.manifest import check_holdout_unused, freeze_manifest
+    from data.plan_paths import check_paths
 
     doc = read_json(path)
     label = str(path)
@@ -685,6 +687,7 @@ def freeze(store: Store, path: str | Path, expected_parent: str | None = None) -
     if err is not None:
         raise err
     plan = load_plan(path, store)
+    check_paths(plan, label)  # every model folder, config, checkpoint, scorer folder and workload exists
     h = plan.hash
     existing = store.query("SELECT plan_hash FROM plans WHERE plan_hash = ?", [h])
     if existing:
