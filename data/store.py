@@ -283,8 +283,8 @@ class Store:
 
 
 def open_store(path: str | os.PathLike | None = None, read_only: bool = False, create: bool = False) -> Store:
-    """The store a command names. Only the commands that start a campaign's record (`plan freeze`,
-    `run`, `probe`) pass `create`: any other given a mistyped --db says so rather than making an
+    """The store a command names. Only the commands that start a record (`plan freeze`, `run`,
+    `probe`, `gate --scores --issue`) pass `create`: any other given a mistyped --db says so rather than making an
     empty store there (docs/integrity.md)."""
     db = resolve_db_path(path)
     if not create:
