@@ -125,7 +125,7 @@ def test_the_snapshot_server_still_attaches_and_a_reader_reads_it(tmp_path):
     with external access off and reads it."""
     from data.snapshot import snapshot_path, take_snapshot
 
-    db = tmp_path / "o'brien.duckdb"
+    db = tmp_path / 'o\'brien "x".duckdb'  # both quotes: in the path and in the database's name
     with Store(db) as owner:
         owner.con.execute("CREATE TABLE t AS SELECT 7 AS v")
         take_snapshot(owner, snapshot_path(db))
