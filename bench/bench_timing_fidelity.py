@@ -148,7 +148,7 @@ def driver_side(url: str, c: int, reqs: list[RequestSpec], tmp: Path, client: st
                      request_options={"client": client}, shards=shards, cpus=cpus, sends_per_pass=sends_per_pass,
                      trace_stalls=trace, busy_poll_us=busy_poll_us)
     t0 = time.perf_counter_ns()
-    with open_store(tmp / "fidelity.duckdb") as store, (LiveFeed(tmp / "fidelity.duckdb") if live else nullcontext()) as feed:
+    with open_store(tmp / "fidelity.duckdb", create=True) as store, (LiveFeed(tmp / "fidelity.duckdb") if live else nullcontext()) as feed:
         record_run(store, spec, engine="reference", kind="exploratory", telemetry=False, live=feed,
                    store_threads=store_threads)
         t1 = time.perf_counter_ns()

@@ -32,6 +32,7 @@ import jsonschema
 from data.audio_rates import rate_errors
 from data.audit import append_event, atomic, canonical_json, sha256_text, whoami
 from data.digest import row_sha256
+from data import jsonfile
 from data.errors import CampaignError
 from data.metric_params import MetricParams
 from data.plan_ids import ADDENDUM_SCHEMA_ID as ADDENDUM_SCHEMA_ID  # re-exported: the ids' home is data/plan_ids.py
@@ -575,19 +576,8 @@ def validate_plan_dict(raw: Any, label: str = "plan") -> None:
 
 
 def read_json(path: str | Path) -> Any:
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CampaignError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise CampaignError(f"{path}: is a directory, not a plan file") from None
-    except UnicodeDecodeError as exc:
-        raise CampaignError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CampaignError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    """A plan or addendum file: strict JSON (duplicate keys and deep nesting refused, data/jsonfile.py)."""
+    return jsonfile.read(path, "plan file")
 
 
 def document_hash(doc: Any) -> str:
@@ -753,12 +743,14 @@ FreezeCheck = Callable[["Plan"], list[str]]
 
 def freeze(store: Store, path: str | Path, expected_parent: str | None = None,
            checks: Sequence[FreezeCheck] = ()) -> FreezeResult:
-    """Validate, reserve the holdout (refusing reuse), hash the checkpoints (refusing compared
-    engines on different bytes), store canonical JSON + hash, audit it. `checks`: further rules
+    """Validate, check every path the plan names exists, reserve the holdout (refusing reuse),
+    hash the checkpoints (refusing compared engines on different bytes), store canonical JSON +
+    hash, audit it. `checks`: further rules
     on the typed plan that need more than data/ knows (the console passes the compared engines'
     sampling rule, engine_adapters/sampling.py); each returns one-line problems."""
     from data.checkpoints import freeze_checkpoints
     from data.manifest import check_holdout_unused, freeze_manifest
+    from data.plan_paths import check_paths
 
     doc = read_json(path)
     label = str(path)
@@ -775,6 +767,7 @@ def freeze(store: Store, path: str | Path, expected_parent: str | None = None,
     if err is not None:
         raise err
     plan = load_plan(path, store)
+    check_paths(plan, label)  # every model folder, config, checkpoint, scorer folder and workload exists
     h = plan.hash
     existing = store.query("SELECT plan_hash FROM plans WHERE plan_hash = ?", [h])
     if existing:

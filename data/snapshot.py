@@ -23,7 +23,7 @@ from pathlib import Path
 
 from data.errors import StoreError, StoreLocked
 from data.hashing import sha256_text
-from data.store import Store
+from data.store import Store, require_store, sql_identifier
 
 SNAPSHOT_SUFFIX = ".snapshot.duckdb"
 REQUEST = b"snapshot\n"
@@ -48,9 +48,9 @@ def take_snapshot(store: Store, target: Path) -> None:
     try:
         db = cur.execute("SELECT current_database()").fetchall()[0][0]
         alias = f"snap_{os.getpid()}_{threading.get_ident()}"
-        cur.execute(f"ATTACH '{part}' AS {alias}")
+        cur.execute(f"ATTACH ? AS {alias}", [str(part)])  # a path is a parameter, never SQL text
         try:
-            cur.execute(f'COPY FROM DATABASE "{db}" TO {alias}')
+            cur.execute(f"COPY FROM DATABASE {sql_identifier(db)} TO {alias}")
         finally:
             cur.execute(f"DETACH {alias}")
     finally:
@@ -163,8 +163,9 @@ def open_reader(db_path: str | os.PathLike) -> Store:
 
 
 def open_or_snapshot(db_path: str | os.PathLike) -> Store:
-    """The store as a command opens it (created and migrated when needed), or, while a campaign
+    """The store as a command opens it (migrated when needed; never created), or, while a campaign
     owns it, a snapshot: what a read-only command such as `campaign report` uses."""
+    require_store(Path(db_path))
     try:
         return Store(db_path)
     except StoreLocked:

@@ -28,10 +28,41 @@ ENV_DB = "CAMPAIGN_DB"
 CONNECT_CONFIG: dict[str, str | bool | int | float | list[str]] = {
     "autoinstall_known_extensions": False, "autoload_known_extensions": False}
 
+# Every read-only connection (`campaign sql`, the TUI, a snapshot a reader gets during a run,
+# `campaign report` on a snapshot, exports): no file outside the database it opened can be read
+# or written and no extension loaded, so user SQL cannot COPY over the store or its anchor,
+# EXPORT, ATTACH, INSTALL or LOAD; the configuration is locked so a `SET` cannot undo it
+# (docs/integrity.md, "What a reader cannot do").
+READER_CONFIG: dict[str, str | bool | int | float | list[str]] = {
+    **CONNECT_CONFIG, "enable_external_access": False, "lock_configuration": True}
+
 # DuckDB's file layout: three 4 KiB headers, then blocks of `block_size` bytes, block id i at
 # offset header + i * block_size (docs/integrity.md). The file must be long enough to hold as many
 # blocks as its metadata says are in use; a shorter one has lost blocks its metadata points to.
 FILE_HEADER_BYTES = 3 * 4096
+
+
+# DuckDB's phrases for what READER_CONFIG (and `Store.lock_down`) refuse.
+_NO_FILES = ("file system operations are disabled by configuration", "loading external extensions is disabled",
+             "configuration has been locked", "belongs to an attached database")
+NO_FILES_REASON = ("a query cannot read or write files other than the store, load extensions or change "
+                   "settings (docs/integrity.md, \"What a reader cannot do\")")
+
+
+def reader_refusal(message: str) -> str | None:
+    """Why DuckDB refused a user's statement on a locked-down connection: "read-only" (it would
+    change the store), NO_FILES_REASON (files, extensions, settings), or None (a plain SQL error)."""
+    low = message.lower()
+    if "read-only mode" in low:
+        return "read-only"
+    if any(p in low for p in _NO_FILES):
+        return NO_FILES_REASON
+    return None
+
+
+def sql_identifier(name: str) -> str:
+    """`name` as a quoted SQL identifier (a database name comes from a file name: any character)."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 def resolve_db_path(arg: str | os.PathLike | None = None) -> Path:
@@ -79,7 +110,8 @@ class Store:
         self._tx_depth = 0
         self._on_commit: dict[str, Callable[[], None]] = {}
         try:
-            self.con = duckdb.connect(str(self.path), read_only=read_only, config=CONNECT_CONFIG)
+            self.con = duckdb.connect(str(self.path), read_only=read_only,
+                                      config=READER_CONFIG if read_only else CONNECT_CONFIG)
         except duckdb.Error as exc:
             raise open_error(self.path, exc) from None
         self.read_only = read_only
@@ -232,6 +264,14 @@ class Store:
         for fn in pending.values():
             fn()
 
+    def lock_down(self) -> None:
+        """From now on this connection reads and writes no file but the store, loads no code and
+        keeps its settings: what a read-write connection runs user SQL under (`campaign sql
+        --write`). A read-only store is opened so already (READER_CONFIG)."""
+        if not self.read_only:
+            self.con.execute("SET enable_external_access = false")
+            self.con.execute("SET lock_configuration = true")
+
     def close(self) -> None:
         self.con.close()
 
@@ -242,5 +282,17 @@ class Store:
         self.close()
 
 
-def open_store(path: str | os.PathLike | None = None, read_only: bool = False) -> Store:
-    return Store(resolve_db_path(path), read_only=read_only)
+def open_store(path: str | os.PathLike | None = None, read_only: bool = False, create: bool = False) -> Store:
+    """The store a command names. Only the commands that start a record (`plan freeze`, `run`,
+    `probe`, `gate --scores --issue`) pass `create`: any other given a mistyped --db says so rather than making an
+    empty store there (docs/integrity.md)."""
+    db = resolve_db_path(path)
+    if not create:
+        require_store(db)
+    return Store(db, read_only=read_only)
+
+
+def require_store(path: Path) -> None:
+    """Refuse a store path that holds no file (a typo must not create an empty store)."""
+    if not path.exists():
+        raise StoreError(f"{path}: no such database")

@@ -13,11 +13,11 @@ docs/plans.md, "Workload").
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import AbstractSet
 
+from data import jsonfile
 from data.errors import CampaignError
 from data.hashing import sha256_file
 
@@ -186,12 +186,7 @@ def _load_pools(root: Path, ids: set[str], bad: AbstractSet[str | None] = frozen
 def read_pools_file(path: Path, ids: set[str], bad: AbstractSet[str | None] = frozenset()) -> dict[str, list[str]]:
     """`{name: [utt ids]}` from a pools file; every id must be in the workload (`bad`: ids on bad
     meta.lst lines, kept so that a plan using the pool is refused naming the line)."""
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise CampaignError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    except OSError as exc:
-        raise CampaignError(f"{path}: cannot read pools file ({exc.strerror})") from None
+    raw = jsonfile.read(path, "pools file")  # strict: a pool named twice is refused, not merged
     if not isinstance(raw, dict) or not all(isinstance(v, list) for v in raw.values()):
         raise CampaignError(f"{path}: expected an object mapping pool name -> list of utterance ids")
     for name, members in raw.items():

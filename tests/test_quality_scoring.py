@@ -88,10 +88,14 @@ def test_scores_frame_contract(scored):
 
 def test_missing_runs_audio_and_unavailable_scorer_are_gaps(scored, tmp_path):
     store, plan, art, _, tmp = scored
-    # a plan needing two repeats at C1 and C2, whisper for WER (not on disk), same store
+    # a plan needing two repeats at C1 and C2, whisper for WER (its folder gone since the freeze,
+    # which refuses a folder that does not exist: data/plan_paths.py), same store
+    gone = tmp_path / "no-whisper-here"
+    gone.mkdir()
     p2 = frozen_plan(store, tmp / "plan2.json", tmp / "workload", repeats=2, concurrencies=(1,),
                      scorers={"wer": "whisper", "sim": "resemblyzer", "mos": "dnsmos"},
-                     model_paths={"whisper": str(tmp_path / "no-whisper-here")})
+                     model_paths={"whisper": str(gone)})
+    gone.rmdir()
     wl = load_workload(tmp / "workload", "en")
     add_run(store, p2, "p2-base", "ref-base", art, wl)
     (art / "p2-base" / "1-spk1-t2.wav").unlink()

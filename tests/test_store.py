@@ -80,6 +80,7 @@ def test_writer_records_land_together(store):
 
 def test_cli_sql_prints_result(tmp_path, capsys):
     db = tmp_path / "c.duckdb"
+    Store(db).close()  # `campaign sql` never creates a store (docs/integrity.md, "No store by accident")
     assert main(["sql", "select 42 as answer", "--db", str(db)]) == 0
     assert "42" in capsys.readouterr().out
     assert main(["sql", "select 42 as answer", "--db", str(db), "--format", "json"]) == 0
@@ -88,6 +89,7 @@ def test_cli_sql_prints_result(tmp_path, capsys):
 
 def test_cli_sql_uses_env_database(tmp_path, monkeypatch, capsys):
     db = tmp_path / "env.duckdb"
+    Store(db).close()
     monkeypatch.setenv("CAMPAIGN_DB", str(db))
     assert main(["db", "info"]) == 0
     out = capsys.readouterr().out
@@ -101,6 +103,7 @@ def test_cli_sql_uses_env_database(tmp_path, monkeypatch, capsys):
     ("selec 1", "SQL error: Parser Error"),
 ])
 def test_cli_sql_errors_are_one_line(tmp_path, capsys, query, needle):
+    Store(tmp_path / "c.duckdb").close()
     assert main(["sql", query, "--db", str(tmp_path / "c.duckdb")]) == 2
     err = capsys.readouterr().err
     assert needle in err and err.count("\n") == 1 and "Traceback" not in err

@@ -1,8 +1,11 @@
 """`campaign sql` and `campaign db info`: the run store is plain DuckDB, queryable with SQL.
 
 `campaign sql` opens the store read-only: DuckDB itself refuses any statement that would change
-it. `--write` opens it read-write and records the statement (text and SHA-256) as a `sql_write`
-audit event in the same transaction, so a hand edit is never silent (docs/integrity.md).
+it, and the reader connection can neither read nor write any other file nor load code (no
+COPY ... TO, EXPORT, ATTACH, INSTALL, LOAD, read_csv; data/store.py READER_CONFIG). `--write`
+opens it read-write, equally without file access, and records the statement (text and SHA-256)
+as a `sql_write` audit event in the same transaction, so a hand edit is never silent
+(docs/integrity.md).
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ def _execute(store: Store, query: str) -> tuple[list[str] | None, list[tuple]]:
     """(columns or None for a statement without a result, rows), with the result read to its end."""
     import duckdb
 
+    from data.store import reader_refusal
+
     try:
         cur = store.con.execute(query)
         if cur.description is None:
@@ -50,23 +55,28 @@ def _execute(store: Store, query: str) -> tuple[list[str] | None, list[tuple]]:
         return [d[0] for d in cur.description], cur.fetchall()
     except duckdb.Error as exc:
         msg = first_line(exc)
-        if not store.read_only or "read-only mode" not in msg:
+        why = reader_refusal(msg)
+        if why is None:
             raise CampaignError(f"SQL error: {msg}") from None
-        raise CampaignError(f"sql: refused: the statement would change the store, which `campaign sql` opens "
-                            f"read-only; add --write to run it (it is then recorded in the audit chain) ({msg})") from None
+        if why == "read-only":
+            if not store.read_only:
+                raise CampaignError(f"SQL error: {msg}") from None
+            raise CampaignError(f"sql: refused: the statement would change the store, which `campaign sql` opens "
+                                f"read-only; add --write to run it (it is then recorded in the audit chain) ({msg})") from None
+        raise CampaignError(f"sql: refused: {why} ({msg})") from None
 
 
 def cmd_sql(args) -> int:
     from data.audit import append_event, whoami
     from data.hashing import sha256_text
     from data.snapshot import open_reader
-    from data.store import Store, resolve_db_path
+    from data.store import open_store, require_store, resolve_db_path
 
     path = resolve_db_path(args.db)
-    if not path.exists():
-        Store(path).close()  # as every command: a missing store is created (empty, migrated)
-    with (Store(path) if args.write else open_reader(path)) as store:  # a snapshot while a campaign runs
+    require_store(path)  # a mistyped --db is an error, never a new empty store
+    with (open_store(path) if args.write else open_reader(path)) as store:  # a snapshot while a campaign runs
         if args.write:
+            store.lock_down()  # --write changes tables, never files: the statement is the user's
             with store.transaction():
                 columns, rows = _execute(store, args.query)
                 seq = append_event(store, "sql_write", subject=sha256_text(args.query)[:12], payload={

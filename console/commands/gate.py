@@ -115,7 +115,7 @@ def gate_scores(args, console: Console) -> int:
         from stats.metrics import METRICS_VERSION
         from stats.verdict_doc import issue_quality
 
-        with open_store(args.db) as store:
+        with open_store(args.db, create=True) as store:  # a table's verdict may be a store's first record
             vid = issue_quality(store, result, frame, metrics_version=METRICS_VERSION, controls=controls,
                                 source=str(args.scores), pool=evidence.as_dict())
         console.print(f"verdict issued: {vid}")

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from console.commands.db import add_db_arg
 from console.output import print_rows
 from data.errors import CampaignError
 from data.plan_ids import ADDENDUM_SCHEMA_ID, PLAN_SCHEMA_ID
+
+HASH_PREFIX = re.compile(r"[0-9a-fA-F]+")  # what a plan hash (prefix) is made of
 
 
 def _engine(name: str, profile: str, port: int, dialect: str = "vllm-omni") -> dict:
@@ -272,7 +275,7 @@ def cmd_freeze(args) -> int:
     from data.store import open_store
     from engine_adapters.sampling import sampling_errors
 
-    with open_store(args.db) as store:
+    with open_store(args.db, create=True) as store:  # a campaign's record starts here
         res = freeze(store, args.plan, checks=[sampling_errors])
         print(res.message)
         if res.manifest_hash:
@@ -336,9 +339,21 @@ def plan_for_arg(store, arg: str):
     """A frozen plan from a file path (must match its frozen hash) or a hash prefix."""
     from data.plans import frozen_plan_for_file, plan_from_store
 
+    check_plan_arg(arg)
     if Path(arg).is_file():
         return frozen_plan_for_file(store, arg)
     return plan_from_store(store, arg)
+
+
+def check_plan_arg(arg: str) -> None:
+    """Refuse a PLAN argument that is neither a file nor a hash prefix (a mistyped file name is
+    "no such plan file", not "not frozen"); checked before any store is opened."""
+    if Path(arg).is_file():
+        return
+    if Path(arg).is_dir():
+        raise CampaignError(f"{arg}: is a directory, not a plan file")
+    if not HASH_PREFIX.fullmatch(arg.strip()):
+        raise CampaignError(f"{arg}: no such plan file (and not a plan hash)")
 
 
 def cmd_open_holdout(args) -> int:

@@ -123,7 +123,7 @@ def cmd_probe(args) -> int:
                      sampling={"seed": args.seed, "temperature": args.temperature, "max_tokens": args.max_tokens},
                      request_options=options)
     console = Console(stderr=False)
-    with open_store(args.db) as store:
+    with open_store(args.db, create=True) as store:  # an exploratory record may start a store
         console.print(f"probe {args.url} ({args.dialect}, preset {request.preset}, voice {request.voice_placement}"
                       f"{'' if request.stream else ', not streamed'}) c={args.concurrency} n={args.requests} -> run {run_id}",
                       highlight=False)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from console.commands.db import add_db_arg
-from console.commands.plan import plan_for_arg
+from console.commands.plan import check_plan_arg, plan_for_arg
 from console.output import guard_stdout
 from data.errors import disk_full
 
@@ -59,7 +59,8 @@ def detach(args) -> int:
     from data.store import open_store, resolve_db_path
 
     db = resolve_db_path(args.db).resolve()
-    with open_store(db) as store:
+    check_plan_arg(args.plan)
+    with open_store(db, create=True) as store:
         plan = plan_for_arg(store, args.plan)
         check_startable(store, plan, "holdout" if args.holdout else "sweep", args.resume, args.cluster)
     log_path = db.with_name(db.name + ".run.log")
@@ -97,7 +98,8 @@ def _run(args, stdout) -> int:
     signal.signal(signal.SIGTERM, _sigterm_to_interrupt)  # `kill` interrupts like Ctrl-C: runs marked incomplete
     # the live file is the running campaign's: it is written only once this process holds the store
     # and has its plan, so a refused run (store in use, bad plan) never touches it
-    store = open_store(args.db)
+    check_plan_arg(args.plan)  # a mistyped plan file creates no store
+    store = open_store(args.db, create=True)
     try:
         plan = plan_for_arg(store, args.plan)
     except BaseException:

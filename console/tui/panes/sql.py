@@ -1,6 +1,7 @@
 """SQL: a query box, a results table and the history of this session's queries. Queries are
 read-only (data.snapshot.open_reader: the store itself, or the running campaign's snapshot), so
-the tab works while a campaign runs and can never change the store."""
+the tab works while a campaign runs and can never change the store, nor read or write any other
+file (docs/integrity.md, "What a reader cannot do")."""
 
 from __future__ import annotations
 
@@ -33,13 +34,27 @@ class QueryResult:
 
 
 def run_query(db_path: Path, sql: str) -> QueryResult:
-    """One read-only query; the first MAX_ROWS rows and the row count."""
+    """One read-only query; the first MAX_ROWS rows and the row count. The connection is a
+    reader's (data/store.py READER_CONFIG): a statement that would change the store, touch a
+    file or load code is refused, and the refusal says why."""
+    import duckdb
+
+    from data.errors import CampaignError, first_line
     from data.snapshot import open_reader
+    from data.store import reader_refusal
 
     with open_reader(db_path) as store:
-        cur = store.con.execute(sql)
-        columns = [d[0] for d in cur.description] if cur.description else []
-        rows = cur.fetchall()
+        try:
+            cur = store.con.execute(sql)
+            columns = [d[0] for d in cur.description] if cur.description else []
+            rows = cur.fetchall()
+        except duckdb.Error as exc:
+            msg = first_line(exc)
+            why = reader_refusal(msg)
+            if why is None:
+                raise
+            raise CampaignError("refused: " + ("the SQL tab is read-only" if why == "read-only" else why)
+                                + f" ({msg})") from None
         source = "snapshot" if store.snapshot_of is not None else "store"
     return QueryResult(sql, columns, [tuple(r) for r in rows[:MAX_ROWS]], len(rows), source)
 
