@@ -128,7 +128,7 @@ def _verdict_document(path: str | Path) -> dict[str, Any] | None:
     the head is all those carry)."""
     try:
         parsed = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
         return None
     return parsed if isinstance(parsed, dict) and "verdict_id" in parsed and "audit_head" in parsed else None
 
