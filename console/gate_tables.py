@@ -47,6 +47,10 @@ def print_checks(console: Console, result, title: str, evidence=None) -> None:
     else:
         console.print("coverage: every id needs the same measured repeats in both arms (every repeat the table has at "
                       "its concurrency); otherwise its checks are INCONCLUSIVE")
+    extra = result.inputs.get("not_judged_concurrencies") or []
+    if extra:
+        console.print(f"not part of the verdict: C{', C'.join(map(str, extra))} in the table (required: "
+                      f"C{', C'.join(map(str, result.inputs['required_concurrencies']))})")
     if evidence is not None:
         style = {"reserved": "green", "reused": "bold yellow"}.get(evidence.status, "")
         console.print(f"evidence: [{style or 'default'}]{evidence.status}[/] — {evidence.summary}")

@@ -166,16 +166,31 @@ def validate_long_frame(df: pd.DataFrame, source: str = "scores") -> pd.DataFram
             i = df.index[bad][0]
             raise CampaignError(f"{source}: row {_row(df, i)}: {col} {_show(df[col].loc[i])} is not a finite number")
         out[col] = vals.astype(float)
-    dup = out.duplicated(["arm", "concurrency", "repeat", "utt_id"], keep=False)
+    key = ["arm", "concurrency", "repeat", "utt_id"]
+    dup = out.duplicated(key, keep=False)
     if dup.any():
-        r = out[dup].iloc[0]
+        first = out.index[dup][0]
+        r = out.loc[first]
+        same = out.index[dup & (out[key] == r[key]).all(axis=1)]
         raise CampaignError(
-            f"{source}: duplicate rows for arm={r['arm']} concurrency={r['concurrency']} "
-            f"repeat={r['repeat']} utt_id={r['utt_id']}"
+            f"{source}: rows {_row(df, same[0])} and {_row(df, same[1])} are duplicates (arm={r['arm']} "
+            f"concurrency={r['concurrency']} repeat={r['repeat']} utt_id={r['utt_id']}): one row per arm, "
+            "concurrency, repeat and utt_id"
         )
+    _refuse_raw_cosine(out["sim"], source)
     if out.empty:
         raise CampaignError(f"{source}: no rows")
     return out.reset_index(drop=True)
+
+
+def _refuse_raw_cosine(sim: pd.Series, source: str) -> None:
+    """SIM and its margin are on the x100 scale (docs/statistics.md, "Input"): a column whose every
+    value lies within [-1, 1] is a raw cosine similarity, and judging it against a x100 margin would
+    pass a drop 100 times the margin."""
+    vals = sim.dropna()
+    if len(vals) and bool(((vals >= -1) & (vals <= 1)).all()):
+        raise CampaignError(f"{source}: sim: all {len(vals)} values lie within [-1, 1] (largest {vals.max():g}), "
+                            "the raw cosine scale; SIM and --sim-margin are on the x100 scale: multiply sim by 100")
 
 
 def _row(df: pd.DataFrame, label) -> int:
@@ -415,6 +430,7 @@ def evaluate_gates(frame: pd.DataFrame, config: GateConfig, *, scorer_status: Ma
     # pandas-stubs types a group key as any scalar; the "concurrency" column holds integers
     by_c = {int(cast(int, c)): g for c, g in df.groupby("concurrency", sort=False)}
     covs = [aggregate_cell(by_c.get(int(c), df.iloc[:0]), c, config.repeats) for c in concs]
+    lacking = {c: [a for a in ARMS if c not in by_c or not (by_c[c]["arm"] == a).any()] for c in concs}
     full = [tuple(m for m in METRICS if m not in unavailable and cov.covered[m].all() and len(cov.ids) >= 2)
             for cov in covs]
     batch = [i for i, f in enumerate(full) if f]
@@ -432,9 +448,9 @@ def evaluate_gates(frame: pd.DataFrame, config: GateConfig, *, scorer_status: Ma
                 checks.append(Check(c, m, INCONCLUSIVE, margin, 0, len(cov.ids), None, None, None, None,
                                     f"scorer {why}"))
                 continue
-            if not cov.ids:
-                checks.append(Check(c, m, INCONCLUSIVE, margin, 0, 0, None, None, None, None,
-                                    f"no rows at concurrency {c}"))
+            if lacking[c]:
+                checks.append(Check(c, m, INCONCLUSIVE, margin, 0, len(cov.ids), None, None, None, None,
+                                    f"required concurrency C{c}: no {' or '.join(lacking[c])} rows"))
                 continue
             if m in results:
                 r = results[m]
@@ -459,6 +475,8 @@ def evaluate_gates(frame: pd.DataFrame, config: GateConfig, *, scorer_status: Ma
             if part.k >= 2:
                 attributions.append(wer_attribution(part, c, config))
     inputs = {
+        "required_concurrencies": [int(c) for c in concs],
+        "not_judged_concurrencies": sorted(c for c in by_c if c not in concs),
         "rows": int(len(df)),
         "rows_by_arm": {a: int((df["arm"] == a).sum()) for a in ARMS},
         "sha256": frame_sha256(df),

@@ -175,7 +175,8 @@ def reproduce_section(verdict_id: str, plan, source: str | None, config) -> dict
         m = config.margins
         cmds.append(f"campaign gate --scores {source} --wer-margin {m['wer']:g} --sim-margin {m['sim']:g} "
                     f"--utmos-margin {m['utmos']:g} --draws {config.draws} --seed {config.seed} "
-                    f"--method {config.method}")
+                    f"--method {config.method}"
+                    + (f" --concurrencies {','.join(map(str, config.concurrencies))}" if config.concurrencies else ""))
     cmds.append(f"campaign export verdict {verdict_id} -o verdict.json")
     cmds.append("campaign controls")
     return {"commands": cmds, "numpy": NUMPY_SNIPPET,

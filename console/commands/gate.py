@@ -3,7 +3,8 @@ as insert-only verdicts; `campaign verdicts`: list issued verdicts.
 
     campaign gate plan.json [--db DB] [--dry-run]
     campaign gate --scores FILE.csv|.parquet --wer-margin 0.2 --sim-margin 0.5 --utmos-margin 0.05 \\
-                  [--draws 20000] [--seed 20261022] [--method percentile|bca] [--issue --db DB]
+                  [--concurrencies 1,16,32] [--draws 20000] [--seed 20261022] [--method percentile|bca] \
+                  [--issue --db DB]
 
 Exit status: 0 PASS, 1 FAIL, 3 INCONCLUSIVE (2 stays "usage or input error"). The synthetic
 controls run first with the same margins, draws, seed and method; if any control misses its known
@@ -33,6 +34,9 @@ def register(sub) -> None:
     p.add_argument("--wer-margin", type=float, help="WER margin in percentage points (--scores)")
     p.add_argument("--sim-margin", type=float, help="SIM (x100) drop margin (--scores)")
     p.add_argument("--utmos-margin", type=float, help="UTMOS drop margin (--scores)")
+    p.add_argument("--concurrencies", type=_concurrencies, default=None, metavar="C,C,...",
+                   help="--scores: the concurrencies the verdict requires in both arms (default 1,16,32); "
+                        "others in the table are shown as not part of the verdict")
     p.add_argument("--draws", type=int, default=None, help="bootstrap draws B (--scores; default 20000)")
     p.add_argument("--seed", type=int, default=None, help="bootstrap seed (--scores; default 20261022)")
     p.add_argument("--method", choices=("percentile", "bca"), default=None, help="--scores; default percentile")
@@ -51,6 +55,28 @@ def register(sub) -> None:
 
 # -- input ------------------------------------------------------------------------------------
 
+DEFAULT_CONCURRENCIES = (1, 16, 32)  # the reference campaign's quality concurrencies (docs/statistics.md)
+
+
+def _concurrencies(text: str) -> tuple[int, ...]:
+    """'1,16,32' -> (1, 16, 32): positive, distinct, ascending."""
+    import argparse
+
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected positive integers separated by commas") from None
+    if not values or min(values) < 1 or len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected distinct positive integers separated by commas")
+    return tuple(sorted(values))
+
+
+# Missing-value spellings for the numeric columns only (pandas' defaults): ids and arms are read
+# as written, so a prompt id `NA` or `null` is an id, never a missing value.
+_NA = ("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>", "N/A",
+       "NA", "NULL", "NaN", "None", "n/a", "nan", "null")
+
+
 def read_scores(path: str) -> pd.DataFrame:
     import pandas as pd
 
@@ -60,7 +86,9 @@ def read_scores(path: str) -> pd.DataFrame:
     suffix = p.suffix.lower()
     try:
         if suffix == ".csv":
-            return pd.read_csv(p, dtype={"arm": str, "utt_id": str})
+            numeric = ("concurrency", "repeat", "wer_errors", "wer_words", "sim", "utmos", "gap")
+            return pd.read_csv(p, dtype={"arm": str, "utt_id": str}, keep_default_na=False,
+                               na_values={c: list(_NA) for c in numeric})
         if suffix in (".parquet", ".pq"):
             return pd.read_parquet(p)
     except Exception as exc:  # pandas/pyarrow raise many parser error types; all are user input errors
@@ -85,6 +113,8 @@ def cmd_gate(args) -> int:
     console = Console(width=max(Console().width, 160))
     if args.scores and args.plan:
         raise CampaignError("give a plan file or --scores FILE, not both")
+    if args.plan and args.concurrencies:
+        raise CampaignError("--concurrencies is for --scores: a plan gates its quality.concurrencies")
     if args.scores:
         return gate_scores(args, console)
     if not args.plan:
@@ -104,7 +134,8 @@ def gate_scores(args, console: Console) -> int:
         raise CampaignError(f"--scores needs explicit margins: {', '.join(missing)} missing")
     cfg = GateConfig(margins={"wer": args.wer_margin, "sim": args.sim_margin, "utmos": args.utmos_margin},
                      draws=args.draws or 20000, seed=20261022 if args.seed is None else args.seed,
-                     method=args.method or "percentile", confidence=args.confidence or 0.95)
+                     method=args.method or "percentile", confidence=args.confidence or 0.95,
+                     concurrencies=args.concurrencies or DEFAULT_CONCURRENCIES)
     frame = validate_long_frame(read_scores(args.scores), args.scores)
     controls = require_controls(console, cfg)
     result = evaluate_gates(frame, cfg, source=str(args.scores))
