@@ -385,6 +385,31 @@ def _missing_reason(cov: CellCoverage, metric: str, shown_max: int = 3) -> str:
             f"repeat ({_list(list(cov.repeats))}) in both arms: {shown}{more}")
 
 
+# -- nothing to judge -------------------------------------------------------------------------
+
+def missing_evidence(frame: pd.DataFrame, arms: Mapping[str, str], shown_max: int = 3) -> str | None:
+    """Why there is nothing to judge, or None. Nothing to judge (docs/statistics.md, "Nothing to
+    judge"): an arm with no usable value of any metric at any concurrency (not run, or not scored
+    yet). A verdict issued then would be a permanent INCONCLUSIVE about evidence never gathered.
+    `arms`: arm -> engine name. Repeated gap causes are summarised, never listed once per id."""
+    values = frame[["wer_errors", "sim", "utmos"]].notna().any(axis=1) if len(frame) else pd.Series(dtype=bool)
+    empty = [a for a in ARMS if not bool(values[frame["arm"] == a].any())] if len(frame) else list(ARMS)
+    if not empty:
+        return None
+    counts = ", ".join(f"{a} {arms.get(a, a)}: {int(values[frame['arm'] == a].sum()) if len(frame) else 0} of "
+                       f"{int((frame['arm'] == a).sum()) if len(frame) else 0} expected outputs scored" for a in ARMS)
+    lacking = frame[~values] if len(frame) else frame
+    causes = (lacking["gap"] if "gap" in lacking.columns else pd.Series([None] * len(lacking), dtype=object))
+    tally = causes.fillna("no score stored").astype(str).value_counts(sort=True)
+    shown = "; ".join(f"{n}× {cause}" for cause, n in tally.iloc[:shown_max].items())
+    more = f"; and {len(tally) - shown_max} more cause(s)" if len(tally) > shown_max else ""
+    ids = sorted({str(u) for u in lacking["utt_id"].dropna()}) if len(lacking) else []
+    named = ", ".join(ids[:shown_max]) + (f" and {len(ids) - shown_max} more" if len(ids) > shown_max else "")
+    why = f"{len(ids)} id(s) lack every value ({named}); {len(lacking)} output(s) by cause: {shown}{more}" \
+        if len(lacking) else "no expected outputs"
+    return f"no {' or '.join(empty)} outputs scored ({counts}); {why}"
+
+
 # -- the gates --------------------------------------------------------------------------------
 
 def combine(statuses: list[str]) -> str:

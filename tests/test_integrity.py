@@ -48,8 +48,11 @@ def campaign(tmp_path_factory) -> dict:
     wl = make_workload(root / "wl", short=True)
     doc = plan_dict(wl, concurrencies=(1,), requests=2, repeats=2, restart="per_cell", interleave="sequential")
     doc["quality"]["concurrencies"] = [1, 16, 32]  # the built-in controls' concurrencies
+    # two rule verdicts: the quality arms are never run here, so the gate has no quality verdict to issue
     doc["decision_rules"] = [{"name": "fast-exceeds", "kind": "throughput_exceeds", "candidate": "ref-fast",
-                              "reference": "ref-baseline", "concurrencies": [1], "confidence": 0.95}]
+                              "reference": "ref-baseline", "concurrencies": [1], "confidence": 0.95},
+                             {"name": "baseline-exceeds", "kind": "throughput_exceeds", "candidate": "ref-baseline",
+                              "reference": "ref-fast", "concurrencies": [1], "confidence": 0.95}]
     for e in doc["engines"]:
         e["argv"] = [sys.executable, "-m", "engine_adapters.reference", "--dialect", e["dialect"],
                      "--profile", e["profile"], "--host", "127.0.0.1", "--port", str(e["port"])]

@@ -3,18 +3,20 @@ as insert-only verdicts; `campaign verdicts`: list issued verdicts.
 
     campaign gate plan.json [--db DB] [--dry-run]
     campaign gate --scores FILE.csv|.parquet --wer-margin 0.2 --sim-margin 0.5 --utmos-margin 0.05 \\
-                  [--concurrencies 1,16,32] [--draws 20000] [--seed 20261022] [--method percentile|bca] \
+                  [--concurrencies 1,16,32] [--draws 20000] [--seed 20261022] [--method percentile|bca] \\
                   [--issue --db DB]
 
-Exit status: 0 PASS, 1 FAIL, 3 INCONCLUSIVE (2 stays "usage or input error"). The synthetic
-controls run first with the same margins, draws, seed and method; if any control misses its known
-answer no verdict is issued.
+Exit status: 0 PASS, 1 FAIL, 3 INCONCLUSIVE (2 stays "usage or input error"). Plan mode issues
+no verdict whose evidence is missing altogether (an arm never run or scored, a rule engine with no
+complete run): it prints what is missing, and exits 2 if that leaves nothing to judge, else at
+least 3 (the plan's question is not fully answered). The synthetic controls run first with the
+same margins, draws, seed and method; if any control misses its known answer no verdict is issued.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from console.commands.db import add_db_arg
 from console.output import FORMATS, print_rows
@@ -125,7 +127,7 @@ def cmd_gate(args) -> int:
 def gate_scores(args, console: Console) -> int:
     from console.gate_tables import print_checks, require_controls
     from data.pool_status import external_status
-    from data.store import open_store
+    from data.store import open_store, resolve_db_path
     from stats.gates import GateConfig, evaluate_gates, validate_long_frame
 
     missing = [f for f, v in (("--wer-margin", args.wer_margin), ("--sim-margin", args.sim_margin),
@@ -137,7 +139,7 @@ def gate_scores(args, console: Console) -> int:
                      method=args.method or "percentile", confidence=args.confidence or 0.95,
                      concurrencies=args.concurrencies or DEFAULT_CONCURRENCIES)
     frame = validate_long_frame(read_scores(args.scores), args.scores)
-    controls = require_controls(console, cfg)
+    controls = require_controls(console, cfg, resolve_db_path(args.db))
     result = evaluate_gates(frame, cfg, source=str(args.scores))
     evidence = external_status(str(args.scores))
     print_checks(console, result, f"noninferiority gates: {args.scores}", evidence)
@@ -157,45 +159,65 @@ def gate_plan(args, console: Console) -> int:
     from data.plans import frozen_plan_for_file
     from data.pool_status import pool_status
     from data.store import open_store
-    from stats.gates import GateConfig, evaluate_gates
+    from stats.gates import FAIL, GateConfig, evaluate_gates, missing_evidence
     from stats.metrics import METRICS_VERSION
     from stats.quality.registry import scorer_status
     from stats.quality.scoring import scores_frame
-    from stats.throughput_rules import collect_values, evaluate_rule
+    from stats.throughput_rules import collect_values, evaluate_rule, missing_runs
     from stats.verdict_doc import issue_quality, issue_rule
 
     with open_store(args.db) as store:
         plan = frozen_plan_for_file(store, args.plan)
         cfg = GateConfig.from_plan(plan)
-        controls = require_controls(console, cfg)
         verdicts: list[str] = []
         issued: list[str] = []
         q = plan.quality
+        # What there is to judge, before anything runs: a verdict about evidence never gathered
+        # (no runs, no scores) is not issued (docs/statistics.md, "Nothing to judge").
+        quality: list[tuple[str, Any, pd.DataFrame]] = []
+        missing: list[str] = []
         if q.baseline and plan.quality_candidates:
             for candidate in plan.quality_candidates:  # one verdict per candidate, each against the baseline
                 view = plan.for_candidate(candidate)
                 frame = scores_frame(store, view)
-                status = scorer_status(view)
-                if frame.empty:
-                    raise CampaignError(f"plan {plan.hash[:12]}: no quality rows (run the quality cells and "
-                                        "`campaign score` first)")
-                result = evaluate_gates(frame, cfg, scorer_status=status, source=f"plan {plan.hash[:12]}")
-                evidence = pool_status(store, view)
-                print_checks(console, result, f"noninferiority gates: {plan.name} ({candidate} vs {q.baseline})",
-                             evidence)
-                verdicts.append(result.verdict)
-                if not args.dry_run:
-                    issued.append(issue_quality(store, result, frame, plan=view, metrics_version=METRICS_VERSION,
-                                                controls=controls, scorer_status=status,
-                                                scorers=dict(frame.attrs.get("scorers") or {}),
-                                                pool=evidence.as_dict()))
+                gap = missing_evidence(frame, {"baseline": str(q.baseline), "candidate": candidate})
+                if gap:
+                    missing.append(f"quality {candidate} vs {q.baseline}: {gap}")
+                else:
+                    quality.append((candidate, view, frame))
         else:
             console.print("plan has no quality baseline/candidate: no noninferiority gates")
+        rules = []
         for rule in plan.decision_rules:
             if rule.kind != "throughput_exceeds":
                 console.print(f"decision rule {rule.name}: kind {rule.kind!r} is not evaluated by the gate")
                 continue
-            rr = evaluate_rule(rule, collect_values(store, plan, rule))
+            values = collect_values(store, plan, rule)
+            gap = missing_runs(rule, values)
+            if gap:
+                missing.append(f"decision rule {rule.name}: {gap}")
+            else:
+                rules.append((rule, values))
+        for line in missing:
+            console.print(f"nothing to judge, no verdict: {line}")
+        if missing and not (quality or rules):
+            raise CampaignError(f"plan {plan.hash[:12]}: nothing to judge ({len(missing)} verdict(s) lack all their "
+                                "evidence: run the cells and `campaign score` first); no verdict issued")
+        controls = require_controls(console, cfg, store.path)
+        for candidate, view, frame in quality:
+            status = scorer_status(view)
+            result = evaluate_gates(frame, cfg, scorer_status=status, source=f"plan {plan.hash[:12]}")
+            evidence = pool_status(store, view)
+            print_checks(console, result, f"noninferiority gates: {plan.name} ({candidate} vs {q.baseline})",
+                         evidence)
+            verdicts.append(result.verdict)
+            if not args.dry_run:
+                issued.append(issue_quality(store, result, frame, plan=view, metrics_version=METRICS_VERSION,
+                                            controls=controls, scorer_status=status,
+                                            scorers=dict(frame.attrs.get("scorers") or {}),
+                                            pool=evidence.as_dict()))
+        for rule, values in rules:
+            rr = evaluate_rule(rule, values)
             print_rule(console, rr)
             verdicts.append(rr.verdict)
             if not args.dry_run:
@@ -208,7 +230,8 @@ def gate_plan(args, console: Console) -> int:
         console.print("dry run: nothing issued")
     if not verdicts:
         raise CampaignError(f"plan {plan.hash[:12]}: nothing to gate (no quality arms and no decision rules)")
-    return exit_status(verdicts)
+    # a verdict not issued for want of evidence leaves the plan's question open: at least 3
+    return max(exit_status(verdicts), 3) if missing and FAIL not in verdicts else exit_status(verdicts)
 
 
 def print_earlier_verdicts(console: Console, db, plan) -> None:
