@@ -11,6 +11,8 @@ from typing import Any
 from data.store import Store
 
 AGGREGATE_KIND = "measured"
+# A run's place in time is the seq of its run_started event (the chain), never runs.started_at.
+_STARTED_SEQ = "(SELECT min(e.seq) FROM audit_events e WHERE e.kind = 'run_started' AND e.subject = r.run_id)"
 
 
 def aggregate_runs(store: Store, plan_hash: str, engine: str | None = None,
@@ -30,7 +32,7 @@ def aggregate_runs(store: Store, plan_hash: str, engine: str | None = None,
     if pool is not None:
         sql += " AND r.pool = ?"
         params.append(pool)
-    sql += " ORDER BY r.engine, r.concurrency, r.repeat_index, r.started_at"
+    sql += f" ORDER BY r.engine, r.concurrency, r.repeat_index, {_STARTED_SEQ} NULLS LAST, r.run_id"
     return store.query(sql, params)
 
 
@@ -38,7 +40,7 @@ def plan_runs(store: Store, plan_hash: str) -> list[dict[str, Any]]:
     """Every run of a plan with its exclusion (if any), for listings."""
     return store.query(
         "SELECT r.*, x.reason AS excluded_reason FROM runs r LEFT JOIN exclusions x USING (run_id) "
-        "WHERE r.plan_hash = ? ORDER BY r.started_at, r.run_id", [plan_hash]
+        f"WHERE r.plan_hash = ? ORDER BY {_STARTED_SEQ} NULLS LAST, r.run_id", [plan_hash]
     )
 
 

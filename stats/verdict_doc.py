@@ -140,7 +140,7 @@ def runs_section(store: Store, plan_hash: str) -> tuple[list[dict[str, Any]], li
     } for r in plan_runs(store, plan_hash)]
     excl = store.query(
         "SELECT x.run_id, x.reason, x.excluded_at, x.audit_seq FROM exclusions x JOIN runs r USING (run_id) "
-        "WHERE r.plan_hash = ? ORDER BY x.excluded_at", [plan_hash])
+        "WHERE r.plan_hash = ? ORDER BY x.audit_seq, x.run_id", [plan_hash])  # chain order, never the clock
     exclusions = [{"run_id": e["run_id"], "reason": e["reason"], "excluded_at": str(e["excluded_at"]),
                    "audit_seq": e["audit_seq"]} for e in excl]
     return runs, exclusions
