@@ -11,8 +11,27 @@ from typing import Any
 from data.store import Store
 
 AGGREGATE_KIND = "measured"
-# A run's place in time is the seq of its run_started event (the chain), never runs.started_at.
-_STARTED_SEQ = "(SELECT min(e.seq) FROM audit_events e WHERE e.kind = 'run_started' AND e.subject = r.run_id)"
+
+
+# Before/after is the audit sequence, never a clock (started_at, frozen_at, created_at can carry any
+# date): a row's place is the seq of the first event that announced it. SQL for ORDER BY.
+def run_seq(alias: str = "r") -> str:
+    """The seq of a run's run_started event."""
+    return f"(SELECT min(e.seq) FROM audit_events e WHERE e.kind = 'run_started' AND e.subject = {alias}.run_id)"
+
+
+def launch_seq(alias: str) -> str:
+    """The seq of a launch's first launch_recorded event."""
+    return f"(SELECT min(e.seq) FROM audit_events e WHERE e.kind = 'launch_recorded' AND e.subject = {alias}.launch_id)"
+
+
+def plan_seq(alias: str) -> str:
+    """The seq of a plan's or addendum's freeze event."""
+    return (f"(SELECT min(e.seq) FROM audit_events e WHERE e.kind IN ('plan_frozen', 'addendum_frozen') "
+            f"AND e.plan_hash = {alias}.plan_hash)")
+
+
+_STARTED_SEQ = run_seq("r")
 
 
 def aggregate_runs(store: Store, plan_hash: str, engine: str | None = None,

@@ -330,7 +330,7 @@ def test_export_verdict_to_stdout_and_file(campaign, tmp_path, capsys):
         jsonschema.validate(doc, load_schema())
         assert doc["verdict_id"] == vid and doc["audit_head"]["schema"] == "omni-campaign-audit-head/1"
         f = tmp_path / f"{vid}.json"
-        assert inproc(capsys, "export", "verdict", vid[:24], "-o", str(f), db=db).returncode == 0
+        assert inproc(capsys, "export", "verdict", vid[:-2], "-o", str(f), db=db).returncode == 0
         assert json.loads(f.read_text())["verdict_id"] == vid
 
 

@@ -4,6 +4,7 @@ on a hand-made table, throughput decision rules over stored runs."""
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 import math
 import re
 import subprocess
@@ -280,3 +281,39 @@ def test_verdicts_and_runs_are_listed_in_chain_order_not_by_their_clocks(tmp_pat
         assert [v["verdict_id"] for v in list_verdicts(s)] == ["quality-b-first", "quality-a-second"]
         assert [r["run_id"] for r in aggregate_runs(s, "p" * 64)] == ["run-b-first", "run-a-second"]
         assert [r["run_id"] for r in plan_runs(s, "p" * 64)] == ["run-b-first", "run-a-second"]
+
+
+def test_latest_launch_and_plan_are_the_latest_in_the_chain_not_by_their_clocks(tmp_path):
+    """The report's admission limit comes from an engine's latest launch and the TUI's plan views
+    open on the latest plan: both by the audit sequence; the first launch's started_at and the
+    first plan's frozen_at moved a day ahead with duckdb do not make them 'latest'."""
+    import duckdb
+
+    from console.tui.panes.plan import load_plan_view
+    from data.launches import store_launch
+    from plans_helpers import make_workload, plan_dict, write_json
+    from stats.results.report import admission_limits
+
+    class _Plan:
+        hash = "p" * 64
+
+    db = tmp_path / "c.duckdb"
+    wl = make_workload(tmp_path / "wl", short=True)
+    with Store(db) as s:
+        for lid, limit in (("launch-1", 16), ("launch-2", 8)):
+            store_launch(s, {"launch_id": lid, "engine": "e", "adapter": "reference", "status": "ready",
+                             "plan_hash": "p" * 64, "started_at": datetime.now(timezone.utc),
+                             "deploy_json": json.dumps({"admission_limit": limit})})
+    for name in ("first", "second"):
+        doc = plan_dict(wl, concurrencies=(1,), requests=2, repeats=1)
+        doc["name"] = name
+        assert main(["plan", "freeze", str(write_json(tmp_path / f"{name}.json", doc)), "--db", str(db)]) == 0
+    con = duckdb.connect(str(db))
+    try:
+        con.execute("UPDATE engine_launches SET started_at = now() + INTERVAL '1 day' WHERE launch_id = 'launch-1'")
+        con.execute("UPDATE plans SET frozen_at = now() + INTERVAL '1 day' WHERE name = 'first'")
+    finally:
+        con.close()
+    with Store(db, read_only=True) as s:
+        assert admission_limits(s, _Plan()) == {"e": 8}
+        assert load_plan_view(s).name == "second"
