@@ -4,6 +4,7 @@ synthetic controls (`campaign gate`, `campaign controls`); imported when one of 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -47,6 +48,10 @@ def print_checks(console: Console, result, title: str, evidence=None) -> None:
     else:
         console.print("coverage: every id needs the same measured repeats in both arms (every repeat the table has at "
                       "its concurrency); otherwise its checks are INCONCLUSIVE")
+    extra = result.inputs.get("not_judged_concurrencies") or []
+    if extra:
+        console.print(f"not part of the verdict: C{', C'.join(map(str, extra))} in the table (required: "
+                      f"C{', C'.join(map(str, result.inputs['required_concurrencies']))})")
     if evidence is not None:
         style = {"reserved": "green", "reused": "bold yellow"}.get(evidence.status, "")
         console.print(f"evidence: [{style or 'default'}]{evidence.status}[/] — {evidence.summary}")
@@ -90,11 +95,21 @@ def print_controls(console: Console, results) -> None:
     console.print(t)
 
 
-def require_controls(console: Console, cfg: GateConfig):
-    results = run_controls(cfg)
+def require_controls(console: Console, cfg: GateConfig, store_path=None):
+    """The synthetic controls for `cfg`, reused from the cache beside the store at `store_path`
+    when they ran with exactly these settings and code (stats/controls_cache.py); refuses the
+    verdict if any misses its known answer."""
+    from stats.controls_cache import cache_path, controls_for
+
+    path = cache_path(store_path) if store_path is not None and Path(store_path).is_file() else None
+    got = controls_for(cfg, path, run_controls)
+    results = got.results
     if not all_ok(results):
         print_controls(console, results)
         bad = ", ".join(r.name for r in results if not r.ok)
         raise CampaignError(f"synthetic controls failed ({bad}): the gate refuses to issue a verdict")
-    console.print(f"synthetic controls: {len(results)}/{len(results)} gave their known answer")
+    how = (f"reused: the same settings and code ran them at {got.cached_at}" if got.cached_at
+           else "ran now" + (f", kept in {path.name}" if path is not None else ""))
+    console.print(f"synthetic controls: {len(results)}/{len(results)} gave their known answer ({how}; "
+                  f"key {got.key[:12]})")
     return results

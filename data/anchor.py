@@ -102,6 +102,8 @@ def read_head(path: str | os.PathLike) -> Head:
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise CampaignError(f"{p}: not JSON ({first_line(exc)})") from None
+    except RecursionError:  # json.loads recurses once per nesting level
+        raise CampaignError(f"{p}: not an audit head (JSON nested too deeply to read)") from None
     return _head_from(doc, str(p))
 
 

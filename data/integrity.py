@@ -128,7 +128,7 @@ def _verdict_document(path: str | Path) -> dict[str, Any] | None:
     the head is all those carry)."""
     try:
         parsed = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
         return None
     return parsed if isinstance(parsed, dict) and "verdict_id" in parsed and "audit_head" in parsed else None
 
@@ -276,15 +276,31 @@ def check_attempts(store: Store, evs: list[dict[str, Any]]) -> Check:
 _LAUNCH_FIELDS = ("engine", "status")
 
 
+def _launch_seqs(store: Store, evs: list[dict[str, Any]]) -> dict[str, int]:
+    """launch_id -> the seq of the earliest event that names it (a run on it started, an attempt)."""
+    on = dict(store.con.execute("SELECT run_id, launch_id FROM runs WHERE launch_id IS NOT NULL").fetchall())
+    out: dict[str, int] = {}
+    for e in evs:
+        lid = on.get(e["subject"]) if e["kind"] == "run_started" else \
+            e["payload"].get("launch_id") if e["kind"] == "attempt_recorded" else None
+        if isinstance(lid, str):
+            out.setdefault(lid, int(e["seq"]))
+    return out
+
+
 def check_launches(store: Store, evs: list[dict[str, Any]]) -> Check:
     """Every engine launch (what exactly ran: argv, revision, checkpoint hashes, how it ended)
     matches the launch_recorded event of its last write. Launches that started before the
     store's first launch_recorded event (a store older than these events) are counted, not
-    compared (docs/integrity.md, "launches")."""
-    since = next((e["event_time"] for e in evs if e["kind"] == "launch_recorded"), None)  # evs are in seq order
+    compared (docs/integrity.md, "launches"). "Before" is the audit sequence, never started_at (a
+    hand-inserted row can carry any date): a launch is placed by the earliest event that names it,
+    the run_started of a run on it or an attempt_recorded naming it; one no event names is
+    not placed, so not legacy."""
+    since = next((e["seq"] for e in evs if e["kind"] == "launch_recorded"), None)  # evs are in seq order
+    placed = _launch_seqs(store, evs)
 
     def legacy(r: dict[str, Any]) -> bool:
-        return since is None or (r["started_at"] is not None and r["started_at"] < since)
+        return since is None or placed.get(r["launch_id"], since) < since
 
     problems, n, old = _rows_against_events(store, evs, table="engine_launches", key="launch_id",
                                             kind="launch_recorded", noun="launch", verb="recorded",

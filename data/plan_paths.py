@@ -36,7 +36,15 @@ def named_paths(plan: Plan) -> list[tuple[str, Path]]:
 
 
 def missing_paths(plan: Plan) -> list[tuple[str, Path]]:
-    return [(name, p) for name, p in named_paths(plan) if not p.exists()]
+    """Each missing path once, under the first field naming it (an engine without checkpoint
+    paths of its own is given the model's: data/checkpoints.py)."""
+    seen: set[Path] = set()
+    out = []
+    for name, p in named_paths(plan):
+        if not p.exists() and p not in seen:
+            seen.add(p)
+            out.append((name, p))
+    return out
 
 
 def check_paths(plan: Plan, label: str) -> None:

@@ -89,21 +89,30 @@ def _freeze_event(store: Store, plan_hash: str) -> dict[str, Any] | None:
     return evs[0] if evs else None
 
 
+_STARTED = ("(SELECT subject AS run_id, min(seq) AS seq FROM audit_events WHERE kind = 'run_started' "
+            "GROUP BY subject)")
+
+
 def _earlier_runs(store: Store, plan: "Plan", ids: list[str]) -> list[dict[str, Any]]:
-    """Runs of other plans that requested a pool id before this plan's first quality run."""
+    """Runs of other plans that requested a pool id before this plan's first quality run.
+
+    "Before" is the audit sequence: the seq of each run's `run_started` event, never `started_at`
+    (a probe's clock can be set a day ahead). A run the chain does not announce (inserted by hand;
+    `audit verify` names it) cannot be placed, so it counts as earlier."""
     if not ids:
         return []
     arms = [a for a in (plan.quality.baseline, plan.quality.candidate) if a]
     first = store.scalar(
-        "SELECT min(started_at) FROM runs WHERE plan_hash = ? AND pool IS NOT DISTINCT FROM ? AND engine IN "
+        f"SELECT min(s.seq) FROM runs r JOIN {_STARTED} s USING (run_id) WHERE r.plan_hash = ? "
+        "AND r.pool IS NOT DISTINCT FROM ? AND r.engine IN "
         f"({', '.join('?' for _ in arms) or 'NULL'})", [plan.hash, plan.quality.pool, *arms])
     return store.query(
         "SELECT r.run_id, r.plan_hash, r.engine, r.concurrency, r.repeat_index AS repeat, r.kind, r.status, "
-        "strftime(r.started_at AT TIME ZONE 'UTC', '%Y-%m-%dT%H:%M:%SZ') AS started_at, "
-        "count(DISTINCT q.utt_id) AS ids_used FROM runs r JOIN requests q USING (run_id) "
-        "WHERE list_contains(?::VARCHAR[], q.utt_id) AND r.plan_hash IS DISTINCT FROM ? "
-        "AND (?::TIMESTAMPTZ IS NULL OR r.started_at < ?::TIMESTAMPTZ) "
-        "GROUP BY ALL ORDER BY started_at, r.run_id", [ids, plan.hash, first, first])
+        "strftime(r.started_at AT TIME ZONE 'UTC', '%Y-%m-%dT%H:%M:%SZ') AS started_at, s.seq AS audit_seq, "
+        f"count(DISTINCT q.utt_id) AS ids_used FROM runs r JOIN requests q USING (run_id) LEFT JOIN {_STARTED} s "
+        "USING (run_id) WHERE list_contains(?::VARCHAR[], q.utt_id) AND r.plan_hash IS DISTINCT FROM ? "
+        "AND (?::BIGINT IS NULL OR s.seq IS NULL OR s.seq < ?::BIGINT) "
+        "GROUP BY ALL ORDER BY s.seq NULLS FIRST, r.run_id", [ids, plan.hash, first, first])
 
 
 def pool_status(store: Store, plan: "Plan") -> PoolStatus:

@@ -13,6 +13,27 @@ from data.store import Store
 AGGREGATE_KIND = "measured"
 
 
+# Before/after is the audit sequence, never a clock (started_at, frozen_at, created_at can carry any
+# date): a row's place is the seq of the first event that announced it. SQL for ORDER BY.
+def run_seq(alias: str = "r") -> str:
+    """The seq of a run's run_started event."""
+    return f"(SELECT min(e.seq) FROM audit_events e WHERE e.kind = 'run_started' AND e.subject = {alias}.run_id)"
+
+
+def launch_seq(alias: str) -> str:
+    """The seq of a launch's first launch_recorded event."""
+    return f"(SELECT min(e.seq) FROM audit_events e WHERE e.kind = 'launch_recorded' AND e.subject = {alias}.launch_id)"
+
+
+def plan_seq(alias: str) -> str:
+    """The seq of a plan's or addendum's freeze event."""
+    return (f"(SELECT min(e.seq) FROM audit_events e WHERE e.kind IN ('plan_frozen', 'addendum_frozen') "
+            f"AND e.plan_hash = {alias}.plan_hash)")
+
+
+_STARTED_SEQ = run_seq("r")
+
+
 def aggregate_runs(store: Store, plan_hash: str, engine: str | None = None,
                    concurrency: int | None = None, pool: str | None = None) -> list[dict[str, Any]]:
     """Measured, complete, not excluded runs of a plan, ordered by engine, concurrency, repeat."""
@@ -30,7 +51,7 @@ def aggregate_runs(store: Store, plan_hash: str, engine: str | None = None,
     if pool is not None:
         sql += " AND r.pool = ?"
         params.append(pool)
-    sql += " ORDER BY r.engine, r.concurrency, r.repeat_index, r.started_at"
+    sql += f" ORDER BY r.engine, r.concurrency, r.repeat_index, {_STARTED_SEQ} NULLS LAST, r.run_id"
     return store.query(sql, params)
 
 
@@ -38,7 +59,7 @@ def plan_runs(store: Store, plan_hash: str) -> list[dict[str, Any]]:
     """Every run of a plan with its exclusion (if any), for listings."""
     return store.query(
         "SELECT r.*, x.reason AS excluded_reason FROM runs r LEFT JOIN exclusions x USING (run_id) "
-        "WHERE r.plan_hash = ? ORDER BY r.started_at, r.run_id", [plan_hash]
+        f"WHERE r.plan_hash = ? ORDER BY {_STARTED_SEQ} NULLS LAST, r.run_id", [plan_hash]
     )
 
 

@@ -148,4 +148,7 @@ def list_verdicts(store: Store, plan_hash: str | None = None) -> list[dict[str, 
     if plan_hash:
         sql += " WHERE plan_hash = ?"
         params.append(plan_hash)
-    return store.query(sql + " ORDER BY created_at, verdict_id", params)
+    # issue order is the verdict_issued event's seq (the chain), never created_at (a clock)
+    order = (" ORDER BY (SELECT min(e.seq) FROM audit_events e WHERE e.kind = 'verdict_issued' "
+             "AND e.subject = verdicts.verdict_id) NULLS LAST, verdict_id")
+    return store.query(sql + order, params)

@@ -166,16 +166,31 @@ def validate_long_frame(df: pd.DataFrame, source: str = "scores") -> pd.DataFram
             i = df.index[bad][0]
             raise CampaignError(f"{source}: row {_row(df, i)}: {col} {_show(df[col].loc[i])} is not a finite number")
         out[col] = vals.astype(float)
-    dup = out.duplicated(["arm", "concurrency", "repeat", "utt_id"], keep=False)
+    key = ["arm", "concurrency", "repeat", "utt_id"]
+    dup = out.duplicated(key, keep=False)
     if dup.any():
-        r = out[dup].iloc[0]
+        first = out.index[dup][0]
+        r = out.loc[first]
+        same = out.index[dup & (out[key] == r[key]).all(axis=1)]
         raise CampaignError(
-            f"{source}: duplicate rows for arm={r['arm']} concurrency={r['concurrency']} "
-            f"repeat={r['repeat']} utt_id={r['utt_id']}"
+            f"{source}: rows {_row(df, same[0])} and {_row(df, same[1])} are duplicates (arm={r['arm']} "
+            f"concurrency={r['concurrency']} repeat={r['repeat']} utt_id={r['utt_id']}): one row per arm, "
+            "concurrency, repeat and utt_id"
         )
+    _refuse_raw_cosine(out["sim"], source)
     if out.empty:
         raise CampaignError(f"{source}: no rows")
     return out.reset_index(drop=True)
+
+
+def _refuse_raw_cosine(sim: pd.Series, source: str) -> None:
+    """SIM and its margin are on the x100 scale (docs/statistics.md, "Input"): a column whose every
+    value lies within [-1, 1] is a raw cosine similarity, and judging it against a x100 margin would
+    pass a drop 100 times the margin."""
+    vals = sim.dropna()
+    if len(vals) and bool(((vals >= -1) & (vals <= 1)).all()):
+        raise CampaignError(f"{source}: sim: all {len(vals)} values lie within [-1, 1] (largest {vals.max():g}), "
+                            "the raw cosine scale; SIM and --sim-margin are on the x100 scale: multiply sim by 100")
 
 
 def _row(df: pd.DataFrame, label) -> int:
@@ -370,6 +385,31 @@ def _missing_reason(cov: CellCoverage, metric: str, shown_max: int = 3) -> str:
             f"repeat ({_list(list(cov.repeats))}) in both arms: {shown}{more}")
 
 
+# -- nothing to judge -------------------------------------------------------------------------
+
+def missing_evidence(frame: pd.DataFrame, arms: Mapping[str, str], shown_max: int = 3) -> str | None:
+    """Why there is nothing to judge, or None. Nothing to judge (docs/statistics.md, "Nothing to
+    judge"): an arm with no usable value of any metric at any concurrency (not run, or not scored
+    yet). A verdict issued then would be a permanent INCONCLUSIVE about evidence never gathered.
+    `arms`: arm -> engine name. Repeated gap causes are summarised, never listed once per id."""
+    values = frame[["wer_errors", "sim", "utmos"]].notna().any(axis=1) if len(frame) else pd.Series(dtype=bool)
+    empty = [a for a in ARMS if not bool(values[frame["arm"] == a].any())] if len(frame) else list(ARMS)
+    if not empty:
+        return None
+    counts = ", ".join(f"{a} {arms.get(a, a)}: {int(values[frame['arm'] == a].sum()) if len(frame) else 0} of "
+                       f"{int((frame['arm'] == a).sum()) if len(frame) else 0} expected outputs scored" for a in ARMS)
+    lacking = frame[~values] if len(frame) else frame
+    causes = (lacking["gap"] if "gap" in lacking.columns else pd.Series([None] * len(lacking), dtype=object))
+    tally = causes.fillna("no score stored").astype(str).value_counts(sort=True)
+    shown = "; ".join(f"{n}× {cause}" for cause, n in tally.iloc[:shown_max].items())
+    more = f"; and {len(tally) - shown_max} more cause(s)" if len(tally) > shown_max else ""
+    ids = sorted({str(u) for u in lacking["utt_id"].dropna()}) if len(lacking) else []
+    named = ", ".join(ids[:shown_max]) + (f" and {len(ids) - shown_max} more" if len(ids) > shown_max else "")
+    why = f"{len(ids)} id(s) lack every value ({named}); {len(lacking)} output(s) by cause: {shown}{more}" \
+        if len(lacking) else "no expected outputs"
+    return f"no {' or '.join(empty)} outputs scored ({counts}); {why}"
+
+
 # -- the gates --------------------------------------------------------------------------------
 
 def combine(statuses: list[str]) -> str:
@@ -415,6 +455,7 @@ def evaluate_gates(frame: pd.DataFrame, config: GateConfig, *, scorer_status: Ma
     # pandas-stubs types a group key as any scalar; the "concurrency" column holds integers
     by_c = {int(cast(int, c)): g for c, g in df.groupby("concurrency", sort=False)}
     covs = [aggregate_cell(by_c.get(int(c), df.iloc[:0]), c, config.repeats) for c in concs]
+    lacking = {c: [a for a in ARMS if c not in by_c or not (by_c[c]["arm"] == a).any()] for c in concs}
     full = [tuple(m for m in METRICS if m not in unavailable and cov.covered[m].all() and len(cov.ids) >= 2)
             for cov in covs]
     batch = [i for i, f in enumerate(full) if f]
@@ -432,9 +473,9 @@ def evaluate_gates(frame: pd.DataFrame, config: GateConfig, *, scorer_status: Ma
                 checks.append(Check(c, m, INCONCLUSIVE, margin, 0, len(cov.ids), None, None, None, None,
                                     f"scorer {why}"))
                 continue
-            if not cov.ids:
-                checks.append(Check(c, m, INCONCLUSIVE, margin, 0, 0, None, None, None, None,
-                                    f"no rows at concurrency {c}"))
+            if lacking[c]:
+                checks.append(Check(c, m, INCONCLUSIVE, margin, 0, len(cov.ids), None, None, None, None,
+                                    f"required concurrency C{c}: no {' or '.join(lacking[c])} rows"))
                 continue
             if m in results:
                 r = results[m]
@@ -459,6 +500,8 @@ def evaluate_gates(frame: pd.DataFrame, config: GateConfig, *, scorer_status: Ma
             if part.k >= 2:
                 attributions.append(wer_attribution(part, c, config))
     inputs = {
+        "required_concurrencies": [int(c) for c in concs],
+        "not_judged_concurrencies": sorted(c for c in by_c if c not in concs),
         "rows": int(len(df)),
         "rows_by_arm": {a: int((df["arm"] == a).sum()) for a in ARMS},
         "sha256": frame_sha256(df),

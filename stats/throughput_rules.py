@@ -169,6 +169,17 @@ def collect_values(store: Store, plan: Plan, rule: DecisionRule) -> dict[tuple[s
     return out
 
 
+def missing_runs(rule: DecisionRule, values: Mapping[tuple[str, int], Sequence[RepeatValue]]) -> str | None:
+    """Why a rule has nothing to judge, or None: an engine of the rule with no measured throughput at
+    any of its concurrencies (docs/statistics.md, "Nothing to judge")."""
+    empty = [e for e in (rule.candidate, rule.reference)
+             if not any(v.value is not None for c in rule.concurrencies for v in values.get((e, int(c)), []))]
+    if not empty:
+        return None
+    cs = ", ".join(f"C{c}" for c in rule.concurrencies)
+    return f"no complete measured run of {' or '.join(empty)} at {cs}"
+
+
 def run_placement(store: Any, run_ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
     """run id -> (GPU name, 'node/GPU uuid') as stored (runs.node_id / gpu_uuid / gpu_name)."""
     if not run_ids:

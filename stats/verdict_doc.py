@@ -141,7 +141,7 @@ def runs_section(store: Store, plan_hash: str) -> tuple[list[dict[str, Any]], li
     } for r in plan_runs(store, plan_hash)]
     excl = store.query(
         "SELECT x.run_id, x.reason, x.excluded_at, x.audit_seq FROM exclusions x JOIN runs r USING (run_id) "
-        "WHERE r.plan_hash = ? ORDER BY x.excluded_at", [plan_hash])
+        "WHERE r.plan_hash = ? ORDER BY x.audit_seq, x.run_id", [plan_hash])  # chain order, never the clock
     exclusions = [{"run_id": e["run_id"], "reason": e["reason"], "excluded_at": str(e["excluded_at"]),
                    "audit_seq": e["audit_seq"]} for e in excl]
     return runs, exclusions
@@ -204,7 +204,8 @@ def reproduce_section(verdict_id: str, plan, source: str | None, config) -> dict
         m = config.margins
         cmds.append(f"campaign gate --scores {source} --wer-margin {m['wer']:g} --sim-margin {m['sim']:g} "
                     f"--utmos-margin {m['utmos']:g} --draws {config.draws} --seed {config.seed} "
-                    f"--method {config.method}")
+                    f"--method {config.method}"
+                    + (f" --concurrencies {','.join(map(str, config.concurrencies))}" if config.concurrencies else ""))
     cmds.append(f"campaign export verdict {verdict_id} -o verdict.json")
     cmds.append("campaign controls")
     return {"commands": cmds, "numpy": NUMPY_SNIPPET,

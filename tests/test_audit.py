@@ -115,3 +115,27 @@ def test_runs_exclude_cli(tmp_path, capsys):
     assert r.returncode == 0 and "excluded from aggregates" in r.stdout
     ls = inproc(capsys, "runs", "list", "--format", "csv", db=db)
     assert "profiled by accident" in ls.stdout
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, '{"a":' * 100_000 + "1" + "}" * 100_000],
+                         ids=["list", "object"])
+def test_audit_verify_against_deeply_nested_json_is_one_line(tmp_path, text):
+    """`--against` a JSON file nested 100,000 deep: one line naming the file, exit 2 (it was a
+    RecursionError traceback from json.loads)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    db = tmp_path / "c.duckdb"
+    with Store(db) as s:
+        _chain(s, 1)
+        insert_run(s, "run-0", plan_hash="p" * 64, status="running")
+    bad = tmp_path / "verdict.json"
+    bad.write_text(text)
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-m", "console.cli", "audit", "verify", "--against", str(bad), "--db", str(db)],
+                       capture_output=True, text=True, cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == f"campaign: error: {bad}: not an audit head (JSON nested too deeply to read)"
+    assert "Traceback" not in r.stderr

@@ -107,3 +107,53 @@ def test_controls_follow_the_plans_concurrencies_and_repeats(concurrencies, repe
     assert set(REPEAT_CONTROLS) <= {r.name for r in results}
     for r in results:
         assert "C16" not in r.detail and "C32" not in r.detail  # the data lies at the plan's concurrencies
+
+
+def test_gate_reuses_the_controls_of_the_same_settings_and_reruns_on_any_change(tmp_path):
+    """The controls ran on every gate call (5 s of an 8 s gate): a second `gate --scores` with the
+    same settings reuses them from the file beside the store; a changed seed, draws, margin or
+    concurrency runs them again, and an edited cache entry is not trusted."""
+    import json
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from data.store import Store
+    from stats.controls import baseline_table, with_candidate
+    from stats.controls_cache import cache_path
+
+    root = Path(__file__).resolve().parents[1]
+    csv, db = tmp_path / "s.csv", tmp_path / "c.duckdb"
+    with_candidate(baseline_table(n_ids=8, repeats=2)).to_csv(csv, index=False)
+    with Store(db):
+        pass
+
+    def gate(*extra: str) -> str:
+        r = subprocess.run([sys.executable, "-m", "console.cli", "gate", "--scores", str(csv), "--wer-margin", "0.2",
+                            "--sim-margin", "0.5", "--utmos-margin", "0.05", "--draws", "500", *extra, "--db", str(db)],
+                           capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                           env={**os.environ, "PYTHONPATH": str(root), "COLUMNS": "200"})
+        assert r.returncode == 0, r.stdout + r.stderr
+        line = next(ln for ln in r.stdout.splitlines() if ln.startswith("synthetic controls:"))
+        return re.sub(r"\s+", " ", line)
+
+    first = gate()
+    assert "ran now, kept in c.duckdb.controls-cache.json" in first
+    kept = cache_path(db).read_bytes()
+    second = gate()
+    assert "reused: the same settings and code ran them at" in second and second.endswith(first[-18:])
+    assert cache_path(db).read_bytes() == kept  # nothing ran, nothing rewritten
+    for changed in (["--seed", "7"], ["--draws", "501"], ["--concurrencies", "1,16"],
+                    ["--utmos-margin", "0.06"]):
+        assert "ran now" in gate(*changed), changed
+    assert "reused" in gate()  # the original settings' entry is still there
+    doc = json.loads(cache_path(db).read_text())
+    key = re.search(r"key ([0-9a-f]{12})", first).group(1)
+    entry = next(v for k, v in doc["entries"].items() if k.startswith(key))
+    entry["settings"]["gate"]["draws"] = 20000  # an entry whose settings are not the ones its key was made from
+    cache_path(db).write_text(json.dumps(doc))
+    assert "ran now" in gate()
+    cache_path(db).write_text("[" * 100_000)  # a damaged cache file is only a miss
+    assert "ran now" in gate()

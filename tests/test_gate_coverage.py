@@ -16,7 +16,8 @@ from stats.controls import baseline_table, with_candidate
 from stats.gates import FAIL, INCONCLUSIVE, GateConfig, evaluate_gates
 
 CFG = GateConfig(margins={"wer": 0.2, "sim": 0.5, "utmos": 0.05}, draws=1000, seed=20261022)
-MARGINS = ["--wer-margin", "0.2", "--sim-margin", "0.5", "--utmos-margin", "0.05", "--draws", "1000"]
+MARGINS = ["--wer-margin", "0.2", "--sim-margin", "0.5", "--utmos-margin", "0.05", "--draws", "1000",
+           "--concurrencies", "1"]  # the tables below are at C1
 
 
 def flat(out: str) -> str:

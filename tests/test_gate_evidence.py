@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from datetime import datetime, timezone
 from pathlib import Path
 
 import jsonschema
@@ -206,3 +207,114 @@ def test_plan_mode_failed_incomplete_or_excluded_run_is_a_gap_naming_ids_and_rep
                 assert f"{uid} (candidate lacks repeat 1" in out
             if not moved:
                 assert f"run missing: no measured run for ref-cand c{c} repeat 1" in out
+
+
+def _announce(db: Path, run_ids, plan_hash) -> None:
+    """The run_started event each run's recorder appends (console/recording.py) for runs added by hand."""
+    from data.audit import append_event
+
+    with Store(db) as s:
+        for rid in run_ids:
+            append_event(s, "run_started", plan_hash=plan_hash, subject=rid, payload={"run_id": rid})
+
+
+def _probe(db: Path, run_id: str, wl, art, shift: str) -> None:
+    """A probe (no plan) requesting every holdout id, announced in the chain, whose started_at is then
+    moved by `shift` with duckdb on the file, as a probe with a wrong clock (or a forger) leaves it."""
+    import duckdb
+
+    with Store(db) as s:
+        s.insert("runs", {"run_id": run_id, "plan_hash": None, "engine": "probe", "dialect": "vllm-omni",
+                          "concurrency": 1, "repeat_index": 0, "kind": "exploratory", "status": "complete",
+                          "pool": None, "started_at": datetime.now(timezone.utc)})
+        for i, uid in enumerate(HOLDOUT):
+            s.insert("requests", {"run_id": run_id, "request_index": i, "utt_id": uid, "is_warmup": False,
+                                  "t_send_ns": i, "outcome": "ok"})
+    _announce(db, [run_id], None)
+    con = duckdb.connect(str(db))
+    try:
+        con.execute(f"UPDATE runs SET started_at = started_at + INTERVAL '{shift}' WHERE run_id = ?", [run_id])
+    finally:
+        con.close()
+
+
+def test_reuse_is_decided_by_the_audit_sequence_not_the_wall_clock(tmp_path):
+    """A probe of the reserved ids stamped a day ahead, whose run_started precedes holdout_opened
+    and the quality runs in the chain, is reuse; one stamped a day back but announced after the
+    quality runs is not (pool status used to compare runs.started_at)."""
+    from data.pool_status import REUSED, RESERVED, pool_status
+
+    wl_root = write_workload(tmp_path / "workload")
+    wl = load_workload(wl_root, "en")
+    art, db, path = tmp_path / "artifacts", tmp_path / "campaign.duckdb", tmp_path / "plan.json"
+    path.write_text(json.dumps(plan_raw(wl_root, "clock", concurrencies=[1], repeats=1), indent=1))
+    with Store(db) as store:
+        plan = plan_from_store(store, freeze(store, path).hash)
+    _probe(db, "probe-ahead", wl, art, "1 day")
+    assert main(["plan", "open-holdout", str(path), "--reason", "candidate frozen", "--db", str(db)]) == 0
+    with Store(db) as store:
+        add_cells(store, plan, art, wl, (1,), repeats=1)
+    _probe(db, "probe-late", wl, art, "-1 day")
+    with Store(db) as store:
+        seqs = {e["subject"]: e["seq"] for e in events(store) if e["kind"] in ("run_started", "holdout_opened")}
+        opened = events(store, kind="holdout_opened")[0]["seq"]
+        st = pool_status(store, plan)
+        ahead, quality = store.scalar("SELECT started_at FROM runs WHERE run_id = 'probe-ahead'"), \
+            store.scalar("SELECT min(started_at) FROM runs WHERE plan_hash = ?", [plan.hash])
+    assert seqs["probe-ahead"] < opened < seqs["ref-base-c1-r0"] < seqs["probe-late"] and ahead > quality
+    assert st.status == REUSED and st.status != RESERVED, st.summary
+    assert [r["run_id"] for r in st.earlier_runs] == ["probe-ahead"] and st.earlier_runs_total == 1
+    assert st.earlier_runs[0]["audit_seq"] == seqs["probe-ahead"]
+
+
+def _store_counts(db: Path) -> tuple[int, int, int]:
+    """(verdict rows, verdict_issued events, audit events) read from the DuckDB file itself."""
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return (con.execute("SELECT count(*) FROM verdicts").fetchone()[0],
+                con.execute("SELECT count(*) FROM audit_events WHERE kind = 'verdict_issued'").fetchone()[0],
+                con.execute("SELECT count(*) FROM audit_events").fetchone()[0])
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("stage", ["no runs", "runs not scored"])
+def test_gate_with_nothing_to_judge_issues_nothing(tmp_path, stage):
+    """A plan with no runs (or runs never scored) and a throughput rule: gate prints what is missing,
+    once per verdict and compactly, stores no verdict and no audit event, and exits 2 (it issued
+    three permanent INCONCLUSIVE verdicts, and printed one gap note per id)."""
+    import os
+    import subprocess
+    import sys
+
+    wl_root = write_workload(tmp_path / "workload")
+    raw = plan_raw(wl_root, "empty", concurrencies=[1, 4])
+    raw["decision_rules"] = [{"name": "cand-exceeds", "kind": "throughput_exceeds", "candidate": "ref-cand",
+                              "reference": "ref-base", "concurrencies": [1], "confidence": 0.95}]
+    path, db = tmp_path / "plan.json", tmp_path / "campaign.duckdb"
+    path.write_text(json.dumps(raw, indent=1))
+    with Store(db) as store:
+        plan = plan_from_store(store, freeze(store, path).hash)
+        if stage == "runs not scored":
+            add_cells(store, plan, tmp_path / "artifacts", load_workload(wl_root, "en"), (1, 4))
+    before = _store_counts(db)
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-m", "console.cli", "gate", str(path), "--db", str(db)], capture_output=True,
+                       text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(root), "COLUMNS": "400"},
+                       timeout=300)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert _store_counts(db) == before and before[:2] == (0, 0)
+    assert r.stderr.strip() == (f"campaign: error: plan {plan.hash[:12]}: nothing to judge (2 verdict(s) lack all "
+                                "their evidence: run the cells and `campaign score` first); no verdict issued")
+    out = r.stdout
+    assert out.count("nothing to judge, no verdict:") == 2 and "verdict issued" not in out
+    assert ("nothing to judge, no verdict: quality ref-cand vs ref-base: no baseline or candidate outputs scored "
+            "(baseline ref-base: 0 of 12 expected outputs scored, candidate ref-cand: 0 of 12 expected outputs "
+            "scored); 3 id(s) lack every value (spk1-t2, spk2-t1, spk2-t2); 24 output(s) by cause: ") in out
+    if stage == "no runs":
+        assert "nothing to judge, no verdict: decision rule cand-exceeds: no complete measured run of ref-cand or " \
+               "ref-base at C1" in out
+        assert "3× run missing: no measured run for ref-base c1 repeat 0" in out and "and 5 more cause(s)" in out
+    assert out.count("spk1-t2") == 1 and "Quality verdict" not in out and "synthetic controls" not in out

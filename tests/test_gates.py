@@ -111,7 +111,7 @@ def test_frame_hash_is_order_independent_and_content_sensitive():
     (lambda d: d.assign(wer_words=[0] + list(d.wer_words[1:])), "row 1: wer_words 0"),
     (lambda d: d.assign(concurrency=["x"] + list(d.concurrency[1:])), "row 1: concurrency 'x'"),
     (lambda d: d.assign(utmos=["abc"] + list(d.utmos[1:])), "row 1: utmos 'abc'"),
-    (lambda d: pd.concat([d, d.iloc[:1]]), "duplicate rows"),
+    (lambda d: pd.concat([d, d.iloc[:1]]), "rows 1 and 9 are duplicates (arm=baseline concurrency=1 repeat=0"),
 ])
 def test_validation_one_line_errors(mutate, needle):
     data = with_candidate(baseline_table(n_ids=4, repeats=1, concurrencies=(1,)))

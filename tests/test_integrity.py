@@ -48,8 +48,11 @@ def campaign(tmp_path_factory) -> dict:
     wl = make_workload(root / "wl", short=True)
     doc = plan_dict(wl, concurrencies=(1,), requests=2, repeats=2, restart="per_cell", interleave="sequential")
     doc["quality"]["concurrencies"] = [1, 16, 32]  # the built-in controls' concurrencies
+    # two rule verdicts: the quality arms are never run here, so the gate has no quality verdict to issue
     doc["decision_rules"] = [{"name": "fast-exceeds", "kind": "throughput_exceeds", "candidate": "ref-fast",
-                              "reference": "ref-baseline", "concurrencies": [1], "confidence": 0.95}]
+                              "reference": "ref-baseline", "concurrencies": [1], "confidence": 0.95},
+                             {"name": "baseline-exceeds", "kind": "throughput_exceeds", "candidate": "ref-baseline",
+                              "reference": "ref-fast", "concurrencies": [1], "confidence": 0.95}]
     for e in doc["engines"]:
         e["argv"] = [sys.executable, "-m", "engine_adapters.reference", "--dialect", e["dialect"],
                      "--profile", e["profile"], "--host", "127.0.0.1", "--port", str(e["port"])]
@@ -327,7 +330,7 @@ def test_export_verdict_to_stdout_and_file(campaign, tmp_path, capsys):
         jsonschema.validate(doc, load_schema())
         assert doc["verdict_id"] == vid and doc["audit_head"]["schema"] == "omni-campaign-audit-head/1"
         f = tmp_path / f"{vid}.json"
-        assert inproc(capsys, "export", "verdict", vid[:24], "-o", str(f), db=db).returncode == 0
+        assert inproc(capsys, "export", "verdict", vid[:-2], "-o", str(f), db=db).returncode == 0
         assert json.loads(f.read_text())["verdict_id"] == vid
 
 
@@ -460,3 +463,33 @@ def test_launches_from_before_launch_events_are_counted_not_compared(tmp_path, c
     assert r.returncode == 0, r.stdout
     assert re.search(r"ok +launches +0 launch\(es\) match their launch_recorded events; 1 from before launch "
                      r"events counted, not compared", r.stdout)
+
+
+def test_a_launch_inserted_by_hand_with_an_old_date_is_named_not_counted_as_legacy(tmp_path, capsys):
+    """Once launch events exist, whether a launch predates them is decided by the audit sequence:
+    a row inserted by hand and dated 2020 is inserted by hand (started_at used to make it legacy
+    and skip it); a launch an event placed before the first launch_recorded stays legacy."""
+    from datetime import datetime, timezone
+
+    from data.audit import append_event
+    from data.launches import store_launch
+
+    db = tmp_path / "c.duckdb"
+    old = datetime(2020, 1, 1, tzinfo=timezone.utc)
+    with Store(db) as s:
+        s.insert("engine_launches", {"launch_id": "old-1", "engine": "e", "adapter": "reference", "status": "stopped",
+                                     "started_at": datetime.now(timezone.utc)})  # a clock that says "now"
+        s.insert("runs", {"run_id": "run-1", "engine": "e", "dialect": "vllm-omni", "concurrency": 1, "kind": "measured", "repeat_index": 0,
+                          "status": "running", "launch_id": "old-1", "started_at": datetime.now(timezone.utc)})
+        append_event(s, "run_started", subject="run-1", payload={"engine": "e"})  # places old-1 in the chain
+        store_launch(s, {"launch_id": "new-1", "engine": "e", "adapter": "reference", "status": "ready",
+                         "started_at": datetime.now(timezone.utc)})
+    r = _verify(capsys, db)
+    assert r.returncode == 0, r.stdout
+    assert re.search(r"ok +launches +1 launch\(es\) match their launch_recorded events; 1 from before launch "
+                     r"events counted, not compared", r.stdout), r.stdout
+    _tamper(db, "INSERT INTO engine_launches (launch_id, engine, adapter, status, started_at) "
+                f"VALUES ('forged-1', 'e', 'reference', 'stopped', TIMESTAMPTZ '{old.isoformat()}')")
+    r = _verify(capsys, db)
+    assert r.returncode == 1 and "launch forged-1: no launch_recorded event for it (inserted by hand)" in r.stdout, \
+        r.stdout

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
+from data.audit import append_event
 from data.plans import plan_from_dict
 
 SPEAKERS = {  # speaker id -> espeak voice parameters (clearly different voices)
@@ -99,6 +100,8 @@ def add_run(store, plan, run_id: str, engine: str, artifacts: Path, workload, *,
     store.insert("runs", {"run_id": run_id, "plan_hash": plan.hash, "engine": engine, "dialect": "vllm-omni",
                           "concurrency": concurrency, "repeat_index": repeat, "kind": kind, "status": status,
                           "pool": "holdout", "started_at": now})
+    # what the recorder appends with the row (console/recording.py): reuse is ordered by it
+    append_event(store, "run_started", plan_hash=plan.hash, subject=run_id, payload={"engine": engine})
     fail, audio = fail or {}, audio or {}
     by_id = workload.by_id
     for i, uid in enumerate(workload.pools["holdout"]):

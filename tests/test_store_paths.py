@@ -76,6 +76,7 @@ def test_freeze_refuses_paths_that_do_not_exist(tmp_path):
     (gone / "deploy.yaml").write_text("stage_args: []\n")
     (gone / "pools.json").write_text((tmp_path / "wl" / "pools.json").read_text())
     doc["workload"]["root"] = str(tmp_path / "wl")
+    doc["engines"][1]["checkpoint_paths"] = doc["engines"][0]["checkpoint_paths"]  # compared engines load the same bytes
     write_json(plan, doc)
     r = campaign("plan", "freeze", str(plan), db=db)
     assert r.returncode == 0, r.stderr

@@ -44,6 +44,7 @@ from console.runner import (
 )
 from data.errors import CampaignError, one_line
 from data.plans import Plan, engine_environment, plan_secrets
+from data.queries import launch_seq
 from data.store import Store
 from engine_adapters.cluster import NodeCell, NodeGroup, drive_group
 
@@ -56,8 +57,8 @@ def expected_checkpoints(store: Store, plan: Plan) -> dict[str, dict[str, str]]:
     import json
 
     out: dict[str, dict[str, str]] = {}
-    for r in store.query("SELECT engine, checkpoint_sha256_json FROM engine_launches WHERE plan_hash = ? "
-                         "ORDER BY started_at", [plan.hash]):
+    for r in store.query("SELECT engine, checkpoint_sha256_json FROM engine_launches l WHERE plan_hash = ? "
+                         f"ORDER BY {launch_seq('l')} NULLS LAST, launch_id", [plan.hash]):  # first: chain order
         got = json.loads(r["checkpoint_sha256_json"] or "{}")
         if got and r["engine"] not in out:
             out[r["engine"]] = got

@@ -3,18 +3,22 @@ as insert-only verdicts; `campaign verdicts`: list issued verdicts.
 
     campaign gate plan.json [--db DB] [--dry-run]
     campaign gate --scores FILE.csv|.parquet --wer-margin 0.2 --sim-margin 0.5 --utmos-margin 0.05 \\
-                  [--draws 20000] [--seed 20261022] [--method percentile|bca] [--issue --db DB]
+                  [--concurrencies 1,16,32] [--draws 20000] [--seed 20261022] [--method percentile|bca] \\
+                  [--issue --db DB]
 
-Exit status: 0 PASS, 1 FAIL, 3 INCONCLUSIVE (2 stays "usage or input error"). The synthetic
-controls run first with the same margins, draws, seed and method; if any control misses its known
-answer no verdict is issued. In plan mode a PASS also needs the candidate's validators to have
-passed after the freeze and its latest launch (data/validators.py; docs/plans.md, "Validators").
+Exit status: 0 PASS, 1 FAIL, 3 INCONCLUSIVE (2 stays "usage or input error"). Plan mode issues
+no verdict whose evidence is missing altogether (an arm never run or scored, a rule engine with no
+complete run): it prints what is missing, and exits 2 if that leaves nothing to judge, else at
+least 3 (the plan's question is not fully answered). The synthetic controls run first with the
+same margins, draws, seed and method; if any control misses its known answer no verdict is issued.
+In plan mode a PASS also needs the candidate's validators to have passed after the freeze and its
+latest launch (data/validators.py; docs/plans.md, "Validators").
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from console.commands.db import add_db_arg
 from console.output import FORMATS, print_rows
@@ -34,6 +38,9 @@ def register(sub) -> None:
     p.add_argument("--wer-margin", type=float, help="WER margin in percentage points (--scores)")
     p.add_argument("--sim-margin", type=float, help="SIM (x100) drop margin (--scores)")
     p.add_argument("--utmos-margin", type=float, help="UTMOS drop margin (--scores)")
+    p.add_argument("--concurrencies", type=_concurrencies, default=None, metavar="C,C,...",
+                   help="--scores: the concurrencies the verdict requires in both arms (default 1,16,32); "
+                        "others in the table are shown as not part of the verdict")
     p.add_argument("--draws", type=int, default=None, help="bootstrap draws B (--scores; default 20000)")
     p.add_argument("--seed", type=int, default=None, help="bootstrap seed (--scores; default 20261022)")
     p.add_argument("--method", choices=("percentile", "bca"), default=None, help="--scores; default percentile")
@@ -52,6 +59,28 @@ def register(sub) -> None:
 
 # -- input ------------------------------------------------------------------------------------
 
+DEFAULT_CONCURRENCIES = (1, 16, 32)  # the reference campaign's quality concurrencies (docs/statistics.md)
+
+
+def _concurrencies(text: str) -> tuple[int, ...]:
+    """'1,16,32' -> (1, 16, 32): positive, distinct, ascending."""
+    import argparse
+
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected positive integers separated by commas") from None
+    if not values or min(values) < 1 or len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected distinct positive integers separated by commas")
+    return tuple(sorted(values))
+
+
+# Missing-value spellings for the numeric columns only (pandas' defaults): ids and arms are read
+# as written, so a prompt id `NA` or `null` is an id, never a missing value.
+_NA = ("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>", "N/A",
+       "NA", "NULL", "NaN", "None", "n/a", "nan", "null")
+
+
 def read_scores(path: str) -> pd.DataFrame:
     import pandas as pd
 
@@ -61,7 +90,9 @@ def read_scores(path: str) -> pd.DataFrame:
     suffix = p.suffix.lower()
     try:
         if suffix == ".csv":
-            return pd.read_csv(p, dtype={"arm": str, "utt_id": str})
+            numeric = ("concurrency", "repeat", "wer_errors", "wer_words", "sim", "utmos", "gap")
+            return pd.read_csv(p, dtype={"arm": str, "utt_id": str}, keep_default_na=False,
+                               na_values={c: list(_NA) for c in numeric})
         if suffix in (".parquet", ".pq"):
             return pd.read_parquet(p)
     except Exception as exc:  # pandas/pyarrow raise many parser error types; all are user input errors
@@ -86,6 +117,8 @@ def cmd_gate(args) -> int:
     console = Console(width=max(Console().width, 160))
     if args.scores and args.plan:
         raise CampaignError("give a plan file or --scores FILE, not both")
+    if args.plan and args.concurrencies:
+        raise CampaignError("--concurrencies is for --scores: a plan gates its quality.concurrencies")
     if args.scores:
         return gate_scores(args, console)
     if not args.plan:
@@ -96,7 +129,7 @@ def cmd_gate(args) -> int:
 def gate_scores(args, console: Console) -> int:
     from console.gate_tables import print_checks, require_controls
     from data.pool_status import external_status
-    from data.store import open_store
+    from data.store import open_store, resolve_db_path
     from stats.gates import GateConfig, evaluate_gates, validate_long_frame
 
     missing = [f for f, v in (("--wer-margin", args.wer_margin), ("--sim-margin", args.sim_margin),
@@ -105,9 +138,10 @@ def gate_scores(args, console: Console) -> int:
         raise CampaignError(f"--scores needs explicit margins: {', '.join(missing)} missing")
     cfg = GateConfig(margins={"wer": args.wer_margin, "sim": args.sim_margin, "utmos": args.utmos_margin},
                      draws=args.draws or 20000, seed=20261022 if args.seed is None else args.seed,
-                     method=args.method or "percentile", confidence=args.confidence or 0.95)
+                     method=args.method or "percentile", confidence=args.confidence or 0.95,
+                     concurrencies=args.concurrencies or DEFAULT_CONCURRENCIES)
     frame = validate_long_frame(read_scores(args.scores), args.scores)
-    controls = require_controls(console, cfg)
+    controls = require_controls(console, cfg, resolve_db_path(args.db))
     result = evaluate_gates(frame, cfg, source=str(args.scores))
     evidence = external_status(str(args.scores))
     print_checks(console, result, f"noninferiority gates: {args.scores}", evidence)
@@ -128,49 +162,69 @@ def gate_plan(args, console: Console) -> int:
     from data.pool_status import pool_status
     from data.store import open_store
     from data.validators import precondition
-    from stats.gates import GateConfig, evaluate_gates
+    from stats.gates import FAIL, GateConfig, evaluate_gates, missing_evidence
     from stats.metrics import METRICS_VERSION
     from stats.quality.registry import scorer_status
     from stats.quality.scoring import scores_frame
-    from stats.throughput_rules import collect_values, evaluate_rule
+    from stats.throughput_rules import collect_values, evaluate_rule, missing_runs
     from stats.verdict_doc import issue_quality, issue_rule
 
     with open_store(args.db) as store:
         plan = frozen_plan_for_file(store, args.plan)
         cfg = GateConfig.from_plan(plan)
-        controls = require_controls(console, cfg)
         verdicts: list[str] = []
         issued: list[str] = []
         q = plan.quality
+        # What there is to judge, before anything runs: a verdict about evidence never gathered
+        # (no runs, no scores) is not issued (docs/statistics.md, "Nothing to judge").
+        quality: list[tuple[str, Any, pd.DataFrame]] = []
+        missing: list[str] = []
         if q.baseline and plan.quality_candidates:
             for candidate in plan.quality_candidates:  # one verdict per candidate, each against the baseline
                 view = plan.for_candidate(candidate)
                 frame = scores_frame(store, view)
-                status = scorer_status(view)
-                if frame.empty:
-                    raise CampaignError(f"plan {plan.hash[:12]}: no quality rows (run the quality cells and "
-                                        "`campaign score` first)")
-                result = evaluate_gates(frame, cfg, scorer_status=status, source=f"plan {plan.hash[:12]}")
-                validators = precondition(store, plan, candidate)  # a PASS needs its validators (docs/plans.md)
-                result.verdict = validators.verdict(result.verdict)
-                evidence = pool_status(store, view)
-                print_checks(console, result, f"noninferiority gates: {plan.name} ({candidate} vs {q.baseline})",
-                             evidence)
-                if validators.reason:
-                    console.print(validators.reason, highlight=False)
-                verdicts.append(result.verdict)
-                if not args.dry_run:
-                    issued.append(issue_quality(store, result, frame, plan=view, metrics_version=METRICS_VERSION,
-                                                controls=controls, scorer_status=status,
-                                                scorers=dict(frame.attrs.get("scorers") or {}),
-                                                pool=evidence.as_dict(), validators=validators))
+                gap = missing_evidence(frame, {"baseline": str(q.baseline), "candidate": candidate})
+                if gap:
+                    missing.append(f"quality {candidate} vs {q.baseline}: {gap}")
+                else:
+                    quality.append((candidate, view, frame))
         else:
             console.print("plan has no quality baseline/candidate: no noninferiority gates")
+        rules = []
         for rule in plan.decision_rules:
             if rule.kind != "throughput_exceeds":
                 console.print(f"decision rule {rule.name}: kind {rule.kind!r} is not evaluated by the gate")
                 continue
-            rr = evaluate_rule(rule, collect_values(store, plan, rule))
+            values = collect_values(store, plan, rule)
+            gap = missing_runs(rule, values)
+            if gap:
+                missing.append(f"decision rule {rule.name}: {gap}")
+            else:
+                rules.append((rule, values))
+        for line in missing:
+            console.print(f"nothing to judge, no verdict: {line}")
+        if missing and not (quality or rules):
+            raise CampaignError(f"plan {plan.hash[:12]}: nothing to judge ({len(missing)} verdict(s) lack all their "
+                                "evidence: run the cells and `campaign score` first); no verdict issued")
+        controls = require_controls(console, cfg, store.path)
+        for candidate, view, frame in quality:
+            status = scorer_status(view)
+            result = evaluate_gates(frame, cfg, scorer_status=status, source=f"plan {plan.hash[:12]}")
+            validators = precondition(store, plan, candidate)  # a PASS needs its validators (docs/plans.md)
+            result.verdict = validators.verdict(result.verdict)
+            evidence = pool_status(store, view)
+            print_checks(console, result, f"noninferiority gates: {plan.name} ({candidate} vs {q.baseline})",
+                         evidence)
+            if validators.reason:
+                console.print(validators.reason, highlight=False)
+            verdicts.append(result.verdict)
+            if not args.dry_run:
+                issued.append(issue_quality(store, result, frame, plan=view, metrics_version=METRICS_VERSION,
+                                            controls=controls, scorer_status=status,
+                                            scorers=dict(frame.attrs.get("scorers") or {}),
+                                            pool=evidence.as_dict(), validators=validators))
+        for rule, values in rules:
+            rr = evaluate_rule(rule, values)
             validators = precondition(store, plan, rule.candidate)
             rr.verdict = validators.verdict(rr.verdict)
             print_rule(console, rr)
@@ -187,7 +241,8 @@ def gate_plan(args, console: Console) -> int:
         console.print("dry run: nothing issued")
     if not verdicts:
         raise CampaignError(f"plan {plan.hash[:12]}: nothing to gate (no quality arms and no decision rules)")
-    return exit_status(verdicts)
+    # a verdict not issued for want of evidence leaves the plan's question open: at least 3
+    return max(exit_status(verdicts), 3) if missing and FAIL not in verdicts else exit_status(verdicts)
 
 
 def print_earlier_verdicts(console: Console, db, plan) -> None:

@@ -17,6 +17,7 @@ from data.audit import ChainResult, verify_chain
 from data.launches import IDENTITY_SQL, identity_label
 from data.metric_params import MetricParams
 from data.plans import plan_from_store
+from data.queries import plan_seq
 from data.snapshot import open_reader
 from data.store import Store
 from stats.metrics import RequestMetrics, RunMetrics, load_run_records, metrics_for_runs, request_metrics
@@ -130,7 +131,7 @@ def load_run_detail(store: Store, run_id: str) -> RunDetail:
 def load_reports(store: Store) -> list[PlanResults]:
     """The results of every root plan in the store (what `campaign report` shows)."""
     return [load_plan_results(store, plan_from_store(store, h)) for (h,) in store.con.execute(
-        "SELECT plan_hash FROM plans WHERE kind = 'plan' ORDER BY frozen_at").fetchall()]
+        f"SELECT plan_hash FROM plans p WHERE kind = 'plan' ORDER BY {plan_seq('p')} NULLS FIRST").fetchall()]
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from data.queries import launch_seq
 from data.store import Store
 from stats.metrics import METRICS_BY_NAME, SWEEP_POOL, CellRun, Spread, plan_cell_runs, spread
 from stats.metrics.registry import throughput_unit
@@ -105,8 +106,8 @@ def admission_limits(store: Store, plan: Any) -> dict[str, int]:
     """engine -> the admission limit its latest launch under the plan recorded from its deploy
     configuration (engine_adapters/deploy_config.py); engines without one are absent."""
     out: dict[str, int] = {}
-    for r in store.query("SELECT engine, deploy_json FROM engine_launches WHERE plan_hash = ? AND deploy_json IS NOT NULL "
-                         "ORDER BY started_at", [plan.hash]):
+    for r in store.query("SELECT engine, deploy_json FROM engine_launches l WHERE plan_hash = ? AND deploy_json IS NOT NULL "
+                         f"ORDER BY {launch_seq('l')} NULLS FIRST, launch_id", [plan.hash]):  # latest: chain order
         limit = json.loads(r["deploy_json"]).get("admission_limit")
         if isinstance(limit, int):
             out[r["engine"]] = limit

@@ -131,13 +131,14 @@ def load_gates(store, plan_hash: str | None = None) -> GatesData | None:
     from data.plans import plan_from_store
     from data.pool_status import pool_status
     from data.validators import precondition
+    from data.queries import plan_seq
     from stats.gates import GateConfig, evaluate_gates
     from stats.quality.registry import scorer_status
     from stats.quality.scoring import coverage, scores_frame
     from stats.throughput_rules import collect_values, evaluate_rule
 
     if plan_hash is None:
-        plan_hash = store.scalar("SELECT plan_hash FROM plans ORDER BY frozen_at DESC LIMIT 1")
+        plan_hash = store.scalar(f"SELECT plan_hash FROM plans p ORDER BY {plan_seq('p')} DESC NULLS LAST LIMIT 1")
     if plan_hash is None:
         return None
     plan = plan_from_store(store, plan_hash)

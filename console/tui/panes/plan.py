@@ -41,10 +41,11 @@ def load_plan_view(store, plan_hash: str | None = None) -> PlanView | None:
     from data.audit import verify_chain
     from data.manifest import holdout_opened
     from data.plans import plan_from_store, stored_document, verify_plan_file
+    from data.queries import plan_seq
 
     row = store.query("SELECT plan_hash, kind, strftime(frozen_at AT TIME ZONE 'UTC', '%Y-%m-%d %H:%M:%S') AS at, "
-                      "source_path FROM plans " + ("WHERE plan_hash = ? " if plan_hash else "")
-                      + "ORDER BY frozen_at DESC LIMIT 1", [plan_hash] if plan_hash else None)
+                      "source_path FROM plans p " + ("WHERE plan_hash = ? " if plan_hash else "")
+                      + f"ORDER BY {plan_seq('p')} DESC NULLS LAST LIMIT 1", [plan_hash] if plan_hash else None)
     if not row:
         return None
     r = row[0]
@@ -59,7 +60,7 @@ def load_plan_view(store, plan_hash: str | None = None) -> PlanView | None:
     else:
         check, detail = "file missing", f"{shown}: not on this machine; the stored copy is shown"
     chain = store.query("SELECT plan_hash, kind, name, parent_hash, strftime(frozen_at AT TIME ZONE 'UTC', "
-                        "'%Y-%m-%d %H:%M:%S') AS at FROM plans ORDER BY frozen_at")
+                        f"'%Y-%m-%d %H:%M:%S') AS at FROM plans p ORDER BY {plan_seq('p')} NULLS FIRST")
     holdout = []
     pool = plan.workload.holdout_pool
     if pool:
