@@ -40,6 +40,7 @@ from data.anchor import Head, current_head, holds, read_head
 from data.audit import event_hash, events, verify_chain
 from data.errors import CampaignError, first_line
 from data.hashing import canonical_json, sha256_file
+from data.queries import plan_seq
 from data.store import Store
 from data.verdicts import document_sha256
 from console.evidence_patches import write_patches
@@ -66,7 +67,7 @@ def plan_family(store: Store, plan_hash: str) -> list[str]:
     """The plan, its ancestors and every addendum below it (frozen order)."""
     from data.manifest import plan_lineage
 
-    rows = store.con.execute("SELECT plan_hash, parent_hash FROM plans ORDER BY frozen_at").fetchall()
+    rows = store.con.execute(f"SELECT plan_hash, parent_hash FROM plans p ORDER BY {plan_seq('p')} NULLS FIRST, plan_hash").fetchall()
     lineage = plan_lineage(store, plan_hash)
     family = set(lineage)
     grew = True
@@ -125,7 +126,7 @@ def export_bundle(store: Store, plan: Any, out: Path, *, html: bool = True) -> d
                                        "ORDER BY run_id, request_index, scorer_id", hashes, out / "tables"),
         "exclusions": _write_table(store, "exclusions", f"SELECT * FROM exclusions WHERE run_id IN ({in_plan}) "
                                    "ORDER BY run_id", hashes, out / "tables"),
-        "plans": _write_table(store, "plans", f"SELECT * FROM plans WHERE plan_hash IN ({marks}) ORDER BY frozen_at",
+        "plans": _write_table(store, "plans", f"SELECT * FROM plans p WHERE plan_hash IN ({marks}) ORDER BY {plan_seq('p')} NULLS FIRST, plan_hash",
                               hashes, out / "tables"),
         "audit_events": _write_table(store, "audit_events", "SELECT * FROM audit_events ORDER BY seq", [], out / "tables"),
         "run_metrics": _write_table(store, "run_metrics", f"SELECT m.* FROM run_metrics m JOIN runs r USING (run_id) "

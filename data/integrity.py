@@ -23,6 +23,7 @@ from data.audit import epoch_us, events, verify_chain
 from data.digest import RUN_TABLES, run_digests, table_digests
 from data.errors import CampaignError, first_line
 from data.hashing import sha256_text
+from data.queries import run_seq
 from data.schema import SCHEMA_VERSION, TABLES
 from data.score_digest import ScoresStored, digest_of, score_columns, score_lines
 from data.store import Store, is_corruption
@@ -339,7 +340,7 @@ def _digest_problem(rid: str, seq: int, recorded: dict[str, Any], got: dict[str,
 def check_runs(store: Store, evs: list[dict[str, Any]]) -> Check:
     started = _by_subject(evs, "run_started")
     ended = _by_subject(evs, "run_ended", last=True)
-    rows = store.query("SELECT run_id, status FROM runs ORDER BY started_at, run_id")
+    rows = store.query(f"SELECT run_id, status FROM runs r ORDER BY {run_seq('r')} NULLS LAST, run_id")
     problems = []
     for r in rows:
         rid, status = r["run_id"], r["status"]

@@ -37,6 +37,7 @@ from data.errors import CampaignError
 from data.metric_params import MetricParams
 from data.plan_ids import ADDENDUM_SCHEMA_ID as ADDENDUM_SCHEMA_ID  # re-exported: the ids' home is data/plan_ids.py
 from data.plan_ids import PLAN_SCHEMA_ID as PLAN_SCHEMA_ID
+from data.queries import plan_seq
 from data.secrets import argv_secret_errors, passthrough_errors, redact_document, resolve_env, secret_values
 from data.store import Store, utcnow
 
@@ -851,7 +852,7 @@ def verify_plan_file(store: Store, path: str | Path) -> VerifyResult:
     name = doc.get("name") if isinstance(doc, dict) else None
     cands = store.query(
         "SELECT plan_hash, canonical_json FROM plans WHERE source_path = ? OR name = ? "
-        "ORDER BY (source_path = ?) DESC, frozen_at DESC LIMIT 1",
+        f"ORDER BY (source_path = ?) DESC, {plan_seq('plans')} DESC NULLS LAST LIMIT 1",
         [str(Path(path).resolve()), name, str(Path(path).resolve())],
     )
     if not cands:

@@ -182,6 +182,25 @@ def test_verify_shows_differing_fields(tmp_path, plan_file, capsys):
     assert run.returncode == 2 and "altered since it was frozen" in run.stderr
 
 
+def test_an_altered_file_is_compared_with_its_latest_freeze_in_the_chain_not_by_clock(store, plan_file):
+    """Which frozen plan a file is compared with is the one frozen last in the audit chain: a
+    `frozen_at` moved a day back (a host clock, a hand edit) does not make an older freeze the
+    latest (issue 26, item 4)."""
+    from data.plans import verify_plan_file
+
+    first = freeze(store, plan_file).hash
+    doc = json.loads(plan_file.read_text())
+    doc["sweep"]["measured_repeats"] = 3
+    plan_file.write_text(json.dumps(doc))
+    second = freeze(store, plan_file).hash
+    store.con.execute("UPDATE plans SET frozen_at = frozen_at - INTERVAL 1 DAY WHERE plan_hash = ?", [second])
+    doc["engines"][1]["profile"] = "lossy"
+    plan_file.write_text(json.dumps(doc))
+    v = verify_plan_file(store, plan_file)
+    assert not v.ok and v.frozen_hash == second != first
+    assert [p for p, _, _ in v.differences] == ["engines[1].profile"]
+
+
 def test_unfrozen_plan_is_refused_by_run(tmp_path, plan_file, capsys):
     r = inproc(capsys, "run", str(plan_file), db=tmp_path / "c.duckdb")
     assert r.returncode == 2 and "plan is not frozen" in r.stderr

@@ -10,6 +10,7 @@ from console.commands.db import add_db_arg
 from console.output import print_rows
 from data.errors import CampaignError
 from data.plan_ids import ADDENDUM_SCHEMA_ID, PLAN_SCHEMA_ID
+from data.queries import plan_seq
 
 HASH_PREFIX = re.compile(r"[0-9a-fA-F]+")  # what a plan hash (prefix) is made of
 
@@ -374,7 +375,7 @@ def cmd_list(args) -> int:
     from data.store import open_store
 
     with open_store(args.db) as store:
-        rows = store.query("SELECT plan_hash, kind, name, parent_hash, frozen_at FROM plans ORDER BY frozen_at")
+        rows = store.query(f"SELECT plan_hash, kind, name, parent_hash, frozen_at FROM plans p ORDER BY {plan_seq('p')} NULLS FIRST, plan_hash")
     print_rows(["hash", "kind", "name", "parent", "frozen_at"],
                [(r["plan_hash"][:16], r["kind"], r["name"], (r["parent_hash"] or "")[:16], r["frozen_at"]) for r in rows])
     return 0
