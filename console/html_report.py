@@ -89,6 +89,18 @@ def report_tables(res: PlanResults) -> str:
     return "".join(parts)
 
 
+def engines_table(store: Store, plan) -> str:
+    """What each engine was: adapter, revision, the code identities its launches recorded (commit,
+    tree, patch, or installed distribution; docs/engines.md) and a precision change."""
+    from data.launches import engine_identities
+
+    identities = engine_identities(store, plan.hash)
+    rows = [[_e(e.name), _e(e.adapter), f"<code>{_e(e.revision or '-')}</code>",
+             "<br>".join(f"<code>{_e(x)}</code>" for x in identities.get(e.name, [])) or "not recorded (no source given)",
+             "CHANGED" if e.precision_change else "-"] for e in plan.engines]
+    return _table(["engine", "adapter", "revision", "code identity (launches)", "precision"], rows, "meta")
+
+
 def verdict_tables(verdicts: list[VerdictResult]) -> str:
     if not verdicts:
         return "<p>No verdicts issued for this plan.</p>"
@@ -135,7 +147,8 @@ def render_html(store: Store, res: PlanResults, verdicts: list[VerdictResult], f
         ["metric parameters", _e(", ".join(f"{k} = {v:g}" for k, v in plan.metrics.as_dict().items()))],
         ["aggregates", "measured, complete, not excluded runs of the sweep pool; median [min-max] cv across repeats"],
     ], "meta")
-    body = [f"<h1>{_e(plan.name)}: campaign report</h1>", meta, "<h2>Report</h2>", report_tables(res),
+    body = [f"<h1>{_e(plan.name)}: campaign report</h1>", meta, "<h2>Engines</h2>", engines_table(store, plan),
+            "<h2>Report</h2>", report_tables(res),
             "<h2>Figures</h2>"]
     for f in figs:
         data = base64.b64encode(pngs[f.key]).decode()

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -25,3 +29,26 @@ def prompt(tmp_path_factory):
     from bench_timing_fidelity import prompt_wav
 
     return prompt_wav(tmp_path_factory.mktemp("p") / "prompt.wav")
+
+
+@pytest.fixture(scope="session")
+def quick_demo():
+    """`campaign demo --quick` once for the whole test session (about 95 s alone): its stdout and
+    its store, shared by the demo, TUI and evidence tests. KEEP_QUICK_DEMO=1 keeps the folder and
+    REUSE_QUICK_DEMO=<its stdout file> reuses it while working on those tests."""
+    root = Path(__file__).resolve().parents[1]
+    reuse = os.environ.get("REUSE_QUICK_DEMO")
+    if reuse:
+        text = Path(reuse).read_text()
+        yield text, root / re.search(r"store:\s+(demo/\S+)/campaign.duckdb", text).group(1) / "campaign.duckdb"
+        return
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    out = subprocess.run([sys.executable, "-m", "console.cli", "demo", "--quick"], cwd=root, env=env,
+                         capture_output=True, text=True, timeout=800)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    folder = root / re.search(r"store:\s+(demo/\S+)/campaign.duckdb", out.stdout).group(1)
+    yield out.stdout, folder / "campaign.duckdb"
+    if os.environ.get("KEEP_QUICK_DEMO"):
+        (folder / "demo.out").write_text(out.stdout)
+    else:
+        shutil.rmtree(folder, ignore_errors=True)

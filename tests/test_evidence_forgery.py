@@ -34,23 +34,12 @@ def campaign(*args: object, timeout: int = 300) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory):
-    reuse = os.environ.get("REUSE_QUICK_DEMO")
-    if reuse:
-        text, made = Path(reuse).read_text(), False
-    else:
-        out = subprocess.run([sys.executable, "-m", "console.cli", "demo", "--quick"], cwd=ROOT, env=ENV,
-                             capture_output=True, text=True, timeout=800)
-        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-        text, made = out.stdout, True
-    folder = ROOT / re.search(r"store:\s+(demo/\S+)/campaign.duckdb", text).group(1)
+def bundle(tmp_path_factory, quick_demo):
+    """The quick demo's evidence bundle (the demo is the session's one: tests/conftest.py)."""
+    _, db = quick_demo
     dest = tmp_path_factory.mktemp("forgery") / "bundle"
-    try:
-        res = campaign("export", "evidence", folder / "plan.json", dest, "--db", folder / "campaign.duckdb")
-        assert res.returncode == 0, res.stdout + res.stderr
-    finally:
-        if made:
-            shutil.rmtree(folder, ignore_errors=True)
+    res = campaign("export", "evidence", db.parent / "plan.json", dest, "--db", db)
+    assert res.returncode == 0, res.stdout + res.stderr
     return dest
 
 

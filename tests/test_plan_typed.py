@@ -47,15 +47,15 @@ def _with_env() -> dict:
 # document_hash of each document computed by main's code before the plan was typed; the demo and
 # real-engine templates since issue 27 gave them their validators (`plan init` is unchanged)
 SHIPPED = {
-    "plan init --demo": (lambda: template(True), "138c454e6d492e581d33494b73b133b86863b94cf1fad9776e18e2e5b91baffd"),
+    "plan init --demo": (lambda: template(True), "bb457b86bf6c94e9dd98e4279c3d2761f37f3ae55add0a986b1f3844879333f6"),
     "plan init": (lambda: template(False), "dd6af72d15b1a65fedb8f4260ba6a0e46de6335d3dc64ece741bd66765cc4ee0"),
     "plan init --engines": (lambda: real_template(["vllm-omni", "sglang-omni", "peer"]),
                             "ff252c6a090192d589d4d75f38ca448b4dd17f52fc0b9bf021ab276b42d6814c"),
-    "demo env values": (_with_env, "4e3ce1af0aeeca01b6dfd94194eaee108705193d3c3f3b71de995e7d29871533"),
+    "demo env values": (_with_env, "d2d45576597cee68f9e68e7fb4d3a7a2ac94f5426c4d046fc61b20b91a2cffd6"),
     "demo --quick": (lambda: _edited(template(True), {"workload.pools_file": "pools.json",
                                                       **{f"engines.{i}.port": 9001 + i for i in range(4)},
                                                       **QUICK_CHANGES}),
-                     "2c64a241f13f2a10b65119ce036b53859a2ee77761ef6b38915398df1fddd8db"),
+                     "b6f725727b92576c63b3f722393142c04e1ea8afe0039fad660eda64c2297e4a"),
 }
 
 

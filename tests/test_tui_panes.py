@@ -5,7 +5,6 @@ of the new tabs on the fixed fixture store (tests/test_tui_fixtures.py)."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -27,27 +26,6 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.timeout(900)
 
 
-@pytest.fixture(scope="module")
-def quick_demo():
-    """`campaign demo --quick` once for the module: its stdout and its store. While working on
-    these tests, KEEP_QUICK_DEMO=1 keeps the folder and REUSE_QUICK_DEMO=<its stdout file> reuses it."""
-    reuse = os.environ.get("REUSE_QUICK_DEMO")
-    if reuse:
-        text = Path(reuse).read_text()
-        yield text, ROOT / re.search(r"store:\s+(demo/\S+)/campaign.duckdb", text).group(1) / "campaign.duckdb"
-        return
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-m", "console.cli", "demo", "--quick"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=800)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    folder = ROOT / re.search(r"store:\s+(demo/\S+)/campaign.duckdb", out.stdout).group(1)
-    yield out.stdout, folder / "campaign.duckdb"
-    if os.environ.get("KEEP_QUICK_DEMO"):
-        (folder / "demo.out").write_text(out.stdout)
-    else:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 def test_quick_demo_tells_the_whole_story(quick_demo):
     text, db = quick_demo
     assert re.search(r"PASS\s+quality\s+demo-reference-ab: ref-fast vs ref-baseline", text)
@@ -67,6 +45,18 @@ def test_quick_demo_tells_the_whole_story(quick_demo):
         evidence = [json.loads(d)["evidence"]["status"] for (d,) in s.con.execute(
             "SELECT document_json FROM verdicts WHERE kind = 'quality'").fetchall()]
     assert evidence == ["reserved", "reserved"]
+    # what each engine was: the demo's engines are the installed console's code (docs/engines.md)
+    from importlib.metadata import version
+    label = f"dist omni-campaign-console {version('omni-campaign-console')}"
+    assert re.search(rf"ref-fast \(reference, profile fast.*{re.escape(label)}", text), text
+    with Store(db, read_only=True) as s:
+        assert {r["source_kind"] for r in s.query("SELECT source_kind FROM engine_launches")} == {"dist"}
+        plan_hash = s.scalar("SELECT plan_hash FROM plans WHERE kind = 'plan'")
+    html = db.parent / "identity-report.html"
+    r = subprocess.run([sys.executable, "-m", "console.cli", "report", plan_hash, "--db", str(db), "--html", str(html)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert f"<code>{label}</code>" in html.read_text(encoding="utf-8")
 
 
 TAB_OF_KEY = dict(zip("12345678", ("runs", "report", "verdicts", "gates", "plan", "sql", "live", "audit")))

@@ -15,6 +15,27 @@ from data.queries import plan_seq
 HASH_PREFIX = re.compile(r"[0-9a-fA-F]+")  # what a plan hash (prefix) is made of
 
 
+CONSOLE_DIST = "omni-campaign-console"
+
+
+def _console_version() -> str:
+    """The installed console's version: the reference engine is its code, so a demo engine's
+    revision is that version and its source the installed distribution (docs/engines.md,
+    "Engine identity and patches")."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(CONSOLE_DIST)
+    except PackageNotFoundError:
+        raise CampaignError(f"{CONSOLE_DIST} is not installed (pip install -e .); the demo's engines name it as "
+                            "their source") from None
+
+
+def _reference_engine(name: str, profile: str, port: int) -> dict:
+    """A demo engine: the bundled reference engine, whose code is the installed console."""
+    return {**_engine(name, profile, port), "revision": _console_version(), "source": {"dist": CONSOLE_DIST}}
+
+
 def _engine(name: str, profile: str, port: int, dialect: str = "vllm-omni") -> dict:
     return {
         "name": name, "adapter": "reference", "revision": "bundled", "profile": profile, "dialect": dialect,
@@ -103,8 +124,8 @@ def demo_validators(engines: list[str]) -> list[dict]:
 
 def template(demo: bool, real_engines: list[str] | None = None) -> dict:
     """The plan written by `plan init`; `_comment` keys document each section (JSON has no comments)."""
-    engines = [_engine("ref-baseline", "baseline", 8091), _engine("ref-fast", "fast", 8092),
-               _engine("ref-lossy", "lossy", 8093), _engine("ref-peer", "peer", 8094)]
+    engines = [_reference_engine("ref-baseline", "baseline", 8091), _reference_engine("ref-fast", "fast", 8092),
+               _reference_engine("ref-lossy", "lossy", 8093), _reference_engine("ref-peer", "peer", 8094)]
     if real_engines:
         return real_template(real_engines)
     if not demo:
