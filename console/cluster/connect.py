@@ -87,5 +87,14 @@ def connect(address: str) -> Any:
         else:
             ray.init(address=address, **kwargs)
     except Exception as exc:  # ConnectionError, RuntimeError ... : one line, nothing ran
-        raise ClusterError(f"--cluster {address}: cannot connect to Ray: {first_line(exc)}") from None
+        raise ClusterError(f"--cluster {address}: cannot connect to Ray: {first_line(exc)}{_hint(address)}") from None
     return ray
+
+
+def _hint(address: str) -> str:
+    """What to check when joining an existing cluster fails (docs/cluster.md, "Starting Ray")."""
+    if address == "local":
+        return ""
+    token = "" if os.environ.get("RAY_AUTH_MODE", "").lower() == "token" else (
+        "a head started with RAY_AUTH_MODE=token needs RAY_AUTH_MODE=token and its token here too; ")
+    return f" ({token}see docs/cluster.md, 'Starting Ray')"
