@@ -30,18 +30,22 @@ class MissingExtra(CampaignError):
     """A command needs a package that only one of the extras installs; nothing was run."""
 
 
-def extra_for(exc: BaseException) -> str | None:
-    """The extra whose package `exc` (an ImportError, or an error raised from one) failed to import."""
+def _missing(exc: BaseException) -> ImportError | None:
+    """The ImportError of an extra's package in `exc` or the errors it was raised from or during."""
     seen: set[int] = set()
     err: BaseException | None = exc
     while err is not None and id(err) not in seen:
         seen.add(id(err))
-        if isinstance(err, ImportError):
-            name = (err.name or "").split(".")[0]
-            if name in EXTRA_OF:
-                return EXTRA_OF[name]
+        if isinstance(err, ImportError) and (err.name or "").split(".")[0] in EXTRA_OF:
+            return err
         err = err.__cause__ or err.__context__
     return None
+
+
+def extra_for(exc: BaseException) -> str | None:
+    """The extra whose package `exc` (an ImportError, or an error raised from one) failed to import."""
+    missing = _missing(exc)
+    return EXTRA_OF[(missing.name or "").split(".")[0]] if missing else None
 
 
 def extra_hint(extra: str, exc: BaseException) -> str:
@@ -51,5 +55,7 @@ def extra_hint(extra: str, exc: BaseException) -> str:
 
 def needs_extra(what: str, exc: BaseException) -> MissingExtra | None:
     """A MissingExtra naming `what` (a command, a scorer) when `exc` is a missing extra's package."""
-    extra = extra_for(exc)
-    return MissingExtra(f"{what}: {extra_hint(extra, exc)}") if extra else None
+    missing = _missing(exc)
+    if missing is None:
+        return None
+    return MissingExtra(f"{what}: {extra_hint(EXTRA_OF[(missing.name or '').split('.')[0]], missing)}")
