@@ -6,9 +6,15 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint bench docs clean
 
+# torch first, pinned: the 'quality' extra only asks for a range (an engine's image keeps its own
+# torch), and an unpinned resolve here would pick the newest CUDA build (GBs). On dev and CI machines
+# torch==$(TORCH) resolves to the CPU build; `.[dev]` then keeps it, as it satisfies the range.
+TORCH ?= 2.13.0
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q 'torch==$(TORCH)'
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 

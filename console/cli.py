@@ -18,6 +18,7 @@ import sys
 
 import console.commands as commands_pkg
 from data.errors import CampaignError, first_line
+from data.extras import needs_extra
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,6 +52,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except ImportError as exc:  # a lazily imported package of an extra that is not installed
+        missing = needs_extra(f"campaign {args.command}", exc)
+        if missing is None:
+            raise
+        print(f"campaign: error: {missing}", file=sys.stderr)
+        return 2
     except Exception as exc:
         if not _is_duckdb_error(exc):
             raise

@@ -35,3 +35,25 @@ def test_one_line_names_the_type():
     assert one_line(OSError("disk full\nmore")) == "OSError: disk full"
     assert one_line(ValueError()) == "ValueError"
     assert one_line(ValueError("abcdef"), 3) == "ValueError: abc"
+
+
+def test_a_missing_extra_is_named_in_one_line():
+    """data/extras.py: the package an ImportError names (directly, or as the cause of another
+    error) maps to the extra that installs it; other import errors are not an extra's."""
+    from data.extras import MissingExtra, extra_for, needs_extra
+
+    try:
+        import torch_not_installed_here  # noqa: F401
+    except ImportError as exc:
+        assert extra_for(exc) is None and needs_extra("campaign score", exc) is None
+    missing = ModuleNotFoundError("No module named 'torch'", name="torch")
+    assert extra_for(missing) == "quality"
+    try:
+        try:
+            raise ModuleNotFoundError("No module named 'ray'", name="ray.util")
+        except ImportError as inner:
+            raise RuntimeError("scorer failed") from inner
+    except RuntimeError as outer:
+        err = needs_extra("--cluster", outer)
+    assert isinstance(err, MissingExtra) and str(err) == (
+        "--cluster: needs the 'cluster' extra (pip install 'omni-campaign-console[cluster]'): No module named 'ray'")

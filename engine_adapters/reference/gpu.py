@@ -14,6 +14,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from data.extras import extra_hint
+
 
 class CudaUnavailable(RuntimeError):
     """``--device cuda`` was asked for on a machine where torch sees no CUDA GPU."""
@@ -33,8 +35,8 @@ def check_cuda() -> str:
     """Name of CUDA device 0, or :class:`CudaUnavailable` with a one-line reason."""
     try:
         import torch
-    except ImportError as exc:  # pragma: no cover - torch is a dependency
-        raise CudaUnavailable(f"--device cuda needs torch ({exc})") from None
+    except ImportError as exc:  # torch comes with the 'quality' extra (data/extras.py)
+        raise CudaUnavailable(f"--device cuda {extra_hint('quality', exc)}") from None
     if not torch.cuda.is_available():
         build = "a CPU-only torch build" if torch.version.cuda is None else f"torch built for CUDA {torch.version.cuda}"
         raise CudaUnavailable(f"--device cuda: no CUDA GPU is visible ({build}, torch {torch.__version__})")

@@ -25,6 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from data.errors import one_line
+from data.extras import extra_hint
 from stats.quality.audio import AudioError, load_audio
 from stats.quality.base import ScoreItem, ScoreResult, Scorer
 from stats.quality.pool import ProcessPoolMixin
@@ -115,7 +116,7 @@ class DnsmosScorer(ProcessPoolMixin, Scorer):
             missing = [str(p) for p in self.model_files() if not p.is_file()]
             import onnxruntime  # noqa: F401  (needed at load time)
         except ImportError as exc:
-            return False, f"speechmos/onnxruntime not installed ({exc})"
+            return False, extra_hint("quality", exc)
         return (False, f"bundled ONNX models missing: {missing}") if missing else (True, "ok")
 
     def load(self) -> None:

@@ -15,6 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
+from data.extras import extra_hint
 from stats.quality.asr import AsrScorer
 from stats.quality.pool import ProcessPoolMixin
 
@@ -75,7 +76,7 @@ class PocketsphinxScorer(ProcessPoolMixin, AsrScorer):
         try:
             missing = [str(p) for p in self.model_files() if not p.is_file()]
         except ImportError as exc:
-            return False, f"pocketsphinx is not installed ({exc})"
+            return False, extra_hint("quality", exc)
         return (False, f"bundled model files missing: {missing[:3]}") if missing else (True, "ok")
 
     def load(self) -> None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from data.errors import one_line
+from data.extras import extra_hint
 from stats.quality.audio import NATIVE, SCORER_RATE, load_each, load_each_native
 from stats.quality.base import ScoreItem, ScoreResult, Scorer
 from stats.quality.precision import DTYPES, precision
@@ -122,7 +123,7 @@ class ResemblyzerScorer(SimScorer):
         try:
             f = self.model_files()[0]
         except ImportError as exc:
-            return False, f"resemblyzer is not installed ({exc})"
+            return False, extra_hint("quality", exc)
         return (True, "ok") if f.is_file() else (False, f"bundled encoder missing: {f}")
 
     def load(self) -> None:
@@ -230,7 +231,7 @@ def hf_dir_problems(model_dir: Path | None, name: str, env: str, *, model_type: 
         import torch  # noqa: F401
         import transformers  # noqa: F401
     except ImportError as exc:
-        return False, f"torch/transformers not installed ({exc})"
+        return False, extra_hint("quality", exc)
     return True, "ok"
 
 
@@ -277,7 +278,7 @@ class SeedTtsSimScorer(SimScorer):
         try:
             import torch  # noqa: F401
         except ImportError as exc:
-            return False, f"torch is not installed ({exc})"
+            return False, extra_hint("quality", exc)
         problem = folder_problem(d)
         return (False, problem) if problem else (True, "ok")
 

@@ -35,16 +35,19 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from data.errors import CampaignError, one_line
+from data.extras import extra_hint
 from data.hashing import sha256_file
 from stats.quality.audio import NATIVE, SCORER_RATE, load_each, load_each_native
 from stats.quality.base import ScoreItem, ScoreResult, Scorer
 from stats.quality.precision import DTYPES, precision
-from stats.quality.utmos_model import STATE_FILE
 
 if TYPE_CHECKING:
     import torch
 
     from stats.quality.utmos_model import Utmos22Strong
+
+# the SpeechMOS release state dict (docs/utmos22.md); here, not in utmos_model, which imports torch
+STATE_FILE = "utmos22_strong_step7459_v1.pt"
 
 EXPORT_NAME = "utmos22_strong.torchscript.pt"   # the one file name the scorer loads
 META_NAME = "utmos22_export.json"                # export metadata stored inside the archive
@@ -303,7 +306,7 @@ class Utmos22Scorer(Scorer):
             try:
                 import torch  # noqa: F401
             except ImportError as exc:
-                return False, f"torch is not installed ({exc})"
+                return False, extra_hint("quality", exc)
             problem = self._state_problem()
             return (False, problem) if problem else (True, "ok")
         p = d / EXPORT_NAME
@@ -320,7 +323,7 @@ class Utmos22Scorer(Scorer):
         try:
             import torch  # noqa: F401
         except ImportError as exc:
-            return False, f"torch is not installed ({exc})"
+            return False, extra_hint("quality", exc)
         return True, "ok"
 
     def load(self) -> None:

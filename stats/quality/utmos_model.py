@@ -19,9 +19,9 @@ from typing import Mapping, Sequence
 import torch
 import torch.nn as nn
 
+from stats.quality.utmos import STATE_FILE  # noqa: F401  (re-exported: the model's file name)
 from stats.quality.wavlm import WavLM, WavLMConfig, frame_mask, remap_weight_norm_keys
 
-STATE_FILE = "utmos22_strong_step7459_v1.pt"
 STRIDES = (5, 2, 2, 2, 2, 2, 2)
 HEADS = 12
 SSL = "wav2vec2."
