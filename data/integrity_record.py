@@ -57,7 +57,7 @@ def check_profiler_windows(store: Store, evs: list[dict[str, Any]]):
     """Each window matches the event of its last write; its start_seq/stop_seq are those events."""
     from data.integrity import _rows_against_events
 
-    first = {}
+    first: dict[str, int] = {}
     for e in evs:
         if e["kind"] == "profiler_window":
             first.setdefault(e["subject"], e["seq"])
