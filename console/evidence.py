@@ -6,7 +6,8 @@ verdicts without the store, and the check itself.
 
 Layout: plans/<hash>.json (canonical JSON of the plan and its addenda), audit/audit_events.jsonl and
 audit/head.json, tables/<table>.parquet and .csv (runs, requests, chunks, gpu_samples,
-quality_scores, exclusions, plans, audit_events, run_metrics, validator_runs), verdicts/<id>.json (each document as
+quality_scores, exclusions, plans, audit_events, run_metrics, validator_runs, and the record tables with
+requests.json.gz: console/evidence_record.py), verdicts/<id>.json (each document as
 `campaign export verdict` writes it) and verdicts/<id>.scores.parquet (the gate's input table of a
 quality verdict), report/report.html and report/figures/*.png|svg, REPRODUCE.md, and
 MANIFEST.sha256 (`sha256  path` of every other file).

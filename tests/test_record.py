@@ -148,6 +148,29 @@ def test_runs_of_a_real_campaign_inside_a_window_leave_every_aggregate(tmp_path,
         assert all(c.ok for c in verify_store(s))
 
 
+def test_a_profiled_sweep_runs_inside_its_own_windows(tmp_path, capsys):
+    """sweep.kind profiled: the runner opens one window per engine before the first cell and
+    closes it after the last; every run is excluded naming its engine's window; audit verify holds."""
+    wl = make_workload(tmp_path / "wl", short=True)
+    doc = plan_dict(wl, concurrencies=(1,), requests=2, repeats=1, profiles=("baseline", "fast"))
+    doc["sweep"]["kind"] = "profiled"
+    for e in doc["engines"]:
+        e["argv"] = [sys.executable, "-m", "engine_adapters.reference", "--dialect", e["dialect"],
+                     "--profile", e["profile"], "--host", "127.0.0.1", "--port", str(e["port"])]
+    plan = write_json(tmp_path / "plan.json", doc)
+    db = tmp_path / "c.duckdb"
+    assert inproc(capsys, "plan", "freeze", str(plan), db=db).returncode == 0
+    r = campaign("run", plan, "--db", db)
+    assert r.returncode == 0, r.stdout + r.stderr
+    with Store(db) as s:
+        wins = {w["engine"]: w for w in s.query("SELECT * FROM profiler_windows")}
+        assert set(wins) == {"ref-baseline", "ref-fast"} and {w["status"] for w in wins.values()} == {"closed"}
+        runs = s.query("SELECT r.run_id, r.engine, r.kind, x.reason FROM runs r LEFT JOIN exclusions x USING (run_id)")
+        assert len(runs) == 2 and {x["kind"] for x in runs} == {"profiled"}
+        assert all(x["reason"] == reason(wins[x["engine"]]["window_id"]) for x in runs)
+        assert all(c.ok for c in verify_store(s))
+
+
 # -- imported results -------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
