@@ -184,11 +184,13 @@ class PlanPane(Pane):
             facts.append(f"{x['reason']}\n", style=STALL_STYLE)
         from data.imported import MARK
 
-        facts.append(f"profiler windows ({len(v.windows)})\n", style="bold")
+        if v.windows:
+            facts.append(f"profiler windows ({len(v.windows)})\n", style="bold")
         for w in v.windows:
             facts.append(f"  {w['window_id']} {w['engine']} {w['tool']}: seq {w['start_seq']}.."
                          f"{w['stop_seq'] if w['stop_seq'] is not None else 'open'}\n")
-        facts.append(f"imported results ({len(v.imported)}): {MARK}, in no aggregate\n", style="bold")
+        if v.imported:
+            facts.append(f"imported results ({len(v.imported)}): {MARK}, in no aggregate\n", style="bold")
         for r in v.imported:
             facts.append(f"  {r['engine']} C{r['concurrency'] if r['concurrency'] is not None else '-'} {r['metric']} "
                          f"{r['value_text']} {r['unit']} ({r['source']}; {r['reference']})  ")
