@@ -74,7 +74,20 @@ def check_profiler_windows(store: Store, evs: list[dict[str, Any]]):
     problems, n, _ = _rows_against_events(store, evs, table="profiler_windows", key="window_id", kind="profiler_window",
                                           noun="profiler window", verb="recorded", fields=("engine", "tool", "status"),
                                           extra=seqs, order="start_seq", last=True)
+    problems += unexcluded_overlaps(store)
     return _result("profiler windows", problems, f"{n} profiler window(s) match their profiler_window events")
+
+
+def unexcluded_overlaps(store: Store) -> list[str]:
+    """An ended run that overlapped a window but has no exclusion would be in aggregates while
+    profiled (its exclusion deleted with its event, or never made)."""
+    from data.profiler import overlaps
+
+    ended = {r[0] for r in store.con.execute("SELECT DISTINCT subject FROM audit_events WHERE kind = 'run_ended'")
+             .fetchall()}
+    excluded = {r[0] for r in store.con.execute("SELECT run_id FROM exclusions").fetchall()}
+    return [f"run {o.run_id}: overlapped profiler window {o.window_id} (audit sequence) but is not excluded"
+            for o in overlaps(store) if o.run_id in ended and o.run_id not in excluded]
 
 
 def check_rechecks(store: Store, evs: list[dict[str, Any]]):

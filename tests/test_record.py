@@ -102,9 +102,19 @@ def test_window_errors_and_edits(tmp_path, capsys):
     assert inproc(capsys, "profile", "start", "--engine", "e1", "--tool", "nsys", db=db).returncode == 0
     again = inproc(capsys, "profile", "start", "--engine", "e1", "--tool", "nsys", db=db)
     assert again.returncode == 2 and "is already open" in again.stderr and len(again.stderr.strip().splitlines()) == 1
+    with Store(db) as s:
+        insert_run(s, "inside", engine="e1", utt_ids=["u1"])
+        _started(s, "inside")
+        _ended(s, "inside")
     assert inproc(capsys, "profile", "stop", "--engine", "e1", db=db).returncode == 0
     with Store(db) as s:
         assert all(c.ok for c in verify_store(s))
+        # the exclusion and its event gone (the chain re-hashed by a forger): the overlap still shows
+        seq = s.scalar("SELECT audit_seq FROM exclusions")
+        s.con.execute("DELETE FROM exclusions")
+        s.con.execute("UPDATE audit_events SET kind = 'sql_write' WHERE seq = ?", [seq])
+        bad = {c.name: c for c in verify_store(s)}["profiler windows"]
+        assert not bad.ok and "run inside: overlapped profiler window" in bad.message and "not excluded" in bad.message
         s.con.execute("UPDATE profiler_windows SET stop_seq = stop_seq + 5")  # a later stop: reaches more runs
         bad = {c.name: c for c in verify_store(s)}["profiler windows"]
         assert not bad.ok and "stop_seq" in bad.message
