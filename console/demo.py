@@ -12,6 +12,10 @@ it was). The campaign (`campaign plan init --demo`):
 - the holdout is defined (`campaign workload pools`), reserved at freeze, opened by an audit
   event after the sweep, then used by the quality arms;
 - one sweep run is excluded with its reason (it stands for a run measured under a profiler);
+- one outside figure is imported (`campaign import results`): shown marked "imported, not
+  measured", in no aggregate or verdict;
+- one probe of a configuration the plan lacks (the reference engine's `empty_deltas` profile) runs
+  inside a profiler window (`campaign profile start|stop`), so its run is excluded as profiled;
 - the plan's validator, the reference engine's self-check (synthesise one utterance, decode it,
   check it is voiced speech), runs with `campaign validate` after the last launches and before the
   gate: a PASS counts only validator runs after the freeze and the candidate's latest launch.
@@ -171,6 +175,51 @@ def excluded_run_id(lay: Layout) -> str:
     return ids[0]
 
 
+# -- issue 28: an imported figure, and a profiled probe --------------------------------------
+IMPORTED_CSV = ("engine,concurrency,metric,value,unit\n"
+                "ref-peer (its README),16,throughput,95.0,audio tok/s\n")
+PROBE = ("ref-probe-empty-deltas", "empty_deltas")  # engine label, reference profile: a configuration the plan lacks
+
+
+def import_figure(lay: Layout) -> None:
+    """An outside figure, stored as imported (a hypothesis), never as a measurement."""
+    path = lay.folder / "imported.csv"
+    (REPO / path).write_text(IMPORTED_CSV)
+    console.print(f"[dim]wrote {path}: one published figure to test, not to trust[/dim]")
+    campaign("import", "results", str(path), "--source", "demo: stands for a peer engine's published figure",
+             "--ref", "demo example, not a real publication", "--db", str(lay.db))
+
+
+def profiled_probe(lay: Layout) -> None:
+    """A probe of an extra configuration inside a profiler window: the window's start and stop
+    events enclose the probe's run events, so the run is excluded as 'profiled: window W'."""
+    import urllib.request
+
+    label, profile = PROBE
+    port = free_port()
+    args = ("engine", "reference", "--dialect", "vllm-omni", "--profile", profile, "--port", str(port))
+    console.print(Rule(f"[bold]$ campaign {shown(args)} &[/bold]", align="left", style="cyan"))
+    engine = subprocess.Popen([sys.executable, "-m", "console.cli", *args], cwd=REPO,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(300):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.1)
+        db = ["--db", str(lay.db)]
+        campaign("profile", "start", "--engine", label, "--tool", "demo: stands for py-spy attached to the engine",
+                 *db)
+        campaign("probe", "--url", f"http://127.0.0.1:{port}", "--dialect", "vllm-omni", "-c", "4", "-n", "8",
+                 "--engine", label, "--artifacts", str(lay.folder / "artifacts"), "--no-telemetry", *db)
+        campaign("profile", "stop", *db)
+    finally:
+        engine.terminate()
+        engine.wait(timeout=30)
+
+
 # -- the issue-14 artefacts -------------------------------------------------------------------
 def artefact_commands(lay: Layout) -> list[tuple[str, ...]]:
     """The HTML report and the evidence bundle of the demo's plan."""
@@ -251,8 +300,10 @@ def run_demo(quick: bool = False, root: Path = DEMO_ROOT) -> Layout:
     write_plan(lay, quick)
     campaign("plan", "freeze", str(lay.plan), *db)
     campaign("controls")
+    import_figure(lay)  # issue 28: kept apart from every aggregate and verdict
     campaign("run", str(lay.plan), *db)
     campaign("runs", "exclude", excluded_run_id(lay), "--reason", EXCLUDE_REASON, *db)
+    profiled_probe(lay)  # issue 28: profile before candidate selection; the probe's run is excluded
     campaign("plan", "open-holdout", str(lay.plan), "--reason", "demo: candidates chosen on tuning data only", *db)
     campaign("run", str(lay.plan), "--holdout", *db)
     campaign("score", str(lay.plan), *db)

@@ -6,7 +6,8 @@ verdicts without the store, and the check itself.
 
 Layout: plans/<hash>.json (canonical JSON of the plan and its addenda), audit/audit_events.jsonl and
 audit/head.json, tables/<table>.parquet and .csv (runs, requests, chunks, gpu_samples,
-quality_scores, exclusions, plans, audit_events, run_metrics, validator_runs), verdicts/<id>.json (each document as
+quality_scores, exclusions, plans, audit_events, run_metrics, validator_runs, and the record tables with
+requests.json.gz: console/evidence_record.py), verdicts/<id>.json (each document as
 `campaign export verdict` writes it) and verdicts/<id>.scores.parquet (the gate's input table of a
 quality verdict), report/report.html and report/figures/*.png|svg, REPRODUCE.md, and
 MANIFEST.sha256 (`sha256  path` of every other file).
@@ -44,12 +45,13 @@ from data.queries import plan_seq
 from data.store import Store
 from data.verdicts import document_sha256
 from console.evidence_patches import write_patches
+from console.evidence_record import RECORD_TABLES, REQUESTS_JSON, rebuild_text, record_steps, write_record
 
 MANIFEST = "MANIFEST.sha256"
 REPRODUCE = "REPRODUCE.md"
 TABLES = ("runs", "requests", "chunks", "gpu_samples", "quality_scores", "exclusions", "plans", "audit_events",
-          "run_metrics", "validator_runs")
-LATER_TABLES = ("validator_runs",)  # absent from bundles written before it existed
+          "run_metrics", "validator_runs", *RECORD_TABLES)
+LATER_TABLES = ("validator_runs", *RECORD_TABLES)  # absent from bundles written before they existed
 CHECK_FIELDS = ("status", "n_ids", "n_expected", "point", "bound", "base_value", "cand_value", "margin")
 RULE_FIELDS = ("status", "n_pairs", "geo_mean_ratio", "lower_bound_ratio", "min_ratio")
 
@@ -135,6 +137,7 @@ def export_bundle(store: Store, plan: Any, out: Path, *, html: bool = True) -> d
         "validator_runs": _write_table(store, "validator_runs", f"SELECT * FROM validator_runs WHERE plan_hash IN ({marks}) "
                                        "ORDER BY started_at, validator_run_id", hashes, out / "tables"),
     }
+    counts.update(write_record(store, out, _write_table))  # console/evidence_record.py: manifests, imports, windows ...
     with (out / "audit" / "audit_events.jsonl").open("w", encoding="utf-8") as f:
         for e in store.query("SELECT seq, CAST(event_time AS VARCHAR) AS event_time, kind, plan_hash, subject, "
                              "payload_json, prev_hash, event_hash FROM audit_events ORDER BY seq"):
@@ -218,6 +221,7 @@ def reproduce_text(plan: Any, verdict_ids: list[str], head: dict[str, Any]) -> s
               "each must equal its Parquet table. What verify proves, and what it cannot (a forger who rewrites "
               "the whole chain and its head; `--head FILE|HASH` with a head you hold catches that): "
               "docs/results.md of the console.", ""]
+    lines += rebuild_text(plan)  # console/evidence_record.py: each engine and the campaign, not only the analysis
     return "\n".join(lines)
 
 
@@ -236,7 +240,7 @@ class Step:
     status: str = "ok"  # or "not verified": a part of the bundle verify does not vouch for (report/)
 
 
-TABLE_FILES = frozenset(f"{t}.{ext}" for t in TABLES for ext in ("parquet", "csv"))
+TABLE_FILES = frozenset(f"{t}.{ext}" for t in TABLES for ext in ("parquet", "csv")) | {REQUESTS_JSON}
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -785,6 +789,8 @@ def verify_bundle(root: Path, on_step: Callable[[Step], None] | None = None,
             run("plans", plans)
             for name in STORE_CHECKS[1:]:
                 run(name, partial(check_rows, store, name, evs))
+            for name, step in record_steps(root, store):  # console/evidence_record.py, against the whole chain
+                run(name, step)
             run("run metrics", lambda: check_run_metrics(store))
             run("verdicts", lambda: check_verdicts(root, store, evs))
             run("reproduce", lambda: check_reproduce(root, store, {e["plan_hash"] for e in evs}))

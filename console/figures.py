@@ -104,15 +104,32 @@ def _metric_vs_c(ax, res: PlanResults, name: str, scale: float, ylabel: str) -> 
     ax.legend(loc="best")
 
 
-def throughput_figure(res: PlanResults) -> FigureOut:
+def _imported_points(ax, imported: Sequence[dict[str, Any]]) -> str:
+    """Imported throughput figures (data/imported.py) as hollow grey diamonds, labelled as such;
+    returns the caption's sentence about them."""
+    pts = [r for r in imported if r["metric"] == "throughput" and r["concurrency"]]
+    for label in dict.fromkeys(r["engine"] for r in pts):
+        mine = [r for r in pts if r["engine"] == label]
+        ax.scatter([r["concurrency"] for r in mine], [r["value"] for r in mine], s=36, marker="D",
+                   facecolors="none", edgecolors="#777777", label=f"{label} (imported, not measured)")
+    if not pts:
+        return ""
+    ax.legend(loc="best")
+    units = ", ".join(sorted({str(r["unit"]) for r in pts}))
+    return (f" Hollow diamonds: figures imported from outside (imported, not measured; as stated, in {units}); "
+            "no aggregate, gate or verdict uses them.")
+
+
+def throughput_figure(res: PlanResults, imported: Sequence[dict[str, Any]] = ()) -> FigureOut:
     title = "Throughput vs concurrency"
     fig, axes = _figure(title, width=8.0, height=4.0)
     ax = axes[0][0]
     unit = f"{res.plan.metrics.throughput_scale:g} × audio s / wall s"
     _metric_vs_c(ax, res, "throughput", 1.0, f"audio tok/s ({unit})")
+    note = _imported_points(ax, imported)
     ax.set_title("every measured repeat as a point; line = median across repeats")
     return FigureOut("throughput", title, "Throughput (audio tokens per second, codec tokens not text) of every "
-                     "aggregate run; the line joins the medians across repeats.", fig)
+                     "aggregate run; the line joins the medians across repeats." + note, fig)
 
 
 def latency_figure(res: PlanResults) -> FigureOut:

@@ -17,6 +17,7 @@ import matplotlib
 from console import figures as F
 from data.anchor import current_head
 from data.errors import CampaignError, first_line
+from data.imported import MARK, imported_rows
 from data.store import Store
 from stats.metrics import METRICS, METRICS_VERSION
 from stats.results.plan_results import PlanResults, VerdictResult, load_verdicts
@@ -37,7 +38,7 @@ def build_figures(store: Store, res: PlanResults, verdicts: list[VerdictResult])
                                               for v in verdicts if v.kind == "quality" and v.document}
     with matplotlib.rc_context(F.STYLE):
         return [
-            F.throughput_figure(res),
+            F.throughput_figure(res, imported_rows(store)),
             F.latency_figure(res),
             F.rtf_figure(res, request_rtfs(store, run_ids)),
             F.stalls_failures_figure(res),
@@ -101,6 +102,18 @@ def engines_table(store: Store, plan) -> str:
     return _table(["engine", "adapter", "revision", "code identity (launches)", "precision"], rows, "meta")
 
 
+def imported_table(rows: list[dict]) -> str:
+    """Outside figures beside the measured ones, marked: none of them is in any aggregate above."""
+    if not rows:
+        return ""
+    body = [[_e(r["engine"]), _e(r["concurrency"] if r["concurrency"] is not None else "-"), _e(r["metric"]),
+             _e(r["value_text"]), _e(r["unit"]), _e(r["source"]), _e(r["reference"]), f"<code>{_e(r['import_id'])}</code>",
+             _e(MARK)] for r in rows]
+    return (f"<h3>Imported results ({_e(MARK)})</h3><p class=note>Figures published elsewhere, kept as hypotheses: "
+            "no aggregate, gate, rule or verdict uses them (docs/results.md).</p>"
+            + _table(["engine", "C", "metric", "value", "unit", "source", "reference", "import", "status"], body, "report"))
+
+
 def verdict_tables(verdicts: list[VerdictResult]) -> str:
     if not verdicts:
         return "<p>No verdicts issued for this plan.</p>"
@@ -148,8 +161,7 @@ def render_html(store: Store, res: PlanResults, verdicts: list[VerdictResult], f
         ["aggregates", "measured, complete, not excluded runs of the sweep pool; median [min-max] cv across repeats"],
     ], "meta")
     body = [f"<h1>{_e(plan.name)}: campaign report</h1>", meta, "<h2>Engines</h2>", engines_table(store, plan),
-            "<h2>Report</h2>", report_tables(res),
-            "<h2>Figures</h2>"]
+            "<h2>Report</h2>", report_tables(res), imported_table(imported_rows(store)), "<h2>Figures</h2>"]
     for f in figs:
         data = base64.b64encode(pngs[f.key]).decode()
         body.append(f'<figure id="fig-{f.key}"><img alt="{_e(f.title)}" src="data:image/png;base64,{data}">'

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from data.audit import append_event, atomic
+from data.profiler import close_plan_windows, exclude_overlapping, open_plan_windows
 from data.checkpoints import frozen_digests
 from data.digest import row_sha256, run_digest
 from data.errors import CampaignError, first_line
@@ -413,6 +414,7 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
     log(f"plan {plan.hash[:12]} ({plan.name}): {len(cells)} cells, {len(cells) - len(todo)} already complete, "
         f"{len(todo)} to run; restart={plan.sweep.restart} interleave={plan.sweep.interleave}")
     outcome = "measured"
+    windows = open_plan_windows(store, plan, todo)  # a profiled sweep is one window per engine
     try:
         for i, cell in enumerate(todo):
             if cell.engine in failed:
@@ -449,6 +451,7 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
                              params={**params_base, "engine_profile": engine.profile}, telemetry=opts.telemetry,
                              on_progress=opts.on_progress, live=opts.live, engine_process=launch.process)
             run_ids.append(rid)
+            exclude_overlapping(store)  # inside a profiler window: out of every aggregate (data/profiler.py)
             status = store.scalar("SELECT status FROM runs WHERE run_id = ?", [rid])
             crash = launch.process.exit_cause()
             problem = cell_problem(store, rid)
@@ -466,4 +469,5 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
     finally:
         discard_warm()
         engines.stop_all(outcome)
+        close_plan_windows(store, windows)
     return RunnerResult(plan.hash, len(cells), len(cells) - len(todo), run_ids, failed, recovered, len(todo), problems)

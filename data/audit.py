@@ -29,6 +29,7 @@ EVENT_KINDS = (
     "plan_frozen", "addendum_frozen", "manifest_frozen", "run_started", "run_ended",
     "run_excluded", "holdout_opened", "verdict_issued", "scores_recorded", "scores_stored",
     "attempt_recorded", "launch_recorded", "sql_write", "validator_run",
+    "results_imported", "profiler_window", "recheck_stored",
 )
 
 

@@ -23,6 +23,7 @@ from data.audit import epoch_us, events, verify_chain
 from data.digest import RUN_TABLES, run_digests, table_digests
 from data.errors import CampaignError, first_line
 from data.hashing import sha256_text
+from data.integrity_record import CHECKS as RECORD_CHECKS
 from data.queries import run_seq
 from data.schema import SCHEMA_VERSION, TABLES
 from data.score_digest import ScoresStored, digest_of, score_columns, score_lines
@@ -427,7 +428,8 @@ CHECKS: tuple[tuple[str, Callable[[Store, list[dict[str, Any]]], Check]], ...] =
     ("store file", check_file), ("schema", check_schema), ("chain", check_chain), ("plans", check_plans),
     ("manifests", check_manifests), ("verdicts", check_verdicts), ("exclusions", check_exclusions),
     ("runs", check_runs), ("attempts", check_attempts), ("launches", check_launches),
-    ("validator runs", check_validator_runs), ("scores", check_scores), ("sql writes", check_sql_writes),
+    ("validator runs", check_validator_runs), ("scores", check_scores), *RECORD_CHECKS,
+    ("sql writes", check_sql_writes),
 )
 
 

@@ -397,10 +397,80 @@ VALIDATOR_RUNS = Table(
     ("validator_run_id",),
 )
 
+IMPORTED_RESULTS = Table(
+    "imported_results",
+    "Figures imported from outside the campaign (`campaign import results`; docs/results.md, \"Imported results\"): "
+    "hypotheses, never measurements. No aggregate, gate, rule or verdict reads this table. Insert-only; each import "
+    "is announced by a `results_imported` audit event with the digest of its rows.",
+    (
+        C("import_id", "VARCHAR", "one import of one file", "NOT NULL"),
+        C("row_number", "INTEGER", "the figure's row in the file (CSV: line number; JSON: 1-based index)", "NOT NULL"),
+        C("engine", "VARCHAR", "engine label as the source names it (not a plan engine)", "NOT NULL"),
+        C("concurrency", "INTEGER", "concurrency the source states"),
+        C("metric", "VARCHAR", "metric name as the source states it, e.g. throughput", "NOT NULL"),
+        C("value_text", "VARCHAR", "the value exactly as written in the file (the row hash covers it)", "NOT NULL"),
+        C("value", "DOUBLE", "value_text as a number (must equal it: audit verify)", "NOT NULL"),
+        C("unit", "VARCHAR", "unit as the source states it", "NOT NULL"),
+        C("requests_json", "VARCHAR", "optional per-request rows the source gave, as canonical JSON"),
+        C("source", "VARCHAR", "who published it (--source)", "NOT NULL"),
+        C("reference", "VARCHAR", "where: URL, commit, paper (--ref)", "NOT NULL"),
+        C("file_path", "VARCHAR", "file imported"),
+        C("file_sha256", "VARCHAR", "SHA-256 of the file's bytes", "NOT NULL"),
+        C("imported_at", "TIMESTAMPTZ", "when it was imported (shown only)", "NOT NULL"),
+        C("imported_by", "VARCHAR", "user@host"),
+    ),
+    ("import_id", "row_number"),
+)
+
+PROFILER_WINDOWS = Table(
+    "profiler_windows",
+    "Profiler windows (`campaign profile start|stop`, or a plan whose sweep kind is `profiled`): a measured run of "
+    "the window's engine whose run_started..run_ended overlaps start_seq..stop_seq (audit sequence) is excluded "
+    "with reason 'profiled: window W' (docs/results.md, \"Profiler windows\"). Each write is a `profiler_window` "
+    "audit event.",
+    (
+        C("window_id", "VARCHAR", "unique id of the window", "NOT NULL"),
+        C("plan_hash", "VARCHAR", "plan whose profiled sweep opened it (NULL for `campaign profile start`)"),
+        C("engine", "VARCHAR", "engine profiled (runs of other engines are not affected)", "NOT NULL"),
+        C("tool", "VARCHAR", "profiler, e.g. 'nsys profile', 'py-spy record'", "NOT NULL"),
+        C("note", "VARCHAR", "free text"),
+        C("status", "VARCHAR", "open or closed", "NOT NULL"),
+        C("start_seq", "BIGINT", "seq of the profiler_window event that opened it", "NOT NULL"),
+        C("stop_seq", "BIGINT", "seq of the event that closed it (NULL while open: open windows reach every later run)"),
+        C("started_at", "TIMESTAMPTZ", "wall clock at start (shown only; overlap is by seq)", "NOT NULL"),
+        C("stopped_at", "TIMESTAMPTZ", "wall clock at stop (shown only)"),
+        C("started_by", "VARCHAR", "user@host"),
+    ),
+    ("window_id",),
+)
+
+RECHECK_RESULTS = Table(
+    "recheck_results",
+    "ASR determinism rechecks (`campaign score --recheck`): each stored WER row re-transcribed, with the stored "
+    "and the new hypothesis. Insert-only; each recheck is announced by a `recheck_stored` event with its rows' digest.",
+    (
+        C("recheck_id", "VARCHAR", "one `score --recheck` invocation", "NOT NULL"),
+        C("plan_hash", "VARCHAR", "plan of the rechecked run", ),
+        C("run_id", "VARCHAR", "run of the rechecked output", "NOT NULL"),
+        C("request_index", "INTEGER", "request of the rechecked output", "NOT NULL"),
+        C("utt_id", "VARCHAR", "utterance", "NOT NULL"),
+        C("scorer_id", "VARCHAR", "ASR scorer", "NOT NULL"),
+        C("stored_hypothesis", "VARCHAR", "transcript stored in quality_scores"),
+        C("new_hypothesis", "VARCHAR", "transcript of the recheck (NULL: the audio could not be read)"),
+        C("stored_errors", "INTEGER", "S+D+I stored"),
+        C("new_errors", "INTEGER", "S+D+I of the recheck"),
+        C("same_model", "BOOLEAN", "the scorer's model files hash as the stored rows' did", "NOT NULL"),
+        C("reproduces", "BOOLEAN", "the new transcript equals the stored one", "NOT NULL"),
+        C("note", "VARCHAR", "why not comparable, if so"),
+        C("rechecked_at", "TIMESTAMPTZ", "when (shown only)", "NOT NULL"),
+    ),
+    ("recheck_id", "run_id", "request_index", "scorer_id"),
+)
+
 TABLES: tuple[Table, ...] = (
     PLANS, AUDIT_EVENTS, WORKLOAD_MANIFESTS, ENGINE_LAUNCHES, RUNS, REQUESTS, CHUNKS,
     GPU_DEVICES, GPU_SAMPLES, AUDIO_FILES, QUALITY_SCORES, VERDICTS, EXCLUSIONS, ATTEMPTS, RUN_METRICS,
-    VALIDATOR_RUNS,
+    VALIDATOR_RUNS, IMPORTED_RESULTS, PROFILER_WINDOWS, RECHECK_RESULTS,
 )
 TABLES_BY_NAME = {t.name: t for t in TABLES}
 
@@ -430,6 +500,8 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         "ALTER TABLE plans ADD COLUMN IF NOT EXISTS checkpoints_json VARCHAR",
     ]),
     (6, "validator runs (validator_runs; docs/plans.md, \"Validators\")", [VALIDATOR_RUNS.create_sql()]),
+    (7, "imported results, profiler windows, recheck results (docs/results.md)",
+     [IMPORTED_RESULTS.create_sql(), PROFILER_WINDOWS.create_sql(), RECHECK_RESULTS.create_sql()]),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -185,6 +185,19 @@ def validators_section(store: Store | None, plan, precondition) -> dict[str, Any
     return finite({**precondition.as_dict(), "runs": plan_runs(store, plan.hash)})
 
 
+def record_section(store: Store | None, plan) -> dict[str, Any] | None:
+    """Profiler windows the plan's runs overlapped (excluded: data/profiler.py) or that none did,
+    and the stored ASR rechecks of its runs (data/rechecks.py) the diagnostics rest on."""
+    if store is None or plan is None:
+        return None
+    from data.manifest import plan_lineage
+    from data.profiler import plan_statement
+    from data.rechecks import for_plans
+
+    lineage = plan_lineage(store, plan.hash)
+    return finite({"profiler_windows": plan_statement(store, lineage), "rechecks": for_plans(store, lineage)})
+
+
 def quality_name(plan) -> str:
     """A quality verdict's name: the plan and which candidate it judges against which baseline
     (a plan may have several candidates, each with its own verdict)."""
@@ -237,6 +250,7 @@ def quality_document(*, verdict_id: str, created_at, result, frame, plan=None, s
                 + COVERAGE_RULE,
         "evidence": finite(pool) if pool is not None else None,
         "validators": validators_section(store, plan, validators),
+        "record": record_section(store, plan),
         "plan": plan_section(store, plan),
         "engines": engines_section(store, plan),
         "metrics_version": metrics_version,
@@ -289,6 +303,7 @@ def rule_document(*, verdict_id: str, created_at, rule_result, plan, store: Stor
         "plan": plan_section(store, plan),
         "engines": engines_section(store, plan),
         "validators": validators_section(store, plan, validators),
+        "record": record_section(store, plan),
         "metrics_version": metrics_version,
         "decision_rule": {"name": r.name, "kind": r.kind, "candidate": r.candidate, "reference": r.reference,
                           "metric": r.metric, "confidence": r.confidence, "min_ratio": r.min_ratio,

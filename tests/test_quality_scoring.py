@@ -126,6 +126,19 @@ def test_cli_score_and_recheck(scored, capsys, monkeypatch):
         rc = main(["score", "--recheck", "spk1-t2", "--run", "base-c1", "--db", db, "--artifacts", str(art)])
         out = capsys.readouterr().out
         assert rc == 0 and "1/1 stored transcripts reproduce" in out
+        # stored, announced, checked (issue 28): the row, its recheck_stored event, audit verify's check
+        from data.integrity_record import check_rechecks
+        from data.audit import events
+        with Store(db) as s:
+            [row] = s.query("SELECT * FROM recheck_results")
+            assert (row["run_id"], row["utt_id"], row["reproduces"], row["same_model"]) == ("base-c1", "spk1-t2", True, True)
+            [ev] = events(s, kind="recheck_stored")
+            assert ev["subject"] == row["recheck_id"] and f"stored as recheck {row['recheck_id']}" in out
+            assert check_rechecks(s, events(s)).ok
+            s.con.execute("UPDATE recheck_results SET new_errors = new_errors + 1")
+            bad = check_rechecks(s, events(s))
+            assert not bad.ok and "differ from the digest" in bad.message
+            s.con.execute("UPDATE recheck_results SET new_errors = new_errors - 1")
         assert main(["score", "--recheck", "nobody-t9", "--db", db]) == 2
         assert main(["score", str(tmp / "nope.json"), "--db", db]) == 2
         assert main(["score", str(tmp / "plan.json"), "--db", db, "--scorer", "bogus"]) == 2

@@ -35,7 +35,13 @@ def test_quick_demo_tells_the_whole_story(quick_demo):
     assert "C32: ratio" in text and "audit verify OK" in text
     assert text.count(".venv/bin/campaign sql ") == 3
     with Store(db, read_only=True) as s:
-        assert s.scalar("SELECT count(*) FROM exclusions WHERE reason LIKE 'profiled:%'") == 1
+        # the hand exclusion, and the probe inside its profiler window (issue 28)
+        assert s.scalar("SELECT count(*) FROM exclusions WHERE reason LIKE 'profiled:%'") == 2
+        wid = s.scalar("SELECT window_id FROM profiler_windows WHERE engine = 'ref-probe-empty-deltas'")
+        assert s.query("SELECT r.engine, r.kind FROM exclusions x JOIN runs r USING (run_id) WHERE x.reason = ?",
+                       [f"profiled: window {wid}"]) == [{"engine": "ref-probe-empty-deltas", "kind": "exploratory"}]
+        assert s.query("SELECT engine, value_text FROM imported_results") == [
+            {"engine": "ref-peer (its README)", "value_text": "95.0"}]
         assert s.scalar("SELECT count(*) FROM audit_events WHERE kind = 'holdout_opened'") == 1
         assert s.scalar("SELECT count(DISTINCT engine) FROM runs WHERE pool = 'holdout'") == 3
         # the reference engine's self-check ran after the last launch: ref-fast's PASS rests on it
@@ -119,6 +125,9 @@ async def test_plan_tab_on_the_demo_store(quick_demo):
         facts = str(app.query_one("#plan-facts", Static).render())
         assert "reserved at freeze (audit #" in facts and "opened by audit #" in facts
         assert "used by ref-baseline" in facts and "profiled: stands for" in facts and "audit chain OK" in facts
+        # issue 28: the profiler window and the imported figure, marked
+        assert "profiler windows (1)" in facts and "ref-probe-empty-deltas" in facts
+        assert "imported results (1): imported, not measured" in facts and "ref-peer (its README)" in facts
         tree = app.query_one("#plan-tree", Tree)
         labels = {str(n.label) for n in tree.root.children[0].children}
         assert {'schema: "omni-campaign-plan/1"', 'name: "demo-reference-ab"', "quality", "engines [4]"} <= labels
@@ -146,7 +155,7 @@ async def test_sql_tab_runs_queries_and_keeps_history(quick_demo):
         box.focus()
         await _submit(pilot)
         assert [str(table.get_row_at(i)[0]) for i in range(table.row_count)] == [
-            "ref-baseline", "ref-fast", "ref-lossy", "ref-peer"]
+            "ref-baseline", "ref-fast", "ref-lossy", "ref-peer", "ref-probe-empty-deltas"]  # the probe: issue 28
         assert app.query_one("#sql-history", OptionList).option_count == 2
         box.value = "DELETE FROM runs"  # read-only: refused, shown, nothing changes
         box.focus()

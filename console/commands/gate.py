@@ -169,8 +169,12 @@ def gate_plan(args, console: Console) -> int:
     from stats.throughput_rules import collect_values, evaluate_rule, missing_runs
     from stats.verdict_doc import issue_quality, issue_rule
 
+    from data.profiler import exclude_overlapping
+
     with open_store(args.db) as store:
         plan = frozen_plan_for_file(store, args.plan)
+        if not args.dry_run:
+            exclude_overlapping(store)  # a run inside a profiler window never reaches a verdict (data/profiler.py)
         cfg = GateConfig.from_plan(plan)
         verdicts: list[str] = []
         issued: list[str] = []

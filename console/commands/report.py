@@ -55,6 +55,7 @@ def cmd_report(args) -> int:
 
     from data.snapshot import open_or_snapshot
     from data.store import resolve_db_path
+    from data.imported import MARK, imported_rows
     from data.launches import engine_identities
     from stats.metrics import METRICS_VERSION
     from stats.results.plan_results import load_plan_results
@@ -64,6 +65,7 @@ def cmd_report(args) -> int:
         plan = plan_for_arg(store, args.plan)
         res = load_plan_results(store, plan)
         identities = engine_identities(store, plan.hash)  # what code each engine ran (docs/engines.md)
+        imported = imported_rows(store)  # outside figures: shown marked, never aggregated (data/imported.py)
         if args.html:
             from console.html_report import write_report
             out = write_report(store, res, Path(args.html), Path(args.figures) if args.figures else None)
@@ -90,4 +92,9 @@ def cmd_report(args) -> int:
                          + (", PRECISION CHANGED" if engine.precision_change else "") + ")")
     if res.left_out:
         console.print("not in aggregates: " + ", ".join(o.label() for o in res.left_out), highlight=False)
+    if imported:
+        print_rows(["engine", "C", "metric", "value", "unit", "source", "reference", "status"],
+                   [[r["engine"], r["concurrency"], r["metric"], r["value_text"], r["unit"], r["source"], r["reference"],
+                     MARK] for r in imported], console=console,
+                   title=f"Imported results ({MARK}: in no aggregate, gate, rule or verdict)")
     return 0

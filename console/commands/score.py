@@ -155,6 +155,7 @@ def _print_coverage(console: Console, store, plan, artifacts: Path, max_gaps: in
 def _recheck(args) -> int:
     from rich.console import Console
 
+    from data.rechecks import record as record_recheck
     from data.store import open_store
     from stats.quality.recheck import recheck
     from stats.quality.registry import UnknownScorer, scorer_class
@@ -170,6 +171,7 @@ def _recheck(args) -> int:
             raise CampaignError(f"--scorer: {exc}") from None
         results = recheck(store, args.recheck, run_id=args.run, scorer_ids=sids, model_paths=paths,
                           artifacts_dir=_artifacts(args, store), device=args.device)
+        recheck_id, seq = record_recheck(store, results)  # stored for the verdicts' diagnostics (data/rechecks.py)
     print_rows(["run", "req", "utt", "scorer", "stored errors", "new errors", "same model", "reproduces",
                 "stored transcript", "new transcript"],
                [(r.run_id, r.request_index, r.utt_id, r.scorer_id, r.stored_errors, r.new_errors,
@@ -177,5 +179,5 @@ def _recheck(args) -> int:
                  r.new_hypothesis if r.new_hypothesis is not None else r.note) for r in results],
                title="ASR recheck", console=console)
     n_ok = sum(r.reproduces for r in results)
-    console.print(f"{n_ok}/{len(results)} stored transcripts reproduce")
+    console.print(f"{n_ok}/{len(results)} stored transcripts reproduce; stored as recheck {recheck_id} (audit seq {seq})")
     return 0 if n_ok == len(results) else 1

@@ -35,6 +35,8 @@ class PlanView:
     audit_ok: bool
     audit_message: str
     events: list[dict[str, Any]] = field(default_factory=list)
+    imported: list[dict[str, Any]] = field(default_factory=list)  # outside figures, marked (data/imported.py)
+    windows: list[dict[str, Any]] = field(default_factory=list)  # profiler windows (data/profiler.py)
 
 
 def load_plan_view(store, plan_hash: str | None = None) -> PlanView | None:
@@ -82,8 +84,12 @@ def load_plan_view(store, plan_hash: str | None = None) -> PlanView | None:
     chain_result = verify_chain(store)
     events = store.query("SELECT seq, strftime(event_time AT TIME ZONE 'UTC', '%m-%d %H:%M:%S') AS time, kind, subject "
                          "FROM audit_events ORDER BY seq DESC")
+    from data.imported import imported_rows
+    from data.profiler import windows
+
     return PlanView(plan.name, plan.hash, r["kind"], r["at"], stored_document(store, plan.hash) or plan.document(), check,
-                    detail, chain, holdout, exclusions, chain_result.ok, chain_result.message, events)
+                    detail, chain, holdout, exclusions, chain_result.ok, chain_result.message, events,
+                    imported_rows(store), windows(store))
 
 
 def fill_tree(node, value: Any, label: str) -> None:
@@ -177,6 +183,19 @@ class PlanPane(Pane):
         for x in v.exclusions:
             facts.append(f"  {x['run_id']} {x['engine']} C{x['concurrency']} (audit #{x['audit_seq']}): ")
             facts.append(f"{x['reason']}\n", style=STALL_STYLE)
+        from data.imported import MARK
+
+        if v.windows:
+            facts.append(f"profiler windows ({len(v.windows)})\n", style="bold")
+        for w in v.windows:
+            facts.append(f"  {w['window_id']} {w['engine']} {w['tool']}: seq {w['start_seq']}.."
+                         f"{w['stop_seq'] if w['stop_seq'] is not None else 'open'}\n")
+        if v.imported:
+            facts.append(f"imported results ({len(v.imported)}): {MARK}, in no aggregate\n", style="bold")
+        for r in v.imported:
+            facts.append(f"  {r['engine']} C{r['concurrency'] if r['concurrency'] is not None else '-'} {r['metric']} "
+                         f"{r['value_text']} {r['unit']} ({r['source']}; {r['reference']})  ")
+            facts.append(f"{MARK}\n", style=STALL_STYLE)
         facts.append("audit chain ", style="bold")
         facts.append("OK" if v.audit_ok else "BROKEN", style=PASS_STYLE if v.audit_ok else FAIL_STYLE)
         facts.append(f"  {v.audit_message}")
