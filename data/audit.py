@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # annotations only: `campaign audit --help` needs EVENT_KINDS
 EVENT_KINDS = (
     "plan_frozen", "addendum_frozen", "manifest_frozen", "run_started", "run_ended",
     "run_excluded", "holdout_opened", "verdict_issued", "scores_recorded", "scores_stored",
-    "attempt_recorded", "launch_recorded", "sql_write", "validator_run",
+    "attempt_recorded", "launch_recorded", "sql_write", "validator_run", "candidate_recorded", "freeze_refused",
 )
 
 

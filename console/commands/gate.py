@@ -7,7 +7,8 @@ as insert-only verdicts; `campaign verdicts`: list issued verdicts.
 
 Exit status: 0 PASS, 1 FAIL, 3 INCONCLUSIVE (2 stays "usage or input error"). The synthetic
 controls run first with the same margins, draws, seed and method; if any control misses its known
-answer no verdict is issued. In plan mode a PASS also needs the candidate's validators to have
+answer no verdict is issued. A FAIL verdict rejects the candidate it judged, naming the verdict
+(docs/results.md, "Candidates"). In plan mode a PASS also needs the candidate's validators to have
 passed after the freeze and its latest launch (data/validators.py; docs/plans.md, "Validators").
 """
 
@@ -123,6 +124,7 @@ def gate_scores(args, console: Console) -> int:
 
 
 def gate_plan(args, console: Console) -> int:
+    from console.candidates import on_verdict
     from console.gate_tables import print_checks, print_rule, require_controls
     from data.plans import frozen_plan_for_file
     from data.pool_status import pool_status
@@ -164,6 +166,7 @@ def gate_plan(args, console: Console) -> int:
                                                 controls=controls, scorer_status=status,
                                                 scorers=dict(frame.attrs.get("scorers") or {}),
                                                 pool=evidence.as_dict(), validators=validators))
+                    on_verdict(store, plan, candidate, issued[-1], result.verdict)  # a FAIL rejects the candidate
         else:
             console.print("plan has no quality baseline/candidate: no noninferiority gates")
         for rule in plan.decision_rules:
@@ -179,6 +182,7 @@ def gate_plan(args, console: Console) -> int:
             verdicts.append(rr.verdict)
             if not args.dry_run:
                 issued.append(issue_rule(store, rr, plan=plan, metrics_version=METRICS_VERSION, validators=validators))
+                on_verdict(store, plan, rule.candidate, issued[-1], rr.verdict)
     for vid in issued:
         console.print(f"verdict issued: {vid}")
     if plan.parent_hash and issued:
