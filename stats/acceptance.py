@@ -100,13 +100,13 @@ def throughput_piece(plan: Plan, candidate: str, issued: Sequence[Issued]) -> Pi
 
 def equivalence_pairs(plan: Plan, candidate: str) -> list[str] | None:
     """The equivalence verdict names the plan requires of `candidate` ("CANDIDATE vs REFERENCE",
-    kind `equivalence`, docs/equivalence.md), or None when the plan has no `equivalence` section.
-    The one place that reads that section: adjust here if its shape changes."""
-    section = plan.raw.get("equivalence")
-    if not isinstance(section, dict):
+    kind `equivalence`, docs/equivalence.md), or None when the plan has no `equivalence` section
+    (the typed `Plan.equivalence`, pairs of .candidate and .reference). The one place that reads
+    that section: adjust here if its shape changes."""
+    section = getattr(plan, "equivalence", None)
+    if section is None:
         return None
-    return [f"{p.get('candidate')} vs {p.get('reference')}" for p in section.get("pairs") or []
-            if isinstance(p, dict) and p.get("candidate") == candidate]
+    return [f"{p.candidate} vs {p.reference}" for p in section.pairs if p.candidate == candidate]
 
 
 def equivalence_piece(plan: Plan, candidate: str, issued: Sequence[Issued]) -> Piece:

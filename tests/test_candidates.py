@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import duckdb
 import jsonschema
@@ -237,7 +238,10 @@ def test_acceptance_passes_only_when_every_piece_does_and_names_what_is_missing(
     eight = [acc.Issued("q2", 13, "quality", "q", "PASS", "f" * 64, "ref-fast", ("PASS",) * 2), issued[1]]
     v, by = verdict(issued=eight)  # a PASS over fewer checks than the plan's
     assert v == "INCONCLUSIVE" and by["quality"].detail == "q2 PASS but 2 of 3 checks passed"
-    eq = _plan(tmp_path, equivalence={"pairs": [{"reference": "ref-baseline", "candidate": "ref-fast"}]})
+    # the typed `equivalence` section as its own branch shapes it (pairs of .candidate, .reference)
+    eq = _plan(tmp_path)
+    object.__setattr__(eq, "equivalence", SimpleNamespace(pairs=(SimpleNamespace(candidate="ref-fast",
+                                                                                  reference="ref-baseline"),)))
     v, by = verdict(plan=eq)  # the plan requires equivalence: missing
     assert v == "INCONCLUSIVE" and by["equivalence"].detail == "ref-fast vs ref-baseline: no equivalence verdict issued"
     v, by = verdict(plan=eq, issued=[*issued, acc.Issued("e1", 14, "equivalence", "ref-fast vs ref-baseline", "PASS",
