@@ -166,12 +166,15 @@ def fates(store: Store) -> list[dict[str, Any]]:
         "AND e.subject = c.config_sha256) AS seq FROM candidates c ORDER BY seq, c.config_sha256")
     attempts = store.query("SELECT config_sha256, plan_hash, outcome, launch_id, run_ids_json, reason FROM attempts "
                            "WHERE config_sha256 IS NOT NULL ORDER BY created_at")
+    event_plans = {r["subject"]: set(r["plans"]) for r in store.query(
+        "SELECT subject, list(DISTINCT plan_hash) FILTER (WHERE plan_hash IS NOT NULL) AS plans FROM audit_events "
+        "WHERE kind = 'candidate_recorded' GROUP BY subject")}
     verdicts = store.query(f"SELECT v.verdict_id, v.verdict, v.plan_hash, {_JUDGED} AS judged, e.seq FROM verdicts v "
                            "JOIN audit_events e ON e.kind = 'verdict_issued' AND e.subject = v.verdict_id ORDER BY e.seq")
     out = []
     for r in rows:
         mine = [a for a in attempts if a["config_sha256"] == r["config_sha256"]]
-        plans = {a["plan_hash"] for a in mine if a["plan_hash"]} | ({r["plan_hash"]} if r["plan_hash"] else set())
+        plans = {a["plan_hash"] for a in mine if a["plan_hash"]} | event_plans.get(r["config_sha256"], set())
         rests = json.loads(r["verdicts_json"] or "[]")
         judged = [v for v in verdicts if v["verdict_id"] in rests or (v["plan_hash"] in plans and v["judged"] == r["name"])]
         out.append({
@@ -185,3 +188,16 @@ def fates(store: Store) -> list[dict[str, Any]]:
             "registered_at": str(r["registered_at"]),
         })
     return out
+
+
+def plan_record(store: Store, plan_hashes: Sequence[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The candidates and attempts of a plan family, for the report's "Candidates and attempts":
+    every candidate touched under one of the plans (attempted, registered or changed) and every
+    attempt, oldest first."""
+    fam = set(plan_hashes)
+    cands = [c for c in fates(store) if fam & set(c["plans"])]
+    attempts = store.query("SELECT created_at, engine, outcome, reason, launch_id, run_ids_json, config_sha256 FROM "
+                           "attempts WHERE list_contains(?, plan_hash) ORDER BY created_at, attempt_id", [sorted(fam)])
+    for a in attempts:
+        a["runs"] = len(json.loads(a.pop("run_ids_json") or "[]"))
+    return cands, attempts

@@ -55,7 +55,11 @@ def cmd_report(args) -> int:
 
     from data.snapshot import open_or_snapshot
     from data.store import resolve_db_path
+    from collections import Counter
+
+    from data.candidates import plan_record
     from data.launches import engine_identities
+    from data.manifest import plan_lineage
     from stats.metrics import METRICS_VERSION
     from stats.results.plan_results import load_plan_results
     from stats.results.report import COLUMNS, column_label, concurrency_label
@@ -64,6 +68,7 @@ def cmd_report(args) -> int:
         plan = plan_for_arg(store, args.plan)
         res = load_plan_results(store, plan)
         identities = engine_identities(store, plan.hash)  # what code each engine ran (docs/engines.md)
+        cands, attempts = plan_record(store, plan_lineage(store, plan.hash))  # docs/results.md, "Candidates"
         if args.html:
             from console.html_report import write_report
             out = write_report(store, res, Path(args.html), Path(args.figures) if args.figures else None)
@@ -90,4 +95,11 @@ def cmd_report(args) -> int:
                          + (", PRECISION CHANGED" if engine.precision_change else "") + ")")
     if res.left_out:
         console.print("not in aggregates: " + ", ".join(o.label() for o in res.left_out), highlight=False)
+    print_rows(["candidate", "config", "status", "reason", "launches", "startup failures", "runs", "verdicts"],
+               [[c["name"], c["config_sha256"][:12], c["status"], c["reason"] or "-", c["launches"],
+                 len(c["startup_failures"]), len(c["runs"]), "; ".join(c["verdicts"]) or "-"] for c in cands],
+               console=console, title="Candidates and attempts (`campaign candidates` for every configuration)")
+    console.print(f"attempts: {len(attempts)} ("
+                  + ", ".join(f"{n} {o}" for o, n in sorted(Counter(a['outcome'] for a in attempts).items())) + ")",
+                  highlight=False)
     return 0
