@@ -129,6 +129,7 @@ async def test_plan_tab_on_the_demo_store(quick_demo):
         facts = str(app.query_one("#plan-facts", Static).render())
         assert "reserved at freeze (audit #" in facts and "opened by audit #" in facts
         assert "used by ref-baseline" in facts and "profiled: stands for" in facts and "audit chain OK" in facts
+        assert re.search(r"ref-lossy [0-9a-f]{12} rejected: verdict quality-\S+ FAIL", facts), facts  # issue 28
         tree = app.query_one("#plan-tree", Tree)
         labels = {str(n.label) for n in tree.root.children[0].children}
         assert {'schema: "omni-campaign-plan/1"', 'name: "demo-reference-ab"', "quality", "engines [4]"} <= labels
