@@ -259,10 +259,10 @@ def decide(lay: Layout) -> None:
     """Select ref-fast on its PASS verdicts (as `campaign candidates` lists them), issue its
     acceptance verdict, and list every candidate with its fate."""
     db = ("--db", str(lay.db))
-    fates = json.loads(campaign("candidates", "--format", "json", *db, quiet=True))
-    passed = [v.split()[0] for c in fates if c["name"] == "ref-fast" for v in c["verdicts"] if v.endswith(" PASS")]
-    if passed:
-        campaign("candidates", "select", "ref-fast", "--because", *passed, *db, ok_codes=(0, 2))
+    fast = [c for c in json.loads(campaign("candidates", "--format", "json", *db, quiet=True)) if c["name"] == "ref-fast"]
+    passed = [v.split()[0] for c in fast if c["status"] == "measured" for v in c["verdicts"] if v.endswith(" PASS")]
+    if passed:  # a FAIL verdict has rejected it otherwise, and rejected stays rejected
+        campaign("candidates", "select", "ref-fast", "--because", *passed, *db)
     campaign("accept", str(lay.plan), "--candidate", "ref-fast", *db, ok_codes=(0, 1, 3))
     campaign("candidates", *db)
 
