@@ -53,11 +53,15 @@ def cmd_list(args) -> int:
     if args.format == "json":
         print(json.dumps(rows, indent=2, default=str))
         return 0
+    if args.format == "csv":  # every field, full hashes and run ids
+        print_rows([*COLUMNS, "registered_at", "registered_by"],
+                   [[r["name"], r["config_sha256"], r["origin"], r["status"], r["reason"], r["hypothesis"],
+                     r["launches"], " | ".join(r["startup_failures"]), " ".join(r["runs"]), "; ".join(r["verdicts"]),
+                     r["registered_at"], r["registered_by"]] for r in rows], "csv")
+        return 0
     table = [[r["name"], r["config_sha256"][:12], r["origin"], r["status"], r["reason"], r["hypothesis"],
               r["launches"], len(r["startup_failures"]), len(r["runs"]), "; ".join(r["verdicts"])] for r in rows]
-    if args.format == "csv":
-        table = [[*t[:1], r["config_sha256"], *t[2:8], " ".join(r["runs"]), t[9]] for t, r in zip(table, rows)]
-    print_rows(COLUMNS, table, args.format, console=Console(width=max(Console().width, 220)))
+    print_rows(COLUMNS, table, console=Console(width=max(Console().width, 220)))
     return 0
 
 
