@@ -99,6 +99,10 @@ def cmd_report(args) -> int:
                [[c["name"], c["config_sha256"][:12], c["status"], c["reason"] or "-", c["launches"],
                  len(c["startup_failures"]), len(c["runs"]), "; ".join(c["verdicts"]) or "-"] for c in cands],
                console=console, title="Candidates and attempts (`campaign candidates` for every configuration)")
+    if plan.claims is not None:  # docs/plans.md, "Claims"
+        c = plan.claims
+        console.print(f"claim ({c.status}): {c.scope}" + (f"; not claimed: {'; '.join(c.non_claims)}" if c.non_claims
+                                                           else ""), highlight=False)
     console.print(f"attempts: {len(attempts)} ("
                   + ", ".join(f"{n} {o}" for o, n in sorted(Counter(a['outcome'] for a in attempts).items())) + ")",
                   highlight=False)
