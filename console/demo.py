@@ -138,6 +138,16 @@ QUICK_CHANGES = {  # the same campaign on a sweep small enough for the test suit
 }
 
 
+RECORD_CHANGES = {  # the candidates' hypotheses and the claim the acceptance carries (docs/plans.md, "Claims")
+    "engines.1.hypothesis": "fewer decode steps keep the audio byte-identical and raise throughput past the peer's",
+    "engines.2.hypothesis": "band-limited, noisier decoding is cheaper still; expected to cost quality",
+    "claims": {"status": "draft", "scope": "reference engine on the bundled sample: ref-fast keeps quality and exceeds "
+                                           "ref-peer's throughput at C16 and C32", "non_claims": [
+        "no optimality claim: only the configurations listed by `campaign candidates` were tried",
+        "no claim about real engines or GPUs: the reference engine stands in for them"]},
+}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -152,7 +162,7 @@ def write_plan(lay: Layout, quick: bool) -> dict:
     ports = {f"engines.{i}.port": free_port() for i in range(4)}  # the template's 8091.. may be taken here
     # the validator runs with this interpreter (the one that has the engine), wherever PATH points
     edit_plan(lay.plan, {"workload.pools_file": lay.pools.name, **ports, "validators.0.argv.0": sys.executable,
-                         **(QUICK_CHANGES if quick else {})})
+                         **(QUICK_CHANGES if quick else {}), **RECORD_CHANGES})
     plan = json.loads((REPO / lay.plan).read_text())
     sw, q = plan["sweep"], plan["quality"]
     console.print(f"[dim]plan {plan['name']}: engines {[e['name'] for e in plan['engines']]}; sweep C={sw['concurrencies']}, "
@@ -249,6 +259,8 @@ def verdict_lines(lay: Layout) -> list[str]:
         if r["kind"] == "quality" and r["verdict"] != "PASS":
             bad = [f"{c.get('metric')}@C{c.get('concurrency')}" for c in checks if c.get("status") == "FAIL"]
             line += f"\n{'':24}failing checks: {', '.join(bad) or '-'}"
+        if r["kind"] == "acceptance":
+            line += f"\n{'':24}" + ", ".join(f"{c.get('piece')} {c.get('status')}" for c in checks)
         if r["kind"] == "throughput":
             line += "\n" + "\n".join(
                 f"{'':24}C{c.get('concurrency')}: ratio {c.get('geo_mean_ratio') or float('nan'):.2f}, lower bound "
@@ -292,6 +304,18 @@ def ending(lay: Layout, produced: bool, elapsed_s: float, quick: bool = False) -
         console.print("  " + q, highlight=False, soft_wrap=True)
 
 
+def decide(lay: Layout) -> None:
+    """Select ref-fast on its PASS verdicts (as `campaign candidates` lists them), issue its
+    acceptance verdict, and list every candidate with its fate."""
+    db = ("--db", str(lay.db))
+    fast = [c for c in json.loads(campaign("candidates", "--format", "json", *db, quiet=True)) if c["name"] == "ref-fast"]
+    passed = [v.split()[0] for c in fast if c["status"] == "measured" for v in c["verdicts"] if v.endswith(" PASS")]
+    if passed:  # a FAIL verdict has rejected it otherwise, and rejected stays rejected
+        campaign("candidates", "select", "ref-fast", "--because", *passed, *db)
+    campaign("accept", str(lay.plan), "--candidate", "ref-fast", *db, ok_codes=(0, 1, 3))
+    campaign("candidates", *db)
+
+
 def run_demo(quick: bool = False, root: Path = DEMO_ROOT) -> Layout:
     lay = new_layout(root)
     db = ["--db", str(lay.db)]
@@ -311,6 +335,7 @@ def run_demo(quick: bool = False, root: Path = DEMO_ROOT) -> Layout:
     campaign("validate", str(lay.plan), *db)
     # exit 1 = a FAIL, 3 = INCONCLUSIVE: verdicts, not demo errors (lossy is meant to fail)
     gate = campaign("gate", str(lay.plan), *db, ok_codes=(0, 1, 3))
+    decide(lay)  # the selection, the acceptance verdict and every candidate's fate (issue 28)
     campaign("report", str(lay.plan), *db)
     produced = False if quick else artefacts(lay)  # --quick: no screen shows them (the ending says how)
     exported: list[str] = []

@@ -6,8 +6,8 @@ verdicts without the store, and the check itself.
 
 Layout: plans/<hash>.json (canonical JSON of the plan and its addenda), audit/audit_events.jsonl and
 audit/head.json, tables/<table>.parquet and .csv (runs, requests, chunks, gpu_samples,
-quality_scores, exclusions, plans, audit_events, run_metrics, validator_runs, and the record tables with
-requests.json.gz: console/evidence_record.py), verdicts/<id>.json (each document as
+quality_scores, exclusions, plans, audit_events, run_metrics, validator_runs, engine_launches, attempts, candidates,
+verdicts, and the record tables with requests.json.gz: console/evidence_record.py), verdicts/<id>.json (each document as
 `campaign export verdict` writes it) and verdicts/<id>.scores.parquet (the gate's input table of a
 quality verdict), report/report.html and report/figures/*.png|svg, REPRODUCE.md, and
 MANIFEST.sha256 (`sha256  path` of every other file).
@@ -15,11 +15,12 @@ MANIFEST.sha256 (`sha256  path` of every other file).
 Verify refuses any link and any MANIFEST path outside the bundle before it opens a file, then
 loads the bundled tables into a scratch DuckDB store and runs the project's own code on them: the
 audit chain (every hash recomputed, in the table and in the jsonl), `campaign audit verify`'s plans,
-runs, exclusions and scores checks (data/integrity.py) over the events of the bundle's plans, every
+runs, exclusions, scores, verdicts, attempts and launches checks (data/integrity.py) over the events of the bundle's
+plans and its candidates check over the whole chain, every
 run's metrics from its requests and chunks (equal to the bundled `run_metrics`), one document per
 `verdict_issued` event under its own id and carrying the bundle's head, each quality verdict's input
 table (its hash, and every value against quality_scores) and its checks, each throughput verdict's
-paired ratios and bounds — all compared bit for bit with the verdict documents — and each CSV
+paired ratios and bounds, each acceptance verdict's pieces — all compared bit for bit with the verdict documents — and each CSV
 against its Parquet table. report/ is derived and not verified. The first mismatch is named with
 its check. What passing proves, and what it cannot: docs/results.md.
 """
@@ -50,8 +51,9 @@ from console.evidence_record import RECORD_TABLES, REQUESTS_JSON, rebuild_text, 
 MANIFEST = "MANIFEST.sha256"
 REPRODUCE = "REPRODUCE.md"
 TABLES = ("runs", "requests", "chunks", "gpu_samples", "quality_scores", "exclusions", "plans", "audit_events",
-          "run_metrics", "validator_runs", *RECORD_TABLES)
-LATER_TABLES = ("validator_runs", *RECORD_TABLES)  # absent from bundles written before they existed
+          "run_metrics", "validator_runs", "engine_launches", "attempts", "candidates", "verdicts", *RECORD_TABLES)
+# absent from bundles written before they existed
+LATER_TABLES = ("validator_runs", "engine_launches", "attempts", "candidates", "verdicts", *RECORD_TABLES)
 CHECK_FIELDS = ("status", "n_ids", "n_expected", "point", "bound", "base_value", "cand_value", "margin")
 RULE_FIELDS = ("status", "n_pairs", "geo_mean_ratio", "lower_bound_ratio", "min_ratio")
 
@@ -136,6 +138,15 @@ def export_bundle(store: Store, plan: Any, out: Path, *, html: bool = True) -> d
                                     [*hashes, _metrics_version()], out / "tables"),
         "validator_runs": _write_table(store, "validator_runs", f"SELECT * FROM validator_runs WHERE plan_hash IN ({marks}) "
                                        "ORDER BY started_at, validator_run_id", hashes, out / "tables"),
+        "engine_launches": _write_table(store, "engine_launches", f"SELECT * FROM engine_launches WHERE plan_hash IN "
+                                        f"({marks}) ORDER BY started_at, launch_id", hashes, out / "tables"),
+        "attempts": _write_table(store, "attempts", f"SELECT * FROM attempts WHERE plan_hash IN ({marks}) "
+                                 "ORDER BY created_at, attempt_id", hashes, out / "tables"),
+        # the store's whole list of configurations tried: a candidate's fate spans plans and probes
+        "candidates": _write_table(store, "candidates", "SELECT * FROM candidates ORDER BY registered_at, config_sha256",
+                                   [], out / "tables"),
+        "verdicts": _write_table(store, "verdicts", "SELECT * FROM verdicts WHERE list_contains(?, verdict_id) "
+                                 "ORDER BY created_at, verdict_id", [issued_ids(store, hashes)], out / "tables"),
     }
     counts.update(write_record(store, out, _write_table))  # console/evidence_record.py: manifests, imports, windows ...
     with (out / "audit" / "audit_events.jsonl").open("w", encoding="utf-8") as f:
@@ -498,18 +509,28 @@ def bundle_plans(store: Store, evs: Sequence[dict[str, Any]]) -> set[str]:
     return family
 
 
-# data/integrity.py's checks that cover the bundled tables (verdict documents: check_verdicts)
-STORE_CHECKS = ("plans", "runs", "exclusions", "scores")
+# data/integrity.py's checks that cover the bundled tables (verdict documents: check_verdicts);
+# candidates against the whole chain (CHAIN_CHECKS): a candidate's last change may be another plan's
+STORE_CHECKS = ("plans", "runs", "exclusions", "scores", "verdicts", "attempts", "launches")
+CHAIN_CHECKS = ("candidates",)
+STEP_NAMES = {"verdicts": "verdict rows"}  # the step "verdicts" re-derives the documents
+CHECKED_TABLE = {"verdicts": "verdicts", "attempts": "attempts", "launches": "engine_launches",
+                 "candidates": "candidates"}  # the LATER_TABLES a check reads
 
 
-def check_rows(store: Store, name: str, evs: list[dict[str, Any]]) -> Step:
+def check_rows(store: Store, name: str, evs: list[dict[str, Any]], root: Path | None = None) -> Step:
     """One of `campaign audit verify`'s checks (data/integrity.py) on the scratch store, over the
-    events of the bundle's plans (the chain is the whole store's)."""
+    events of the bundle's plans (the chain is the whole store's). A table a bundle written before
+    it was bundled lacks is not checked, and the step says so."""
+    label = STEP_NAMES.get(name, name)
+    table = CHECKED_TABLE.get(name)
+    if root is not None and table and not (root / "tables" / f"{table}.parquet").is_file():
+        return Step(label, f"tables/{table}.parquet absent (a bundle written before it was bundled)", "not verified")
     fn = dict(integrity.CHECKS)[name]
     c = fn(store, evs)
     if not c.ok:
         raise EvidenceMismatch(c.message)
-    return Step(name, c.message)
+    return Step(label, c.message)
 
 
 def check_run_metrics(store: Store) -> Step:
@@ -643,6 +664,26 @@ def check_throughput(store: Store, doc: dict[str, Any]) -> str:
     return f"{vid} {verdict}: {len(derived)} cell(s), ratios and lower bounds bit-identical"
 
 
+def check_acceptance(store: Store, doc: dict[str, Any], seq: int) -> str:
+    """Each piece re-derived from the bundled chain, verdicts, candidates and validator runs as
+    they stood before the acceptance's own event (stats/acceptance.py), equal to the document's."""
+    from data.plans import plan_from_store
+    from stats.acceptance import decide
+
+    vid = doc["verdict_id"]
+    plan = plan_from_store(store, doc["plan"]["hash"])
+    acc = decide(store, plan, str(doc.get("candidate")), doc.get("candidate_config_sha256"), before_seq=seq)
+    derived, stored = [p.as_dict() for p in acc.pieces], doc.get("pieces") or []
+    for d, s in zip(derived, stored):
+        if d != s:
+            raise EvidenceMismatch(f"verdict {vid}: piece {d['piece']} re-derived as {d['status']} ({d['detail']}), "
+                                   f"the document says {s.get('status')} ({s.get('detail')})")
+    if len(derived) != len(stored) or acc.verdict != doc.get("verdict"):
+        raise EvidenceMismatch(f"verdict {vid}: re-derived {acc.verdict} over {len(derived)} pieces, the document says "
+                               f"{doc.get('verdict')} over {len(stored)}")
+    return f"{vid} {acc.verdict}: {len(derived)} pieces re-derived"
+
+
 def _document(root: Path, vid: str, e: dict[str, Any], head: Head) -> dict[str, Any]:
     """verdicts/<vid>.json: the document its `verdict_issued` event announced, under its own id,
     carrying the head the bundle was exported at."""
@@ -694,6 +735,8 @@ def check_verdicts(root: Path, store: Store, evs: list[dict[str, Any]]) -> Step:
         doc = _document(root, e["subject"], e, head)
         if doc.get("kind") == "quality":
             done.append(check_quality(root, store, doc))
+        elif doc.get("kind") == "acceptance":
+            done.append(check_acceptance(store, doc, e["seq"]))
         else:
             done.append(check_throughput(store, doc))
     return Step("verdicts", "; ".join(done) if done else "no verdicts in the bundle")
@@ -725,6 +768,8 @@ def check_tables(root: Path) -> Step:
 
     for t in TABLES:
         csv = root / "tables" / f"{t}.csv"
+        if t in LATER_TABLES and not csv.is_file() and not (root / "tables" / f"{t}.parquet").is_file():
+            continue  # a bundle written before the table was bundled
         if not csv.is_file():
             raise EvidenceMismatch(f"tables/{t}.csv: missing")
         buf = io.BytesIO()
@@ -788,7 +833,9 @@ def verify_bundle(root: Path, on_step: Callable[[Step], None] | None = None,
                                      f"{check_rows(store, 'plans', evs).detail}")
             run("plans", plans)
             for name in STORE_CHECKS[1:]:
-                run(name, partial(check_rows, store, name, evs))
+                run(STEP_NAMES.get(name, name), partial(check_rows, store, name, evs, root))
+            for name in CHAIN_CHECKS:
+                run(name, partial(check_rows, store, name, events(store), root))
             for name, step in record_steps(root, store):  # console/evidence_record.py, against the whole chain
                 run(name, step)
             run("run metrics", lambda: check_run_metrics(store))

@@ -132,6 +132,33 @@ def verdict_tables(verdicts: list[VerdictResult]) -> str:
     return "".join(parts)
 
 
+def record_section(store: Store, plan) -> str:
+    """Candidates and attempts (docs/results.md, "Candidates"): every configuration tried under the
+    plan's family with its fate, every attempt with its outcome, and the plan's claim."""
+    from data.candidates import plan_record
+    from data.manifest import plan_lineage
+
+    cands, attempts = plan_record(store, plan_lineage(store, plan.hash))
+    parts = []
+    if plan.claims is not None:
+        c = plan.claims
+        parts.append(f"<p>claim ({_e(c.status)}): {_e(c.scope)}"
+                     + (f"<br>not claimed: {_e('; '.join(c.non_claims))}" if c.non_claims else "") + "</p>")
+    rows = [[_e(c["name"]), f"<code>{_e(c['config_sha256'][:12])}</code>", _e(c["origin"]),
+             f'<b class="{"FAIL" if c["status"] == "rejected" else "PASS" if c["status"] == "selected" else ""}">'
+             f'{_e(c["status"])}</b>', _e(c["reason"] or "-"), _e(c["hypothesis"] or "-"), str(c["launches"]),
+             str(len(c["startup_failures"])), str(len(c["runs"])), _e("; ".join(c["verdicts"]) or "-")] for c in cands]
+    parts.append(_table(["candidate", "config", "origin", "status", "reason", "hypothesis", "launches",
+                         "startup failures", "runs", "verdicts"], rows, "checks") if rows else
+                 "<p>No candidate recorded for this plan.</p>")
+    arows = [[_e(str(a["created_at"])[:19]), _e(a["engine"]), _e(a["outcome"]), _e(a["reason"] or "-"),
+              f"<code>{_e(a['launch_id'] or '-')}</code>", str(a["runs"]), f"<code>{_e((a['config_sha256'] or '-')[:12])}</code>"]
+             for a in attempts]
+    if arows:
+        parts.append(_table(["at (UTC)", "engine", "outcome", "reason", "launch", "runs", "candidate"], arows, "checks"))
+    return "".join(parts)
+
+
 def definitions() -> str:
     rows = [[_e(m.label), f"<code>{_e(m.name)}</code>", _e(m.unit), _e(m.doc)] for m in METRICS]
     return _table(["metric", "field", "unit", "definition"], rows, "defs")
@@ -166,7 +193,8 @@ def render_html(store: Store, res: PlanResults, verdicts: list[VerdictResult], f
         data = base64.b64encode(pngs[f.key]).decode()
         body.append(f'<figure id="fig-{f.key}"><img alt="{_e(f.title)}" src="data:image/png;base64,{data}">'
                     f"<figcaption><b>{_e(f.title)}</b>. {_e(f.caption)}</figcaption></figure>")
-    body += ["<h2>Verdicts</h2>", verdict_tables(verdicts), "<h2>Metric definitions</h2>", definitions(),
+    body += ["<h2>Verdicts</h2>", verdict_tables(verdicts), "<h2>Candidates and attempts</h2>",
+             record_section(store, plan), "<h2>Metric definitions</h2>", definitions(),
              "<p class=note>Definitions: docs/results.md, docs/statistics.md and docs/timing.md of the console.</p>"]
     return ("<!DOCTYPE html><html lang=en><head><meta charset=utf-8>"
             f"<title>{_e(plan.name)} report {_e(plan.hash[:12])}</title><style>{CSS}</style></head><body>"

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from data import candidates
 from data.audit import append_event, atomic
 from data.profiler import close_plan_windows, exclude_overlapping, open_plan_windows
 from data.checkpoints import frozen_digests
@@ -166,19 +167,36 @@ def _argv_or_reason(engine: EngineSpec) -> list[str]:
 
 def record_attempt(store: Store, plan: Plan, engine: EngineSpec, outcome: str, *, reason: str | None = None,
                    launch_id: str | None = None, run_ids: list[str] | None = None) -> str:
-    attempt_id = f"A-{uuid.uuid4().hex[:12]}"
+    """One attempts row and its event; the configuration's candidate is registered and moved on by
+    the outcome in the same transaction (data/candidates.py)."""
+    from console.candidates import engine_config
+
     config = {"adapter": engine.adapter, "revision": engine.revision, "profile": engine.profile,
               "argv": _argv_or_reason(engine), "env": engine.env,  # names -> sha256 (data/secrets.py)
               "env_passthrough": engine.env_passthrough}
     with atomic(store):
+        key = candidates.register(store, engine.name, engine_config(engine, plan_sampling(plan)),
+                                  hypothesis=engine.hypothesis, plan_hash=plan.hash)
+        attempt_id = store_attempt(store, plan.hash, engine.name, config, outcome, reason=reason, launch_id=launch_id,
+                                   run_ids=run_ids, config_sha256=key)
+        candidates.record_outcome(store, key, outcome, plan_hash=plan.hash, reason=reason)
+    return attempt_id
+
+
+def store_attempt(store: Store, plan_hash: str | None, engine: str, config: dict[str, Any], outcome: str, *,
+                  reason: str | None = None, launch_id: str | None = None, run_ids: list[str] | None = None,
+                  config_sha256: str | None = None) -> str:
+    """Insert an attempts row and its attempt_recorded event (row hash included, for audit verify)."""
+    attempt_id = f"A-{uuid.uuid4().hex[:12]}"
+    with atomic(store):
         store.insert("attempts", {
-            "attempt_id": attempt_id, "plan_hash": plan.hash, "created_at": utcnow(), "engine": engine.name,
+            "attempt_id": attempt_id, "plan_hash": plan_hash, "created_at": utcnow(), "engine": engine,
             "config_json": canonical_json(config), "outcome": outcome, "reason": reason, "launch_id": launch_id,
-            "run_ids_json": json.dumps(run_ids or []),
+            "run_ids_json": json.dumps(run_ids or []), "config_sha256": config_sha256,
         })
-        append_event(store, "attempt_recorded", plan_hash=plan.hash, subject=attempt_id,
-                     payload={"engine": engine.name, "outcome": outcome, "reason": reason, "launch_id": launch_id,
-                              "runs": len(run_ids or []),
+        append_event(store, "attempt_recorded", plan_hash=plan_hash, subject=attempt_id,
+                     payload={"engine": engine, "outcome": outcome, "reason": reason, "launch_id": launch_id,
+                              "runs": len(run_ids or []), "config_sha256": config_sha256,
                               **row_sha256(store, "attempts", "attempt_id", attempt_id)})  # for audit verify
     return attempt_id
 

@@ -2,7 +2,8 @@
 
 The chain (data/audit.py) protects the events; these checks tie the other tables to them: every
 plan row to its freeze event, every verdict row to its `verdict_issued` event, every exclusion to
-its `run_excluded` event, every validator run to its `validator_run` event, every run's rows to the digest its run-end event recorded
+its `run_excluded` event, every validator run to its `validator_run` event, every candidate to its last
+`candidate_recorded` event, every run's rows to the digest its run-end event recorded
 (data/digest.py), and the chain's head to the anchors kept outside the table (data/anchor.py).
 What this proves, and what it cannot, is in docs/integrity.md.
 """
@@ -312,6 +313,19 @@ def check_launches(store: Store, evs: list[dict[str, Any]]) -> Check:
     return _result("launches", problems, f"{n} launch(es) match their launch_recorded events{note}")
 
 
+_CANDIDATE_FIELDS = ("name", "status", "reason")
+
+
+def check_candidates(store: Store, evs: list[dict[str, Any]]) -> Check:
+    """Every candidate (a configuration tried and its fate: docs/results.md, "Candidates") matches
+    the candidate_recorded event of its last change: a rejection edited away or a selection
+    written by hand shows here."""
+    problems, n, _ = _rows_against_events(store, evs, table="candidates", key="config_sha256",
+                                          kind="candidate_recorded", noun="candidate", verb="recorded",
+                                          fields=_CANDIDATE_FIELDS, order="registered_at", last=True)
+    return _result("candidates", problems, f"{n} candidate(s) match their candidate_recorded events")
+
+
 _VALIDATOR_RUN_FIELDS = ("name", "status", "exit_code")
 
 
@@ -428,8 +442,8 @@ CHECKS: tuple[tuple[str, Callable[[Store, list[dict[str, Any]]], Check]], ...] =
     ("store file", check_file), ("schema", check_schema), ("chain", check_chain), ("plans", check_plans),
     ("manifests", check_manifests), ("verdicts", check_verdicts), ("exclusions", check_exclusions),
     ("runs", check_runs), ("attempts", check_attempts), ("launches", check_launches),
-    ("validator runs", check_validator_runs), ("scores", check_scores), *RECORD_CHECKS,
-    ("sql writes", check_sql_writes),
+    ("validator runs", check_validator_runs), ("candidates", check_candidates), ("scores", check_scores),
+    *RECORD_CHECKS, ("sql writes", check_sql_writes),
 )
 
 

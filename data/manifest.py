@@ -182,8 +182,10 @@ def holdout_opened(store: Store, plan_hash: str) -> dict[str, Any] | None:
     return None
 
 
-def open_holdout(store: Store, plan: "Plan", reason: str) -> tuple[int, bool]:
-    """Record the explicit decision to open the reserved holdout; returns (seq, newly_opened)."""
+def open_holdout(store: Store, plan: "Plan", reason: str,
+                 selection: list[dict[str, Any]] | None = None) -> tuple[int, bool]:
+    """Record the explicit decision to open the reserved holdout, with the selection it follows
+    (the selected candidates and the verdicts behind them, docs/plans.md); (seq, newly_opened)."""
     if not plan.workload.holdout_pool:
         raise CampaignError(f"plan {plan.hash[:12]}: workload.holdout_pool is not set; nothing to open")
     if not reason.strip():
@@ -192,7 +194,8 @@ def open_holdout(store: Store, plan: "Plan", reason: str) -> tuple[int, bool]:
     if prior:
         return int(prior["seq"]), False
     seq = append_event(store, "holdout_opened", plan_hash=plan.hash, subject=plan.workload.holdout_pool,
-                       payload={"reason": reason, "pool": plan.workload.holdout_pool})
+                       payload={"reason": reason, "pool": plan.workload.holdout_pool,
+                                **({"selection": selection} if selection is not None else {})})
     return seq, True
 
 

@@ -117,6 +117,7 @@ class EngineSpec:
     source: dict[str, str] | None = None  # {"git": DIR} or {"dist": NAME}, optional "python"
     patch: str | None = None  # a file equal to the checkout's diff against its commit
     precision_change: bool = False  # the engine alters precision (opt-in, shown in every view)
+    hypothesis: str | None = None  # what the configuration is expected to show (its candidate's, docs/results.md)
     # file -> sha256 frozen with the plan (data/checkpoints.py); set by the runner, never by a plan
     frozen_checkpoints: dict[str, str] | None = None
 
@@ -232,6 +233,14 @@ class DecisionRule:
     min_ratio: float = 1.0
 
 
+@dataclass(frozen=True)
+class ClaimsSpec:
+    """The plan's `claims`: the claim an acceptance verdict carries (docs/plans.md, "Claims")."""
+    status: str = "draft"  # draft or final
+    scope: str = ""
+    non_claims: tuple[str, ...] = ()
+
+
 DEFAULT_VALIDATOR_TIMEOUT_S = 600.0  # docs/plans.md, "Validators"
 
 
@@ -276,6 +285,8 @@ class Plan:
     bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)
     decision_rules: tuple[DecisionRule, ...] = ()
     validators: tuple[Validator, ...] = ()
+    claims: ClaimsSpec | None = None
+    selection: str = "optional"  # required: the holdout opens only after a recorded selection (docs/plans.md)
     hash: str = ""
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
     kind: str = "plan"
@@ -370,6 +381,10 @@ def plan_from_dict(raw: dict[str, Any], *, hash: str = "", kind: str = "plan", p
         sections["sampling"] = SamplingSpec(fields=_written(raw["sampling"]))
     if "quality" in raw:
         sections["quality"] = _quality(raw["quality"])
+    if raw.get("claims"):
+        sections["claims"] = _build(ClaimsSpec, raw["claims"])
+    if "selection" in raw:
+        sections["selection"] = raw["selection"]
     return Plan(schema=raw["schema"], name=raw["name"], description=raw.get("description", ""), model=model,
                 engines=tuple(_engine(e, model) for e in raw["engines"]),
                 workload=_build(WorkloadSpec, raw["workload"]), sweep=_build(SweepSpec, raw["sweep"]),
@@ -777,7 +792,14 @@ def freeze(store: Store, path: str | Path, expected_parent: str | None = None,
         raise _fail(label, errs)
     checkpoints = freeze_checkpoints(plan, label)
     manifest = freeze_manifest(store, plan, label)
-    check_holdout_unused(store, plan, manifest, label)
+    try:
+        check_holdout_unused(store, plan, manifest, label)
+    except CampaignError as exc:  # the refusal is itself an event: the manifest frozen above has its reason
+        with atomic(store):
+            append_event(store, "freeze_refused", plan_hash=None, subject=h,
+                         payload={"name": doc["name"], "source_path": str(Path(path).resolve()),
+                                  "manifest_hash": manifest.hash, "check": "holdout reuse", "reason": str(exc)})
+        raise
     kind = plan.kind
     with atomic(store):
         store.insert("plans", {

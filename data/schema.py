@@ -309,7 +309,7 @@ VERDICTS = Table(
         C("verdict_id", "VARCHAR", "unique verdict id", "NOT NULL"),
         C("created_at", "TIMESTAMPTZ", "when it was issued", "NOT NULL"),
         C("plan_hash", "VARCHAR", "plan whose rules were applied"),
-        C("kind", "VARCHAR", "quality (noninferiority gates) or throughput (decision rule)", "NOT NULL"),
+        C("kind", "VARCHAR", "quality (noninferiority gates), throughput (decision rule) or acceptance (every piece combined, docs/statistics.md)", "NOT NULL"),
         C("name", "VARCHAR", "gate or rule name"),
         C("verdict", "VARCHAR", "PASS, FAIL or INCONCLUSIVE", "NOT NULL"),
         C("method", "VARCHAR", "CI method, e.g. 'percentile' or 'bca'"),
@@ -349,8 +349,32 @@ ATTEMPTS = Table(
         C("reason", "VARCHAR", "why (for rejections and failures)"),
         C("launch_id", "VARCHAR", "engine launch, if one happened"),
         C("run_ids_json", "VARCHAR", "runs produced, as a JSON list"),
+        C("config_sha256", "VARCHAR", "the candidate (configuration) the attempt tried: `candidates.config_sha256`"),
     ),
     ("attempt_id",),
+)
+
+CANDIDATES = Table(
+    "candidates",
+    "Every configuration ever launched or probed (docs/results.md, \"Candidates\"): a named hypothesis keyed by the "
+    "SHA-256 of its configuration, with its status. A row changes over its life (proposed, measured, selected or "
+    "rejected); each change is a `candidate_recorded` audit event holding the row's hash as it then stood.",
+    (
+        C("config_sha256", "VARCHAR", "SHA-256 of config_json: what identifies the configuration", "NOT NULL"),
+        C("name", "VARCHAR", "the engine name it was first registered under", "NOT NULL"),
+        C("config_json", "VARCHAR", "canonical JSON: adapter, revision, profile, argv, env names, deploy config (path, "
+          "sha256), source, patch (path, sha256), precision_change, dialect, request body template sha256", "NOT NULL"),
+        C("hypothesis", "VARCHAR", "what the configuration is expected to show (the plan's `engines[].hypothesis`)"),
+        C("origin", "VARCHAR", "how it was first registered: plan (a frozen plan's engine) or probe (`campaign probe`)", "NOT NULL"),
+        C("registered_at", "TIMESTAMPTZ", "when it was first registered (shown only; order by audit seq)", "NOT NULL"),
+        C("registered_by", "VARCHAR", "user@host that registered it"),
+        C("status", "VARCHAR", "proposed, measured, startup_failed, selected or rejected (rejected is final)", "NOT NULL"),
+        C("reason", "VARCHAR", "why the latest status change (a rejection's reason, a selection's note)"),
+        C("verdicts_json", "VARCHAR", "JSON list: the verdict ids the latest selection or rejection rests on"),
+        C("plan_hash", "VARCHAR", "plan in whose context the latest change happened (NULL for a probe)"),
+        C("changed_by", "VARCHAR", "user@host that made the latest change"),
+    ),
+    ("config_sha256",),
 )
 
 RUN_METRICS = Table(
@@ -470,7 +494,7 @@ RECHECK_RESULTS = Table(
 TABLES: tuple[Table, ...] = (
     PLANS, AUDIT_EVENTS, WORKLOAD_MANIFESTS, ENGINE_LAUNCHES, RUNS, REQUESTS, CHUNKS,
     GPU_DEVICES, GPU_SAMPLES, AUDIO_FILES, QUALITY_SCORES, VERDICTS, EXCLUSIONS, ATTEMPTS, RUN_METRICS,
-    VALIDATOR_RUNS, IMPORTED_RESULTS, PROFILER_WINDOWS, RECHECK_RESULTS,
+    VALIDATOR_RUNS, IMPORTED_RESULTS, PROFILER_WINDOWS, RECHECK_RESULTS, CANDIDATES,
 )
 TABLES_BY_NAME = {t.name: t for t in TABLES}
 
@@ -502,6 +526,10 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
     (6, "validator runs (validator_runs; docs/plans.md, \"Validators\")", [VALIDATOR_RUNS.create_sql()]),
     (7, "imported results, profiler windows, recheck results (docs/results.md)",
      [IMPORTED_RESULTS.create_sql(), PROFILER_WINDOWS.create_sql(), RECHECK_RESULTS.create_sql()]),
+    (8, "candidates and the configuration each attempt tried (docs/results.md, \"Candidates\")", [
+        CANDIDATES.create_sql(),
+        "ALTER TABLE attempts ADD COLUMN IF NOT EXISTS config_sha256 VARCHAR",
+    ]),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -246,6 +246,13 @@ def test_probe_command_stores_an_exploratory_run(server, prompt, tmp_path, capsy
     with Store(db) as s:
         assert s.scalar("SELECT kind FROM runs") == "exploratory"
         assert s.scalar("SELECT count(*) FROM requests") == 4
+        # the probed configuration is a candidate, and the probe an attempt of it (issue 28)
+        cand = s.query("SELECT config_sha256, name, origin, status FROM candidates")
+        assert [(c["name"], c["origin"], c["status"]) for c in cand] == [("probe", "probe", "measured")]
+        att = s.query("SELECT plan_hash, engine, outcome, config_sha256, run_ids_json FROM attempts")
+        assert [(a["engine"], a["outcome"], a["config_sha256"]) for a in att] == [("probe", "measured", cand[0]["config_sha256"])]
+        assert json.loads(att[0]["run_ids_json"]) == [s.scalar("SELECT run_id FROM runs")] and att[0]["plan_hash"] is None
+    assert f"candidate probe ({cand[0]['config_sha256'][:12]})" in text
     assert main(["probe", "--url", "localhost:1", "--dialect", "pcm", "--db", str(db)]) == 2
     assert "expected http://HOST:PORT" in capsys.readouterr().err
 

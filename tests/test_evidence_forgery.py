@@ -285,6 +285,7 @@ def test_a_truncated_chain_is_caught_only_with_the_true_head(bundle, tmp_path):
     prev = json.loads(lines[-2])
     subprocess.run(["sed", "-i", "$d", str(log)], check=True)
     parquet(b / "tables" / "audit_events.parquet", f"SELECT * FROM t WHERE seq < {last['seq']}")
+    parquet(b / "tables" / "verdicts.parquet", f"SELECT * FROM t WHERE verdict_id <> '{last['subject']}'")  # its row too
     for p in [b / "verdicts" / f"{last['subject']}.json", b / "verdicts" / f"{last['subject']}.scores.parquet"]:
         p.unlink(missing_ok=True)
     sed(f's/"length": {last["seq"]},/"length": {prev["seq"]},/; s/"head_hash": "{last["event_hash"]}"/'

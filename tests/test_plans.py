@@ -261,6 +261,12 @@ def test_holdout_reuse_is_refused_naming_ids_and_runs(tmp_path, store, plan_file
     assert f"{holdout[1]} (runs old-run-1, old-run-2)" in msg and f"{holdout[3]} (runs old-run-2)" in msg
     assert store.scalar("SELECT count(*) FROM plans") == 0
     assert store.scalar("SELECT count(*) FROM audit_events WHERE kind = 'plan_frozen'") == 0
+    # the refusal is an event of its own, after the manifest it froze, with the reason (issue 28)
+    refused = events(store, kind="freeze_refused")
+    manifest = events(store, kind="manifest_frozen")
+    assert len(refused) == 1 and refused[0]["seq"] > manifest[-1]["seq"]
+    assert refused[0]["payload"]["reason"] == msg and refused[0]["payload"]["manifest_hash"] == manifest[-1]["subject"]
+    assert refused[0]["payload"]["check"] == "holdout reuse" and verify_chain(store).ok
 
 
 def test_tuning_ids_may_be_reused_but_not_overlap_holdout(tmp_path, store, workload):

@@ -128,6 +128,7 @@ async def test_plan_tab_on_the_demo_store(quick_demo):
         # issue 28: the profiler window and the imported figure, marked
         assert "profiler windows (1)" in facts and "ref-probe-empty-deltas" in facts
         assert "imported results (1): imported, not measured" in facts and "ref-peer (its README)" in facts
+        assert re.search(r"ref-lossy [0-9a-f]{12} rejected: verdict quality-\S+ FAIL", facts), facts  # issue 28
         tree = app.query_one("#plan-tree", Tree)
         labels = {str(n.label) for n in tree.root.children[0].children}
         assert {'schema: "omni-campaign-plan/1"', 'name: "demo-reference-ab"', "quality", "engines [4]"} <= labels

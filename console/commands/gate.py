@@ -11,6 +11,7 @@ no verdict whose evidence is missing altogether (an arm never run or scored, a r
 complete run): it prints what is missing, and exits 2 if that leaves nothing to judge, else at
 least 3 (the plan's question is not fully answered). The synthetic controls run first with the
 same margins, draws, seed and method; if any control misses its known answer no verdict is issued.
+A FAIL verdict rejects the candidate it judged, naming the verdict (docs/results.md, "Candidates").
 In plan mode a PASS also needs the candidate's validators to have passed after the freeze and its
 latest launch (data/validators.py; docs/plans.md, "Validators").
 """
@@ -157,6 +158,7 @@ def gate_scores(args, console: Console) -> int:
 
 
 def gate_plan(args, console: Console) -> int:
+    from console.candidates import on_verdict
     from console.gate_tables import print_checks, print_rule, require_controls
     from data.plans import frozen_plan_for_file
     from data.pool_status import pool_status
@@ -227,6 +229,7 @@ def gate_plan(args, console: Console) -> int:
                                             controls=controls, scorer_status=status,
                                             scorers=dict(frame.attrs.get("scorers") or {}),
                                             pool=evidence.as_dict(), validators=validators))
+                on_verdict(store, plan, candidate, issued[-1], result.verdict)  # a FAIL rejects the candidate
         for rule, values in rules:
             rr = evaluate_rule(rule, values)
             validators = precondition(store, plan, rule.candidate)
@@ -237,6 +240,7 @@ def gate_plan(args, console: Console) -> int:
             verdicts.append(rr.verdict)
             if not args.dry_run:
                 issued.append(issue_rule(store, rr, plan=plan, metrics_version=METRICS_VERSION, validators=validators))
+                on_verdict(store, plan, rule.candidate, issued[-1], rr.verdict)
     for vid in issued:
         console.print(f"verdict issued: {vid}")
     if plan.parent_hash and issued:

@@ -297,8 +297,11 @@ def cmd_freeze(args) -> int:
     from data.store import open_store
     from engine_adapters.sampling import sampling_errors
 
+    from console.candidates import register_plan
+
     with open_store(args.db, create=True) as store:  # a campaign's record starts here
         res = freeze(store, args.plan, checks=[sampling_errors])
+        register_plan(store, res.plan)  # each engine a proposed candidate (docs/results.md, "Candidates")
         print(res.message)
         if res.manifest_hash:
             print(f"workload manifest {res.manifest_hash}")
@@ -322,12 +325,14 @@ def cmd_verify(args) -> int:
 
 
 def cmd_addendum(args) -> int:
+    from console.candidates import register_plan
     from data.plans import freeze
     from data.store import open_store
     from engine_adapters.sampling import sampling_errors
 
     with open_store(args.db) as store:
         res = freeze(store, args.addendum, expected_parent=args.parent, checks=[sampling_errors])
+        register_plan(store, res.plan)
         print(res.message)
         print(f"parent {res.plan.parent_hash}")
     return 0
@@ -379,12 +384,21 @@ def check_plan_arg(arg: str) -> None:
 
 
 def cmd_open_holdout(args) -> int:
-    from data.manifest import open_holdout
+    from data.manifest import holdout_opened, open_holdout
     from data.store import open_store
+
+    from console.candidates import plan_selection
 
     with open_store(args.db) as store:
         plan = plan_for_arg(store, args.plan)
-        seq, new = open_holdout(store, plan, args.reason)
+        selection = plan_selection(store, plan)
+        if plan.selection == "required" and not selection and not holdout_opened(store, plan.hash):
+            raise CampaignError(f"plan {plan.hash[:12]}: selection: required, and no candidate of the plan is selected; "
+                                "record it first (`campaign candidates select NAME --because VERDICT...`)")
+        seq, new = open_holdout(store, plan, args.reason, selection)
+    for s in selection if new else []:
+        print(f"follows the selection of {s['candidate']} ({s['config_sha256'][:12]}, seq {s['seq']}) "
+              f"because {', '.join(s['verdicts'])}")
     if new:
         print(f"holdout pool {plan.workload.holdout_pool!r} of plan {plan.hash[:12]} opened (audit seq {seq})")
     else:

@@ -136,6 +136,8 @@ def cmd_probe(args) -> int:
                        on_progress=lambda done, total: progress.update(task, completed=done, total=total))
         m = run_metrics(store, run_id)
         run = store.query("SELECT status, loop_impl, client_impl, driver_overhead_json FROM runs WHERE run_id = ?", [run_id])[0]
+        key = record_probe(store, args, spec.sampling, options, run_id, run["status"])
+    console.print(f"candidate {args.engine} ({key[:12]}): `campaign candidates` lists it", highlight=False)
     console.print(metrics_table(m, f"run {run_id} (exploratory)"))
     overhead = json.loads(run["driver_overhead_json"] or "{}")
     lag = overhead.get("send_lag", {})
@@ -152,6 +154,25 @@ def cmd_probe(args) -> int:
                "metrics": m.to_dict(), "driver": {"loop": run["loop_impl"], "client": run["client_impl"], **overhead}}
         Path(args.json_out).write_text(json.dumps(doc, indent=2, default=str) + "\n")
     return 0 if m.failed == 0 and run["status"] == "complete" else 1
+
+
+def record_probe(store, args, sampling: dict, options: dict, run_id: str, status: str) -> str:
+    """A probe is an attempt of its own configuration (docs/results.md, "Candidates"): the
+    candidate is registered and measured, the attempt names the run."""
+    from console.candidates import probe_candidate
+    from console.runner import store_attempt
+    from data import candidates
+    from data.audit import atomic
+
+    outcome = "measured" if status == "complete" else "interrupted"
+    with atomic(store):
+        key = probe_candidate(store, args.engine, args.url, args.dialect, sampling, options)
+        store_attempt(store, None, args.engine, {"url": args.url, "dialect": args.dialect, "options": options,
+                                                 "sampling": sampling}, outcome,
+                      reason=None if outcome == "measured" else f"run {run_id} ended {status}", run_ids=[run_id],
+                      config_sha256=key)
+        candidates.record_outcome(store, key, outcome, plan_hash=None)
+    return key
 
 
 def _ms(v) -> str:

@@ -55,8 +55,12 @@ def cmd_report(args) -> int:
 
     from data.snapshot import open_or_snapshot
     from data.store import resolve_db_path
+    from collections import Counter
+
+    from data.candidates import plan_record
     from data.imported import MARK, imported_rows
     from data.launches import engine_identities
+    from data.manifest import plan_lineage
     from stats.metrics import METRICS_VERSION
     from stats.results.plan_results import load_plan_results
     from stats.results.report import COLUMNS, column_label, concurrency_label
@@ -66,6 +70,7 @@ def cmd_report(args) -> int:
         res = load_plan_results(store, plan)
         identities = engine_identities(store, plan.hash)  # what code each engine ran (docs/engines.md)
         imported = imported_rows(store)  # outside figures: shown marked, never aggregated (data/imported.py)
+        cands, attempts = plan_record(store, plan_lineage(store, plan.hash))  # docs/results.md, "Candidates"
         if args.html:
             from console.html_report import write_report
             out = write_report(store, res, Path(args.html), Path(args.figures) if args.figures else None)
@@ -97,4 +102,15 @@ def cmd_report(args) -> int:
                    [[r["engine"], r["concurrency"], r["metric"], r["value_text"], r["unit"], r["source"], r["reference"],
                      MARK] for r in imported], console=console,
                    title=f"Imported results ({MARK}: in no aggregate, gate, rule or verdict)")
+    print_rows(["candidate", "config", "status", "reason", "launches", "startup failures", "runs", "verdicts"],
+               [[c["name"], c["config_sha256"][:12], c["status"], c["reason"] or "-", c["launches"],
+                 len(c["startup_failures"]), len(c["runs"]), "; ".join(c["verdicts"]) or "-"] for c in cands],
+               console=console, title="Candidates and attempts (`campaign candidates` for every configuration)")
+    if plan.claims is not None:  # docs/plans.md, "Claims"
+        c = plan.claims
+        console.print(f"claim ({c.status}): {c.scope}" + (f"; not claimed: {'; '.join(c.non_claims)}" if c.non_claims
+                                                           else ""), highlight=False)
+    console.print(f"attempts: {len(attempts)} ("
+                  + ", ".join(f"{n} {o}" for o, n in sorted(Counter(a['outcome'] for a in attempts).items())) + ")",
+                  highlight=False)
     return 0

@@ -1,5 +1,6 @@
 """Plan: the frozen plan as a tree, whether its file still matches the frozen hash (changed fields
-named), the addenda chain, the holdout (reserved, opened, by which event, used by which runs),
+named), the addenda chain, the holdout (reserved, opened, by which event and after which selection,
+used by which runs), the candidates of the plan with their fates (docs/results.md, "Candidates"),
 exclusions with reasons, and the audit chain with its events."""
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class PlanView:
     events: list[dict[str, Any]] = field(default_factory=list)
     imported: list[dict[str, Any]] = field(default_factory=list)  # outside figures, marked (data/imported.py)
     windows: list[dict[str, Any]] = field(default_factory=list)  # profiler windows (data/profiler.py)
+    candidates: list[dict[str, Any]] = field(default_factory=list)  # data.candidates.plan_record
 
 
 def load_plan_view(store, plan_hash: str | None = None) -> PlanView | None:
@@ -71,9 +73,13 @@ def load_plan_view(store, plan_hash: str | None = None) -> PlanView | None:
         holdout.append(f"pool {pool!r} reserved at freeze (audit #{frozen[0]['seq'] if frozen else '?'})")
         opened = holdout_opened(store, plan.hash)
         if opened:
-            reason = json.loads(opened["payload_json"] or "{}").get("reason", "")
+            payload = json.loads(opened["payload_json"] or "{}")
             holdout.append(f"opened by audit #{opened['seq']} ({opened['kind']}) at {str(opened['event_time'])[:19]}: "
-                           f"{reason}")
+                           f"{payload.get('reason', '')}")
+            if "selection" in payload:
+                holdout.append("after the selection of " + (", ".join(
+                    f"{s['candidate']} (#{s['seq']}, because {', '.join(s['verdicts'])})" for s in payload["selection"])
+                    or "no candidate"))
         else:
             holdout.append("not opened yet (`campaign plan open-holdout PLAN --reason ...`)")
         used = store.query("SELECT engine, count(*) AS runs FROM runs WHERE plan_hash = ? AND pool = ? GROUP BY ALL "
@@ -81,6 +87,10 @@ def load_plan_view(store, plan_hash: str | None = None) -> PlanView | None:
         holdout.append("used by " + (", ".join(f"{u['engine']} ({u['runs']} runs)" for u in used) or "no run yet"))
     exclusions = store.query("SELECT x.run_id, r.engine, r.concurrency, r.kind, x.reason, x.audit_seq FROM exclusions x "
                              "JOIN runs r USING (run_id) ORDER BY x.audit_seq")
+    from data.candidates import plan_record
+    from data.manifest import plan_lineage
+
+    candidates, _ = plan_record(store, plan_lineage(store, plan.hash))
     chain_result = verify_chain(store)
     events = store.query("SELECT seq, strftime(event_time AT TIME ZONE 'UTC', '%m-%d %H:%M:%S') AS time, kind, subject "
                          "FROM audit_events ORDER BY seq DESC")
@@ -89,7 +99,7 @@ def load_plan_view(store, plan_hash: str | None = None) -> PlanView | None:
 
     return PlanView(plan.name, plan.hash, r["kind"], r["at"], stored_document(store, plan.hash) or plan.document(), check,
                     detail, chain, holdout, exclusions, chain_result.ok, chain_result.message, events,
-                    imported_rows(store), windows(store))
+                    imported_rows(store), windows(store), candidates)
 
 
 def fill_tree(node, value: Any, label: str) -> None:
@@ -179,6 +189,13 @@ class PlanPane(Pane):
         facts.append("holdout\n", style="bold")
         for line in v.holdout or ["no holdout pool in this plan"]:
             facts.append(f"  {line}\n")
+        facts.append(f"candidates ({len(v.candidates)})\n", style="bold")
+        for c in v.candidates:
+            style = {"rejected": FAIL_STYLE, "selected": PASS_STYLE}.get(c["status"], "")
+            facts.append(f"  {c['name']} {c['config_sha256'][:12]} ")
+            facts.append(c["status"], style=style)
+            facts.append(f"{': ' + c['reason'] if c['reason'] else ''}  {len(c['runs'])} runs, "
+                         f"{len(c['startup_failures'])} startup failures\n")
         facts.append(f"exclusions ({len(v.exclusions)})\n", style="bold")
         for x in v.exclusions:
             facts.append(f"  {x['run_id']} {x['engine']} C{x['concurrency']} (audit #{x['audit_seq']}): ")

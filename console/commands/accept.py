@@ -1,0 +1,64 @@
+"""`campaign accept PLAN [--candidate NAME]`: one acceptance verdict combining every piece the
+candidate needs (quality, throughput, validators, equivalence, selection), each named; it carries
+the plan's `claims` (docs/statistics.md, "Acceptance").
+
+Exit status: 0 PASS, 1 FAIL, 3 INCONCLUSIVE, 2 refused before anything was issued. Earlier
+acceptance verdicts stay as issued.
+"""
+
+from __future__ import annotations
+
+from console.commands.db import add_db_arg
+from data.errors import CampaignError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("accept", help="issue the acceptance verdict of a candidate (every piece combined)",
+                       description=__doc__.split("\n\n")[0])
+    p.add_argument("plan", help="frozen plan file or hash")
+    p.add_argument("--candidate", help="engine of the plan (default: its only quality candidate, else its selected one)")
+    p.add_argument("--dry-run", action="store_true", help="compute and print, issue nothing")
+    add_db_arg(p)
+    p.set_defaults(func=cmd_accept)
+
+
+def default_candidate(store, plan) -> str:
+    """The plan's only quality candidate, else its only selected engine; refused otherwise."""
+    from console.candidates import plan_selection
+
+    if len(plan.quality_candidates) == 1:
+        return plan.quality_candidates[0]
+    selected = [s["candidate"] for s in plan_selection(store, plan)]
+    if len(selected) == 1:
+        return selected[0]
+    raise CampaignError(f"plan {plan.hash[:12]}: --candidate: name one of {', '.join(e.name for e in plan.engines)} "
+                        f"({len(plan.quality_candidates)} quality candidates, {len(selected)} selected)")
+
+
+def cmd_accept(args) -> int:
+    from rich.console import Console
+
+    from console.candidates import plan_candidate
+    from console.commands.gate import exit_status
+    from console.commands.plan import plan_for_arg
+    from console.output import print_rows
+    from data.store import open_store
+    from stats.acceptance import decide, issue_acceptance
+    from stats.metrics import METRICS_VERSION
+
+    console = Console(width=max(Console().width, 160))
+    with open_store(args.db) as store:
+        plan = plan_for_arg(store, args.plan)
+        name = args.candidate or default_candidate(store, plan)
+        plan.engine(name)  # an unknown engine: one line naming the plan's
+        acc = decide(store, plan, name, plan_candidate(store, plan, name))
+        vid = None if args.dry_run else issue_acceptance(store, plan, acc, METRICS_VERSION)
+    print_rows(["piece", "status", "detail"], [(p.piece, p.status, p.detail) for p in acc.pieces],
+               title=f"acceptance of {name} ({(acc.config_sha256 or '')[:12]}), plan {plan.name}", console=console)
+    if plan.claims is not None:
+        c = plan.claims
+        console.print(f"claim ({c.status}): {c.scope}" + (f"; not claimed: {'; '.join(c.non_claims)}" if c.non_claims
+                                                           else ""), highlight=False)
+    console.print(f"acceptance {acc.verdict}" + (f": verdict issued: {vid}" if vid else " (dry run: nothing issued)"),
+                  highlight=False)
+    return exit_status([acc.verdict])
