@@ -10,7 +10,6 @@ from console.commands.db import add_db_arg
 from console.output import print_rows
 from data.errors import CampaignError
 from data.plan_ids import ADDENDUM_SCHEMA_ID, PLAN_SCHEMA_ID
-from data.queries import plan_seq
 
 HASH_PREFIX = re.compile(r"[0-9a-fA-F]+")  # what a plan hash (prefix) is made of
 
@@ -407,6 +406,7 @@ def cmd_open_holdout(args) -> int:
 
 
 def cmd_list(args) -> int:
+    from data.queries import plan_seq
     from data.store import open_store
 
     with open_store(args.db) as store:
