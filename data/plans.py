@@ -31,6 +31,7 @@ import jsonschema
 
 from data.audit import append_event, atomic, canonical_json, sha256_text, whoami
 from data.digest import row_sha256
+from data.equivalence_spec import EquivalenceSpec, equivalence_errors, equivalence_from_dict
 from data.errors import CampaignError
 from data.metric_params import MetricParams
 from data.plan_ids import ADDENDUM_SCHEMA_ID as ADDENDUM_SCHEMA_ID  # re-exported: the ids' home is data/plan_ids.py
@@ -250,6 +251,7 @@ class Plan:
     bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)
     decision_rules: tuple[DecisionRule, ...] = ()
     validators: tuple[Validator, ...] = ()
+    equivalence: EquivalenceSpec | None = None  # data/equivalence_spec.py
     hash: str = ""
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
     kind: str = "plan"
@@ -332,6 +334,8 @@ def plan_from_dict(raw: dict[str, Any], *, hash: str = "", kind: str = "plan", p
         sections["sampling"] = SamplingSpec(fields=_written(raw["sampling"]))
     if "quality" in raw:
         sections["quality"] = _quality(raw["quality"])
+    if "equivalence" in raw:
+        sections["equivalence"] = equivalence_from_dict(raw["equivalence"])
     return Plan(schema=raw["schema"], name=raw["name"], description=raw.get("description", ""), model=model,
                 engines=tuple(_engine(e, model.id) for e in raw["engines"]),
                 workload=_build(WorkloadSpec, raw["workload"]), sweep=_build(SweepSpec, raw["sweep"]),
@@ -462,6 +466,7 @@ def semantic_errors(raw: dict[str, Any]) -> list[str]:
         for j, c in enumerate(rule["concurrencies"]):
             if c not in concs:
                 errs.append(f"decision_rules[{i}].concurrencies[{j}]: {c} is not a sweep concurrency")
+    errs += equivalence_errors(raw.get("equivalence") or {}, seen)
     wl = raw["workload"]
     if wl.get("holdout_pool") and wl.get("holdout_pool") == wl.get("pool"):
         errs.append(f"workload.holdout_pool: {wl['holdout_pool']!r} is also the tuning pool")

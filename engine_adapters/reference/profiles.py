@@ -22,7 +22,7 @@ OUTPUT_SAMPLE_RATE = 24_000
 SAMPLES_PER_FRAME = OUTPUT_SAMPLE_RATE // CODEC_FRAME_RATE
 
 FAULT_KINDS = ("in_stream_error", "drop", "http_500", "stall", "fatal")
-AUDIO_MODES = ("lossless", "lossy")
+AUDIO_MODES = ("lossless", "lossy", "precision")
 DELIVERY_MODES = ("stream", "whole")
 
 
@@ -62,6 +62,15 @@ class Profile:
     @property
     def lossless(self) -> bool:
         return self.audio == "lossless"
+
+    @property
+    def lossy(self) -> bool:
+        return self.audio == "lossy"
+
+    @property
+    def reduced_precision(self) -> bool:
+        """`audio = "precision"`: the output path runs in float16 (synthesis.reduce_precision)."""
+        return self.audio == "precision"
 
     def step_duration(self, active: int, admitted: int, input_audio_s: float = 0.0) -> float:
         """Seconds one decode step takes with ``active`` sequences, ``admitted`` of them new,
