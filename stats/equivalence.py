@@ -51,7 +51,8 @@ class MelParams:
     n_mels: int = 80
     fmin: float = 0.0
     fmax: float | None = None  # None: sample_rate / 2
-    floor: float = 1e-10  # mel power floor before the log (about -100 dB full scale)
+    top_db: float = 80.0  # mel power is floored at the reference's maximum minus top_db (as librosa's power_to_db)
+    floor: float = 1e-10  # absolute floor (-100 dB), for an all-silent reference
 
 
 def hz_to_mel(f: np.ndarray | float) -> np.ndarray:
@@ -88,11 +89,15 @@ def mel_power(x: np.ndarray, sample_rate: int, p: MelParams) -> np.ndarray:
 
 
 def log_mel_distance(ref: np.ndarray, cand: np.ndarray, sample_rate: int, p: MelParams = MelParams()) -> float:
-    """Mean over frames of the RMS over mel bands of 10 log10(max(M_cand, floor) / max(M_ref, floor)),
-    in dB, over the common length."""
+    """Mean over frames of the RMS over mel bands of 10 log10(max(M_cand, f) / max(M_ref, f)), in
+    dB, over the common length; f = max(floor, max(M_ref) x 10^(-top_db/10)): differences more
+    than top_db below the reference's loudest band are not counted (quantisation noise in silence
+    would otherwise dominate a perceptual distance)."""
     n = min(len(ref), len(cand))
-    mr = np.maximum(mel_power(ref[:n], sample_rate, p), p.floor)
-    mc = np.maximum(mel_power(cand[:n], sample_rate, p), p.floor)
+    raw_ref = mel_power(ref[:n], sample_rate, p)
+    f = max(p.floor, float(raw_ref.max()) * 10.0 ** (-p.top_db / 10.0))
+    mr = np.maximum(raw_ref, f)
+    mc = np.maximum(mel_power(cand[:n], sample_rate, p), f)
     diff = 10.0 * (np.log10(mc) - np.log10(mr))
     return float(np.mean(np.sqrt(np.mean(diff ** 2, axis=1))))
 

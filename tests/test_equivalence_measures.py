@@ -44,7 +44,7 @@ def test_log_mel_hand_worked():
 def test_log_mel_two_frames_hand_worked():
     """n_fft 4, hop 4, 1 band, two frames: the candidate doubles frame 1 only. Frame 0 differs
     by 0 dB, frame 1 by 20 log10 2 dB; the mean over the two frames is half of that."""
-    p = MelParams(n_fft=4, hop=4, n_mels=1, fmin=0.0, fmax=None, floor=1e-30)
+    p = MelParams(n_fft=4, hop=4, n_mels=1, fmin=0.0, fmax=None, top_db=80.0, floor=1e-30)
     ref = np.array([0.0, 1.0, 0.0, -1.0, 0.0, 1.0, 0.0, -1.0])
     cand = ref.copy()
     cand[4:] *= 2

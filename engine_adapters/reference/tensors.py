@@ -6,7 +6,7 @@ An engine started with `--dump-tensors DIR` writes, for each request carrying th
 - `voice.npy`: float32 [rate, pitch, range], the espeak voice matched to the prompt;
 - `frame_energy.npy`: RMS of each 40 ms codec frame (960 samples) of the output, computed in
   the profile's precision (float16 for `audio = "precision"`, else float32);
-- `output.npy`: the int16 waveform the stream carries.
+- `output.npy`: the waveform the stream carries, float32 in full-scale units (int16 / 32768).
 
 Files are written (atomically: a temporary name, then a rename) before the stream's first
 byte, so a client that has read the whole response finds them complete.
@@ -46,7 +46,8 @@ def intermediates(samples: np.ndarray, voice: tuple[int, int, int], profile: Pro
     padded[: len(samples)] = samples
     x = (padded / 32768.0).astype(dtype).reshape(frames, SAMPLES_PER_FRAME)
     energy = np.sqrt(np.mean(np.square(x), axis=1, dtype=dtype)).astype(dtype)
-    return {"voice": np.asarray(voice, np.float32), "frame_energy": energy, "output": samples.astype(np.int16)}
+    return {"voice": np.asarray(voice, np.float32), "frame_energy": energy,
+            "output": (samples.astype(np.float32) / np.float32(32768.0))}
 
 
 def write_dump(root: Path, name: str, arrays: dict[str, np.ndarray]) -> None:

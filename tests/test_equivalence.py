@@ -1,0 +1,184 @@
+"""`campaign equivalence` end to end against real reference-engine processes over HTTP (real
+DuckDB, the CLI as a subprocess): bit-exact PASS (fast vs baseline), within-tolerance PASS with
+non-zero distances (precision vs baseline), FAIL naming its measures (lossy), INCONCLUSIVE on
+failed requests (injected HTTP 500), and the engines' tensor dumps compared by name."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from data.store import Store
+from plans_helpers import inproc, make_workload, plan_dict, write_json
+
+pytestmark = pytest.mark.timeout(300)
+
+TOLERANCES = {"max_length_diff": 0, "max_abs": 0.01, "min_snr_db": 40.0, "max_log_mel_db": 1.0,
+              "tensor_max_abs": 0.01, "tensor_max_rel": 0.01, "tensor_min_cosine": 0.9999}
+
+
+def _plan(tmp_path):
+    wl = make_workload(tmp_path / "wl", n=6, n_holdout=2, short=True)
+    doc = plan_dict(wl, profiles=("baseline", "fast", "precision", "lossy", "baseline"), repeats=1)
+    doc["engines"][-1]["name"] = "ref-broken"  # baseline whose every request meets an injected HTTP 500
+    doc["engines"][-1]["request"] = {"headers": {"X-Reference-Fault": "http_500"}}
+    doc["equivalence"] = {"_comment": "C=1: deterministic batch composition",
+                          "pairs": [{"reference": "ref-baseline", "candidate": c}
+                                    for c in ("ref-fast", "ref-precision", "ref-lossy", "ref-broken")],
+                          "utterances": 3, "concurrency": 1, "repeats": 1, "tensors": True, "tolerances": TOLERANCES}
+    return write_json(tmp_path / "plan.json", doc)
+
+
+@pytest.fixture(scope="module")
+def campaign_db(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("eq")
+    plan = _plan(tmp)
+    db = tmp / "c.duckdb"
+    fr = subprocess.run([sys.executable, "-m", "console.cli", "plan", "freeze", str(plan), "--db", str(db)],
+                        capture_output=True, text=True)
+    assert fr.returncode == 0, fr.stderr
+    r = subprocess.run([sys.executable, "-m", "console.cli", "equivalence", str(plan), "--db", str(db)],
+                       capture_output=True, text=True)
+    return plan, db, r
+
+
+def _verdicts(db):
+    with Store(db) as s:
+        return {v["name"]: v for v in s.query("SELECT * FROM verdicts WHERE kind = 'equivalence'")}
+
+
+def _rows(db, name):
+    with Store(db) as s:
+        vid = s.scalar("SELECT verdict_id FROM verdicts WHERE name = ?", [name])
+        return s.query("SELECT * FROM equivalence_measures WHERE verdict_id = ? ORDER BY utt_id, measure", [vid])
+
+
+def test_outcomes_and_exit_status(campaign_db):
+    _, db, r = campaign_db
+    print(r.stdout, r.stderr)
+    assert r.returncode == 1, r.stdout + r.stderr  # a FAIL among the pairs
+    v = _verdicts(db)
+    assert {n: x["verdict"] for n, x in v.items()} == {
+        "ref-fast vs ref-baseline": "PASS", "ref-precision vs ref-baseline": "PASS",
+        "ref-lossy vs ref-baseline": "FAIL", "ref-broken vs ref-baseline": "INCONCLUSIVE"}
+    assert "ref-fast vs ref-baseline: PASS (bit-exact)" in r.stdout
+    assert "ref-precision vs ref-baseline: PASS (" in r.stdout
+
+
+def test_bit_exact_rows(campaign_db):
+    rows = _rows(campaign_db[1], "ref-fast vs ref-baseline")
+    assert {x["value"] for x in rows if x["measure"] in ("pcm_identical", "samples_identical")} == {1.0}
+    assert {x["value"] for x in rows if x["measure"] == "snr_db"} == {math.inf}
+    assert all(x["passed"] is not False for x in rows)
+
+
+def test_precision_close_but_not_equal(campaign_db):
+    rows = _rows(campaign_db[1], "ref-precision vs ref-baseline")
+    by = lambda m: [x["value"] for x in rows if x["measure"] == m]  # noqa: E731
+    assert by("pcm_identical") == [0.0] * 3 and by("length_diff") == [0.0] * 3
+    assert all(0 < v <= 0.01 for v in by("max_abs"))
+    assert all(40 <= v < math.inf for v in by("snr_db"))
+    assert all(0 < v <= 1.0 for v in by("log_mel_db"))
+    # the frame energies are computed in float16: close, not equal; the voice is the same
+    assert all(0 < v for v in [x["value"] for x in rows if x["measure"] == "tensor:frame_energy:max_abs"])
+    assert {x["value"] for x in rows if x["measure"] == "tensor:voice:max_abs"} == {0.0}
+
+
+def test_fail_names_worst_measures(campaign_db):
+    _, db, r = campaign_db
+    v = _verdicts(db)["ref-lossy vs ref-baseline"]
+    doc = json.loads(v["document_json"])
+    assert doc["label"] == "FAIL" and doc["reasons"]
+    assert any(m in " ".join(doc["reasons"]) for m in ("snr_db", "max_abs", "log_mel_db", "length_diff"))
+    assert "ref-lossy vs ref-baseline: FAIL" in r.stdout
+
+
+def test_documents_follow_the_verdict_schema(campaign_db):
+    import jsonschema
+
+    from stats.verdict_doc import load_schema
+
+    for v in _verdicts(campaign_db[1]).values():
+        jsonschema.validate(json.loads(v["document_json"]), load_schema())
+
+
+def test_inconclusive_names_failed_requests(campaign_db):
+    _, db, r = campaign_db
+    doc = json.loads(_verdicts(db)["ref-broken vs ref-baseline"]["document_json"])
+    assert len(doc["reasons"]) == 3 and all("candidate: http_status" in x for x in doc["reasons"])
+
+
+def test_rows_equal_the_verdict_checks_and_audit_holds(campaign_db):
+    _, db, _ = campaign_db
+    from data.integrity import verify_store
+
+    with Store(db) as s:
+        checks = verify_store(s)
+    bad = [c for c in checks if not c.ok]
+    assert not bad, bad
+
+
+def test_tensor_dumps_compared_missing_and_shape(campaign_db, tmp_path):
+    """The real dumps of one request: identical arms compare equal; a tensor removed from the
+    candidate is a failure, as is one of another shape."""
+    from console.equivalence import TENSOR_DIR, read_tensors, tensor_folder
+    from stats.equivalence import FAIL, PASS, Output, Tolerances, judge, measure_pair
+
+    _, db, _ = campaign_db
+    with Store(db) as s:
+        rows = s.query("SELECT r.engine, q.run_id, q.request_index FROM requests q JOIN runs r USING (run_id) "
+                       "WHERE r.kind = 'equivalence' AND q.request_index = 0 AND r.engine IN ('ref-baseline', 'ref-fast')")
+    art = db.parent / "artifacts" / TENSOR_DIR
+    t = {x["engine"]: read_tensors(art / tensor_folder(x["run_id"], 0)) for x in rows}
+    assert set(t["ref-baseline"]) == {"voice", "frame_energy", "output"}
+    tol = Tolerances(**{k: v for k, v in TOLERANCES.items()})
+    x = t["ref-baseline"]["output"].astype(np.float64) / 32768
+
+    def verdict(cand_tensors):
+        return judge(measure_pair("u", 0, Output("a", x, 24000, tensors=t["ref-baseline"]),
+                                  Output("a", x, 24000, tensors=cand_tensors), tol, True))
+
+    assert verdict(t["ref-fast"]).verdict == PASS
+    missing = verdict({k: v for k, v in t["ref-fast"].items() if k != "frame_energy"})
+    assert missing.verdict == FAIL and "tensor:frame_energy:present" in missing.reasons[0]
+    assert "missing_in_candidate" in missing.reasons[0]
+    reshaped = verdict({**t["ref-fast"], "voice": t["ref-fast"]["voice"].reshape(1, 3)})
+    assert reshaped.verdict == FAIL and "shape_mismatch" in reshaped.reasons[0]
+
+
+def test_reuse_stored_outputs(campaign_db):
+    """reuse_stored: the stored outputs of identical requests (the runs above) give the same rows."""
+    from console.equivalence import compare_pair, reused_arm
+    from data.plans import frozen_plan_for_file
+
+    plan_path, db, _ = campaign_db
+    with Store(db) as s:
+        plan = frozen_plan_for_file(s, plan_path)
+        plan = replace(plan, equivalence=replace(plan.equivalence, reuse_stored=True))
+        from console.equivalence import equivalence_utterances
+
+        utts = equivalence_utterances(s, plan)
+        art = db.parent / "artifacts"
+        arms = {e: reused_arm(s, plan, e, utts, art) for e in ("ref-baseline", "ref-precision")}
+        out = compare_pair(plan.equivalence.pairs[1], arms["ref-baseline"], arms["ref-precision"], utts, plan.equivalence)
+        stored = _rows(db, "ref-precision vs ref-baseline")
+    assert out.result.verdict == "PASS" and arms["ref-baseline"].reused
+    got = {(r["utt_id"], r["measure"]): r["value"] for r in out.rows}
+    assert {(r["utt_id"], r["measure"]): r["value"] for r in stored} == {
+        k: (math.inf if v == "inf" else v) for k, v in got.items()}
+
+
+def test_refusals_are_one_line(tmp_path, capsys):
+    """No section: refused before anything runs (exit 2, one line)."""
+    wl = make_workload(tmp_path / "wl", n=4, n_holdout=1, short=True)
+    plan = write_json(tmp_path / "plan.json", plan_dict(wl))
+    db = tmp_path / "c.duckdb"
+    assert inproc(capsys, "plan", "freeze", str(plan), db=db).returncode == 0
+    r = inproc(capsys, "equivalence", str(plan), db=db)
+    assert r.returncode == 2 and "has no `equivalence` section" in r.stderr and len(r.stderr.strip().splitlines()) == 1
