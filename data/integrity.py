@@ -246,6 +246,14 @@ def check_verdicts(store: Store, evs: list[dict[str, Any]]) -> Check:
     return _result("verdicts", problems, f"{n} verdict row(s) match their verdict_issued events")
 
 
+def check_equivalence(store: Store, evs: list[dict[str, Any]]) -> Check:
+    """equivalence_measures rows equal their verdict's issued checks (data/equivalence_rows.py)."""
+    from data.equivalence_rows import equivalence_problems
+
+    problems, n = equivalence_problems(store)
+    return _result("equivalence", problems, f"{n} equivalence verdict(s) match their stored rows")
+
+
 def check_exclusions(store: Store, evs: list[dict[str, Any]]) -> Check:
     excluded = _by_subject(evs, "run_excluded")
     rows = store.query("SELECT run_id, reason, audit_seq FROM exclusions")
@@ -398,6 +406,7 @@ CHECKS: tuple[tuple[str, Callable[[Store, list[dict[str, Any]]], Check]], ...] =
     ("store file", check_file), ("schema", check_schema), ("chain", check_chain), ("plans", check_plans),
     ("manifests", check_manifests), ("verdicts", check_verdicts), ("exclusions", check_exclusions),
     ("runs", check_runs), ("attempts", check_attempts), ("launches", check_launches), ("scores", check_scores), ("sql writes", check_sql_writes),
+    ("equivalence", check_equivalence),
 )
 
 

@@ -124,6 +124,21 @@ def test_rows_equal_the_verdict_checks_and_audit_holds(campaign_db):
     assert not bad, bad
 
 
+def test_an_edited_row_fails_audit_verify(campaign_db, tmp_path):
+    """A distance edited by hand in a copy of the store: `campaign audit verify` names the verdict."""
+    import shutil
+
+    db = tmp_path / "copy.duckdb"
+    shutil.copy(campaign_db[1], db)
+    with Store(db) as s:
+        s.con.execute("UPDATE equivalence_measures SET value = 0.5 WHERE measure = 'snr_db' "
+                      "AND candidate = 'ref-lossy' AND utt_id = (SELECT min(utt_id) FROM equivalence_measures)")
+    r = subprocess.run([sys.executable, "-m", "console.cli", "audit", "verify", "--db", str(db)],
+                       capture_output=True, text=True)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "equivalence verdict equivalence-" in r.stdout and "differ from the checks it was issued with" in r.stdout
+
+
 def test_tensor_dumps_compared_missing_and_shape(campaign_db, tmp_path):
     """The real dumps of one request: identical arms compare equal; a tensor removed from the
     candidate is a failure, as is one of another shape."""
