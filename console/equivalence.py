@@ -311,11 +311,19 @@ def run_equivalence(store: Store, plan: Plan, artifacts_dir: Path, log: Callable
 
 
 # -- the precondition of a precision change ------------------------------------------------------
-def equivalence_precondition(store: Store, plan: Plan, candidate: str, precision_change: bool) -> str | None:
-    """Why a candidate that changes numerical precision may not get a quality or acceptance PASS,
-    or None: it needs an issued equivalence verdict of this plan (or an ancestor) against the
-    quality baseline. The first one issued stands (verdicts are insert-only; a later, better one
-    does not replace it), and it must be a PASS."""
+@dataclass(frozen=True)
+class Precondition:
+    """What a precision-changing candidate's quality verdict may be at best, and why."""
+
+    cap: str  # INCONCLUSIVE (no equivalence verdict yet) or FAIL (the binding one is not a PASS)
+    reason: str
+
+
+def equivalence_precondition(store: Store, plan: Plan, candidate: str, precision_change: bool) -> Precondition | None:
+    """None when the candidate may PASS: it changes no numerical precision, or the first
+    equivalence verdict issued for it against the quality baseline (this plan or an ancestor, in
+    audit order) is a PASS. The first one binds: verdicts are insert-only and a later, better
+    one does not replace it (docs/equivalence.md)."""
     if not precision_change:
         return None
     from data.manifest import plan_lineage
@@ -327,12 +335,21 @@ def equivalence_precondition(store: Store, plan: Plan, candidate: str, precision
         "ORDER BY e.seq LIMIT 1",
         [KIND, EquivalencePair(str(baseline), candidate).name, plan_lineage(store, plan.hash)])
     if not rows:
-        return (f"{candidate} changes numerical precision (precision_change: true) and has no equivalence verdict "
-                f"against the quality baseline {baseline}: run `campaign equivalence PLAN` first (docs/equivalence.md)")
+        return Precondition("INCONCLUSIVE", f"{candidate} changes numerical precision (precision_change: true) and has "
+                            f"no equivalence verdict against the quality baseline {baseline}: run "
+                            "`campaign equivalence PLAN` first (docs/equivalence.md)")
     if rows[0]["verdict"] != "PASS":
-        return (f"{candidate} changes numerical precision and its equivalence verdict against {baseline} "
-                f"({rows[0]['verdict_id']}) is {rows[0]['verdict']}")
+        return Precondition("FAIL", f"{candidate} changes numerical precision and its equivalence verdict against "
+                            f"{baseline} ({rows[0]['verdict_id']}, the first issued, which binds) is {rows[0]['verdict']}")
     return None
+
+
+def apply_precondition(result: Any, pre: Precondition | None) -> Any:
+    """A quality GateResult capped by the precondition: a PASS becomes `pre.cap`, the reason is
+    recorded in its inputs (and so in the verdict document); a FAIL or INCONCLUSIVE stays."""
+    if pre is None or result.verdict != "PASS":
+        return result
+    return replace(result, verdict=pre.cap, inputs={**result.inputs, "equivalence_precondition": pre.reason})
 
 
 # -- printing ---------------------------------------------------------------------------------

@@ -197,3 +197,35 @@ def test_refusals_are_one_line(tmp_path, capsys):
     assert inproc(capsys, "plan", "freeze", str(plan), db=db).returncode == 0
     r = inproc(capsys, "equivalence", str(plan), db=db)
     assert r.returncode == 2 and "has no `equivalence` section" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_precision_change_precondition(campaign_db, tmp_path):
+    """A candidate with precision_change gets no quality PASS without a PASS equivalence verdict
+    against the quality baseline; the first one issued binds, a later PASS does not replace it."""
+    import shutil
+
+    from console.equivalence import (ArmOutputs, PairOutcome, apply_precondition, equivalence_precondition,
+                                     issue_equivalence)
+    from data.plans import frozen_plan_for_file
+    from stats.equivalence import EquivalenceResult
+    from stats.gates import GateConfig, GateResult
+
+    db = tmp_path / "copy.duckdb"
+    shutil.copy(campaign_db[1], db)
+    passing = GateResult("PASS", [], GateConfig(margins={"wer": 0.2, "sim": 0.5, "utmos": 0.05}), {})
+    with Store(db) as s:
+        plan = frozen_plan_for_file(s, campaign_db[0])
+        assert equivalence_precondition(s, plan, "ref-lossy", False) is None
+        assert equivalence_precondition(s, plan, "ref-precision", True) is None
+        lossy = equivalence_precondition(s, plan, "ref-lossy", True)
+        assert lossy is not None and lossy.cap == "FAIL" and "is FAIL" in lossy.reason
+        capped = apply_precondition(passing, lossy)
+        assert capped.verdict == "FAIL" and "equivalence_precondition" in capped.inputs
+        none = equivalence_precondition(s, plan, "ref-peer", True)  # no equivalence verdict at all
+        assert none is not None and none.cap == "INCONCLUSIVE" and "campaign equivalence" in none.reason
+        # a later PASS for ref-lossy is stored beside the FAIL; the first issued still binds
+        pair = plan.equivalence.pairs[2]
+        issue_equivalence(s, plan, PairOutcome(pair, EquivalenceResult("PASS", False, []), []),
+                          {"ref-baseline": ArmOutputs("ref-baseline"), "ref-lossy": ArmOutputs("ref-lossy")})
+        assert s.scalar("SELECT count(*) FROM verdicts WHERE name = 'ref-lossy vs ref-baseline'") == 2
+        assert equivalence_precondition(s, plan, "ref-lossy", True).cap == "FAIL"

@@ -149,6 +149,7 @@ def gate_plan(args, console: Console) -> int:
                     raise CampaignError(f"plan {plan.hash[:12]}: no quality rows (run the quality cells and "
                                         "`campaign score` first)")
                 result = evaluate_gates(frame, cfg, scorer_status=status, source=f"plan {plan.hash[:12]}")
+                result = _equivalence_cap(console, store, plan, candidate, result)
                 evidence = pool_status(store, view)
                 print_checks(console, result, f"noninferiority gates: {plan.name} ({candidate} vs {q.baseline})",
                              evidence)
@@ -178,6 +179,19 @@ def gate_plan(args, console: Console) -> int:
     if not verdicts:
         raise CampaignError(f"plan {plan.hash[:12]}: nothing to gate (no quality arms and no decision rules)")
     return exit_status(verdicts)
+
+
+def _equivalence_cap(console: Console, store, plan, candidate: str, result):
+    """No quality PASS for a precision-changing candidate without a PASS equivalence verdict
+    against the baseline (console/equivalence.py, docs/equivalence.md)."""
+    from console.equivalence import apply_precondition, equivalence_precondition
+
+    pre = equivalence_precondition(store, plan, candidate, getattr(plan.engine(candidate), "precision_change", False))
+    capped = apply_precondition(result, pre)
+    if capped is not result and pre is not None:
+        console.print(f"{candidate}: quality {result.verdict} capped to {capped.verdict}: {pre.reason}",
+                      markup=False, highlight=False)
+    return capped
 
 
 def print_earlier_verdicts(console: Console, db, plan) -> None:
