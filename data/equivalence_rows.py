@@ -33,20 +33,26 @@ def _key(r: dict[str, Any]) -> str:
     return json.dumps([r.get(k) if r.get(k) != "" else None for k in KEY_FIELDS], sort_keys=True, default=str)
 
 
-def equivalence_problems(store: Store) -> tuple[list[str], int]:
+def equivalence_problems(store: Store, only: str | None = None,
+                         checks: list[dict[str, Any]] | None = None) -> tuple[list[str], int]:
     """(problems, verdicts checked): rows without an equivalence verdict, and verdicts whose rows
-    differ from their checks."""
+    differ from their checks. `only` with `checks`: one verdict against the given checks (an
+    evidence bundle holds the verdict documents, not the verdicts table)."""
     problems: list[str] = []
-    verdicts = store.query("SELECT verdict_id, checks_json FROM verdicts WHERE kind = 'equivalence'")
-    known = {v["verdict_id"] for v in verdicts}
-    for r in store.query("SELECT DISTINCT verdict_id FROM equivalence_measures"):
-        if r["verdict_id"] not in known:
-            problems.append(f"equivalence_measures: rows for {r['verdict_id']}, which is no equivalence verdict")
-    for v in verdicts:
-        checks = json.loads(v["checks_json"] or "[]")
-        got, want = sorted(map(_key, stored_rows(store, v["verdict_id"]))), sorted(map(_key, checks))
+    verdicts: list[tuple[str, list[dict[str, Any]]]]
+    if only is not None:
+        verdicts = [(only, checks or [])]
+    else:
+        verdicts = [(v["verdict_id"], json.loads(v["checks_json"] or "[]")) for v in
+                    store.query("SELECT verdict_id, checks_json FROM verdicts WHERE kind = 'equivalence'")]
+        known = {vid for vid, _ in verdicts}
+        for r in store.query("SELECT DISTINCT verdict_id FROM equivalence_measures"):
+            if r["verdict_id"] not in known:
+                problems.append(f"equivalence_measures: rows for {r['verdict_id']}, which is no equivalence verdict")
+    for vid, issued in verdicts:
+        got, want = sorted(map(_key, stored_rows(store, vid))), sorted(map(_key, issued))
         if got != want:
             changed = len(set(got) ^ set(want))
-            problems.append(f"equivalence verdict {v['verdict_id']}: its equivalence_measures rows differ from the "
+            problems.append(f"equivalence verdict {vid}: its equivalence_measures rows differ from the "
                             f"checks it was issued with ({len(got)} stored, {len(want)} issued, {changed} differing)")
     return problems, len(verdicts)

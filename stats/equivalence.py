@@ -319,3 +319,25 @@ def describe(m: Measure) -> str:
     bound = "" if m.tolerance is None else f" (bound {'<=' if upper else '>='} {m.tolerance:g})"
     value = "-" if m.value is None else f"{m.value:.6g}"
     return f"{m.utt_id} r{m.repeat}: {m.measure} {value}{bound}" + (f": {m.detail}" if m.detail else "")
+
+
+# -- re-derivation from stored rows (campaign evidence verify) -----------------------------------
+LOWER_BOUNDED = ("snr_db",)  # and every tensor ...:cosine row: value >= bound; the others value <= bound
+
+
+def bound_holds(measure: str, value: float | None, tolerance: float | None) -> bool | None:
+    """`passed` of a stored row, from its value and bound alone (the rule audio_measures and
+    tensor_measures apply): None when not judged; the `present` and `sample_rate` rows fail."""
+    if measure.endswith(":present") or measure == "sample_rate":
+        return False
+    if value is None or tolerance is None:
+        return None
+    if measure in LOWER_BOUNDED or measure.endswith(":cosine"):
+        return value >= tolerance
+    return (abs(value) if measure == "length_diff" else value) <= tolerance
+
+
+def measure_from_row(row: Mapping[str, Any]) -> Measure:
+    return Measure(str(row["utt_id"]), int(row["repeat"]), str(row["measure"]), from_json_number(row.get("value")),
+                   None if row.get("tolerance") is None else float(row["tolerance"]), row.get("passed"),
+                   str(row.get("detail") or ""))

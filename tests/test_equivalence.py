@@ -229,3 +229,33 @@ def test_precision_change_precondition(campaign_db, tmp_path):
                           {"ref-baseline": ArmOutputs("ref-baseline"), "ref-lossy": ArmOutputs("ref-lossy")})
         assert s.scalar("SELECT count(*) FROM verdicts WHERE name = 'ref-lossy vs ref-baseline'") == 2
         assert equivalence_precondition(s, plan, "ref-lossy", True).cap == "FAIL"
+
+
+def test_evidence_bundle_rederives_equivalence(campaign_db, tmp_path):
+    """The bundle holds the rows; verify re-derives every equivalence verdict from them and the
+    bundled audio hashes. A distance edited in the bundled rows (MANIFEST re-signed) is named."""
+    import duckdb
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    plan, db, _ = campaign_db
+    out = tmp_path / "bundle"
+    r = subprocess.run([sys.executable, "-m", "console.cli", "export", "evidence", str(plan), str(out), "--db", str(db)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    v = subprocess.run([sys.executable, "-m", "console.cli", "evidence", "verify", str(out)], capture_output=True, text=True)
+    assert v.returncode == 0, v.stdout + v.stderr
+    assert "PASS (bit-exact): " in v.stdout and "FAIL: " in v.stdout and "INCONCLUSIVE: " in v.stdout
+    path = out / "tables" / "equivalence_measures.parquet"
+    con = duckdb.connect()
+    con.execute(f"COPY (SELECT * REPLACE (CASE WHEN candidate = 'ref-lossy' AND measure = 'snr_db' THEN 99.0 "
+                f"ELSE value END AS value) FROM read_parquet('{path}')) TO '{path}.new' (FORMAT parquet)")
+    con.close()
+    path.with_name(path.name + ".new").replace(path)
+    pacsv.write_csv(pq.read_table(path), path.with_suffix(".csv"))
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file() and p.name != "MANIFEST.sha256")
+    sums = subprocess.run(["sha256sum", "--", *files], cwd=out, capture_output=True, text=True, check=True)
+    (out / "MANIFEST.sha256").write_text(sums.stdout)
+    bad = subprocess.run([sys.executable, "-m", "console.cli", "evidence", "verify", str(out)], capture_output=True, text=True)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "differ from the checks it was issued with" in bad.stdout + bad.stderr
