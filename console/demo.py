@@ -13,8 +13,13 @@ it was). The campaign (`campaign plan init --demo`):
   event after the sweep, then used by the quality arms;
 - one sweep run is excluded with its reason (it stands for a run measured under a profiler).
 
+After the gate an addendum brings in `ref-precision` (a float16 output path) and the plan's
+`equivalence` section: `campaign equivalence` at C=1 on 4 utterances gives fast vs baseline PASS
+(bit-exact), precision vs baseline PASS with its distances, lossy vs baseline FAIL naming its
+measures (docs/equivalence.md).
+
 It ends with the verdicts (fast PASS, lossy FAIL with its failing checks named, the throughput
-rule), where the store, the HTML report and the evidence bundle are, and queries to try.
+rule, the three equivalence verdicts), where the store, the HTML report and the evidence bundle are, and queries to try.
 `--quick` is the same story on a smaller sweep for the test suite's console tests: a 4-id holdout,
 and none of what no console screen shows (the HTML report, the evidence bundle and the exported
 verdict documents: the ending prints the commands that make them; `audit verify` checks the
@@ -166,6 +171,40 @@ def excluded_run_id(lay: Layout) -> str:
     return ids[0]
 
 
+# -- equivalence (docs/equivalence.md) ---------------------------------------------------------
+EQUIVALENCE_UTTERANCES = 4  # at C=1: about 30 s of the demo's time on the development machine
+EQUIVALENCE_TOLERANCES = {"max_length_diff": 0, "max_abs": 0.01, "min_snr_db": 40.0, "max_log_mel_db": 1.0}
+
+
+def equivalence_addendum(lay: Layout, parent: str) -> Path:
+    """An addendum bringing in `ref-precision` (float16 output path) and the `equivalence` section:
+    fast, precision and lossy each against baseline at C=1 on the first utterances of the tuning
+    pool. An addendum, so the sweep's plan (and its verdicts) stay as frozen and the precision
+    experiment is recorded separately."""
+    plan = json.loads((REPO / lay.plan).read_text())
+    engines = plan["engines"] + [{**plan["engines"][0], "name": "ref-precision", "profile": "precision",
+                                  "port": free_port()}]
+    base = engines[0]["name"]
+    doc = {"schema": "omni-campaign-addendum/1", "parent": parent, "name": "precision-equivalence",
+           "reason": "demo: does each candidate compute the baseline's audio? (ref-precision: a float16 output path)",
+           "changes": {"engines": engines, "equivalence": {
+               "_comment": "C=1: every request computed alone, the same batch composition in both arms",
+               "pairs": [{"reference": base, "candidate": c} for c in ("ref-fast", "ref-precision", "ref-lossy")],
+               "utterances": EQUIVALENCE_UTTERANCES, "concurrency": 1, "repeats": 1,
+               "tolerances": EQUIVALENCE_TOLERANCES}}}
+    path = lay.folder / "equivalence.json"
+    (REPO / path).write_text(json.dumps(doc, indent=2) + "\n")
+    console.print(f"[dim]wrote {path}: ref-precision and the equivalence section, as an addendum of {parent[:12]}[/dim]")
+    return path
+
+
+def equivalence(lay: Layout, parent: str) -> str:
+    path = equivalence_addendum(lay, parent)
+    campaign("plan", "addendum", parent, str(path), "--db", str(lay.db))
+    # exit 1 = a FAIL: lossy is meant to drift
+    return campaign("equivalence", str(path), "--db", str(lay.db), ok_codes=(0, 1, 3))
+
+
 # -- the issue-14 artefacts -------------------------------------------------------------------
 def artefact_commands(lay: Layout) -> list[tuple[str, ...]]:
     """The HTML report and the evidence bundle of the demo's plan."""
@@ -187,7 +226,8 @@ def verdict_lines(lay: Layout) -> list[str]:
 
     lines = []
     with Store(REPO / lay.db, read_only=True) as store:
-        rows = store.query("SELECT kind, name, verdict, checks_json FROM verdicts ORDER BY created_at, verdict_id")
+        rows = store.query("SELECT kind, name, verdict, checks_json, attribution_json FROM verdicts "
+                           "ORDER BY created_at, verdict_id")
     for r in rows:
         checks = json.loads(r["checks_json"] or "[]")
         style = {"PASS": "bold green", "FAIL": "bold red"}.get(r["verdict"], "yellow")
@@ -195,6 +235,8 @@ def verdict_lines(lay: Layout) -> list[str]:
         if r["kind"] == "quality" and r["verdict"] != "PASS":
             bad = [f"{c.get('metric')}@C{c.get('concurrency')}" for c in checks if c.get("status") == "FAIL"]
             line += f"\n{'':24}failing checks: {', '.join(bad) or '-'}"
+        if r["kind"] == "equivalence":
+            line = f"[{style}]{_equivalence_label(r):<12}[/] {r['kind']:<10} {r['name']}\n{'':24}{_equivalence_detail(r)}"
         if r["kind"] == "throughput":
             line += "\n" + "\n".join(
                 f"{'':24}C{c.get('concurrency')}: ratio {c.get('geo_mean_ratio') or float('nan'):.2f}, lower bound "
@@ -202,6 +244,21 @@ def verdict_lines(lay: Layout) -> list[str]:
                 for c in checks)
         lines.append(line)
     return lines
+
+
+def _equivalence_label(r: dict) -> str:
+    return (json.loads(r.get("attribution_json") or "{}") or {}).get("label") or r["verdict"]
+
+
+def _equivalence_detail(r: dict) -> str:
+    """The worst distances of an equivalence verdict; for a FAIL the measures that failed."""
+    from console.equivalence import SHOWN, fmt, summary
+
+    checks = json.loads(r["checks_json"] or "[]")
+    worst = summary(checks)
+    text = ", ".join(f"{'min ' if m == 'snr_db' else 'max '}{m} {fmt(m, worst[m])}" for m in SHOWN)
+    failed = sorted({c["measure"] for c in checks if c.get("passed") is False})
+    return text + (f"; failing measures: {', '.join(failed)}" if failed else "")
 
 
 QUERIES = (  # three `campaign sql` queries over the demo's store (docs/schema.md)
@@ -244,7 +301,8 @@ def run_demo(quick: bool = False, root: Path = DEMO_ROOT) -> Layout:
     t0 = time.perf_counter()
     console.print(f"[bold]demo campaign in {lay.folder}/[/bold] (earlier demos stay as they are)")
     write_plan(lay, quick)
-    campaign("plan", "freeze", str(lay.plan), *db)
+    frozen = campaign("plan", "freeze", str(lay.plan), *db)
+    plan_hash = re.search(r"[0-9a-f]{64}", frozen)
     campaign("controls")
     campaign("run", str(lay.plan), *db)
     campaign("runs", "exclude", excluded_run_id(lay), "--reason", EXCLUDE_REASON, *db)
@@ -253,6 +311,9 @@ def run_demo(quick: bool = False, root: Path = DEMO_ROOT) -> Layout:
     campaign("score", str(lay.plan), *db)
     # exit 1 = a FAIL, 3 = INCONCLUSIVE: verdicts, not demo errors (lossy is meant to fail)
     gate = campaign("gate", str(lay.plan), *db, ok_codes=(0, 1, 3))
+    if plan_hash is None:
+        raise SystemExit("demo: `campaign plan freeze` printed no plan hash")
+    equivalence(lay, plan_hash.group(0))
     campaign("report", str(lay.plan), *db)
     produced = False if quick else artefacts(lay)  # --quick: no screen shows them (the ending says how)
     exported: list[str] = []

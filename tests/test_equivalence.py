@@ -259,3 +259,16 @@ def test_evidence_bundle_rederives_equivalence(campaign_db, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "console.cli", "evidence", "verify", str(out)], capture_output=True, text=True)
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "differ from the checks it was issued with" in bad.stdout + bad.stderr
+
+
+def test_html_report_shows_equivalence(campaign_db, tmp_path):
+    """The report's verdict section names each pair's label and reasons; the figure is drawn."""
+    plan, db, _ = campaign_db
+    out = tmp_path / "report.html"
+    r = subprocess.run([sys.executable, "-m", "console.cli", "report", str(plan), "--html", str(out), "--figures",
+                        str(tmp_path / "figs"), "--db", str(db)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    text = out.read_text()
+    assert "PASS (bit-exact)" in text and "ref-lossy vs ref-baseline" in text and 'id="fig-equivalence"' in text
+    assert "candidate: http_status" in text  # the INCONCLUSIVE's named failed requests
+    assert (tmp_path / "figs" / "equivalence.png").stat().st_size > 10_000
