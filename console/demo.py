@@ -187,7 +187,9 @@ def equivalence_addendum(lay: Layout, parent: str) -> Path:
     base = engines[0]["name"]
     doc = {"schema": "omni-campaign-addendum/1", "parent": parent, "name": "precision-equivalence",
            "reason": "demo: does each candidate compute the baseline's audio? (ref-precision: a float16 output path)",
-           "changes": {"engines": engines, "equivalence": {
+           # null (merge patch: delete) the holdout: the addendum judges equivalence on tuning prompts and
+           # reserves nothing (the root plan's holdout is already spent by its quality arms)
+           "changes": {"engines": engines, "workload": {"holdout_pool": None}, "equivalence": {
                "_comment": "C=1: every request computed alone, the same batch composition in both arms",
                "pairs": [{"reference": base, "candidate": c} for c in ("ref-fast", "ref-precision", "ref-lossy")],
                "utterances": EQUIVALENCE_UTTERANCES, "concurrency": 1, "repeats": 1,

@@ -374,6 +374,27 @@ def fmt(measure: str, v: float | None) -> str:
     return f"{v:.0f}" if measure == "length_diff" else f"{v:.3g}"
 
 
+def family_equivalence(store: Store, plan_hash: str) -> list[Any]:
+    """Issued equivalence verdicts (stats.results VerdictResult, with documents) of the plan and of
+    every addendum below it, oldest first: an equivalence experiment is often an addendum."""
+    from console.evidence import plan_family
+    from stats.results.plan_results import load_verdicts
+
+    return [v for h in plan_family(store, plan_hash) for v in load_verdicts(store, h, documents=True)
+            if v.kind == KIND]
+
+
+def equivalence_lines(verdicts: list[Any]) -> list[tuple[str, str, str, list[str]]]:
+    """(verdict, label, 'name: worst distances', reasons) per issued verdict, for the TUI."""
+    out = []
+    for v in verdicts:
+        doc = v.document or {}
+        worst = summary(list(doc.get("checks") or []))
+        shown = ", ".join(f"{'min ' if m == 'snr_db' else 'max '}{m} {fmt(m, worst[m])}" for m in SHOWN)
+        out.append((v.verdict, str(doc.get("label") or v.verdict), f"{v.name}: {shown}", list(doc.get("reasons") or [])))
+    return out
+
+
 def print_outcomes(console: Any, outcomes: list[PairOutcome]) -> None:
     """One line per pair: the label, the worst value of each measure, then the named reasons."""
     for o in outcomes:

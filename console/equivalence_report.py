@@ -13,23 +13,12 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from console import figures as F
-from console.equivalence import SHOWN, fmt, summary
-from data.store import Store
+from console.equivalence import SHOWN, family_equivalence, fmt, summary
 from stats.equivalence import from_json_number
-from stats.results.plan_results import VerdictResult, load_verdicts
+from stats.results.plan_results import VerdictResult
 
 PANELS = (("max_abs", "max |c - r| (full scale)", True), ("snr_db", "SNR (dB), reference as signal", False),
           ("log_mel_db", "log-mel distance (dB)", True))
-
-
-def family_equivalence(store: Store, plan_hash: str) -> list[VerdictResult]:
-    """Equivalence verdicts of the plan and of every addendum below it, oldest first."""
-    from console.evidence import plan_family
-
-    out: list[VerdictResult] = []
-    for h in plan_family(store, plan_hash):
-        out += [v for v in load_verdicts(store, h, documents=True) if v.kind == "equivalence"]
-    return out
 
 
 def _rows(v: VerdictResult) -> list[dict[str, Any]]:
@@ -93,3 +82,6 @@ def equivalence_tables(verdicts: Sequence[VerdictResult]) -> str:
                      f"C={e(str((doc.get('equivalence') or {}).get('concurrency')))} · tolerances: {e(tol or '-')}</p>"
                      f"<table class=checks><tr>{cells}</tr></table>" + (f"<ul>{reasons}</ul>" if reasons else ""))
     return "".join(parts)
+
+
+__all__ = ["equivalence_figure", "equivalence_tables", "family_equivalence"]

@@ -272,3 +272,16 @@ def test_html_report_shows_equivalence(campaign_db, tmp_path):
     assert "PASS (bit-exact)" in text and "ref-lossy vs ref-baseline" in text and 'id="fig-equivalence"' in text
     assert "candidate: http_status" in text  # the INCONCLUSIVE's named failed requests
     assert (tmp_path / "figs" / "equivalence.png").stat().st_size > 10_000
+
+
+def test_tui_gates_tab_lists_issued_equivalence(campaign_db):
+    """The Gates tab's data (read as the TUI reads it) and its equivalence block."""
+    from console.tui.data import open_read_only
+    from console.tui.panes.gates import GatesPane, load_gates
+
+    with open_read_only(campaign_db[1]) as store:
+        data = load_gates(store)
+    text = GatesPane.equivalence_text(data).plain
+    assert "PASS (bit-exact)  ref-fast vs ref-baseline" in text
+    assert "FAIL  ref-lossy vs ref-baseline" in text and "INCONCLUSIVE  ref-broken vs ref-baseline" in text
+    assert "min snr_db 7" in text  # precision's distances shown (SNR about 73 dB)
