@@ -24,7 +24,7 @@ import numpy as np
 
 from data.audit import atomic
 from data.equivalence_spec import EquivalencePair, EquivalenceSpec
-from data.errors import CampaignError
+from data.errors import CampaignError, first_line
 from data.hashing import sha256_json
 from data.plans import Plan
 from data.store import Store, utcnow
@@ -91,7 +91,11 @@ def _read_output(row: dict[str, Any], artifacts_dir: Path, tensors: bool) -> Out
         samples, rate = read_native(resolve_audio(artifacts_dir, row["audio_path"]))
     except AudioError as exc:
         return Output(row["audio_sha256"], None, None, error=str(exc))
-    arrays = read_tensors(artifacts_dir / TENSOR_DIR / tensor_folder(row["run_id"], row["request_index"])) if tensors else None
+    folder = artifacts_dir / TENSOR_DIR / tensor_folder(row["run_id"], row["request_index"])
+    try:
+        arrays = read_tensors(folder) if tensors else None
+    except (OSError, ValueError) as exc:  # a truncated or foreign file: this output's tensors are unusable
+        return Output(row["audio_sha256"], None, None, error=f"unreadable tensor dump in {folder}: {first_line(exc)}")
     return Output(row["audio_sha256"], np.asarray(samples, np.float64), rate, tensors=arrays)
 
 
@@ -104,9 +108,13 @@ def read_tensors(folder: Path) -> dict[str, np.ndarray] | None:
         if f.suffix == ".npy" and not f.name.startswith("."):
             out[f.stem] = np.load(f, allow_pickle=False)
         elif f.suffix == ".safetensors":
+            from safetensors import SafetensorError
             from safetensors.numpy import load_file
 
-            out.update({f"{f.stem}.{k}": v for k, v in load_file(str(f)).items()})
+            try:
+                out.update({f"{f.stem}.{k}": v for k, v in load_file(str(f)).items()})
+            except SafetensorError as exc:
+                raise ValueError(f"{f.name}: {first_line(exc)}") from None
     return out
 
 

@@ -285,3 +285,22 @@ def test_tui_gates_tab_lists_issued_equivalence(campaign_db):
     assert "PASS (bit-exact)  ref-fast vs ref-baseline" in text
     assert "FAIL  ref-lossy vs ref-baseline" in text and "INCONCLUSIVE  ref-broken vs ref-baseline" in text
     assert "min snr_db 7" in text  # precision's distances shown (SNR about 73 dB)
+
+
+def test_unreadable_and_safetensors_dumps(tmp_path):
+    """A truncated .npy raises ValueError (console.equivalence turns it into a named missing output,
+    never a traceback); .safetensors entries are
+    read by name as <file>.<entry> (safetensors is installed with transformers)."""
+    from safetensors.numpy import save_file
+
+    from console.equivalence import read_tensors
+
+    folder = tmp_path / "t"
+    folder.mkdir()
+    save_file({"k": np.arange(4, dtype=np.float32)}, str(folder / "layer.safetensors"))
+    np.save(folder / "voice.npy", np.ones(3, np.float32))
+    got = read_tensors(folder)
+    assert set(got) == {"layer.k", "voice"} and got["layer.k"].tolist() == [0, 1, 2, 3]
+    (folder / "voice.npy").write_bytes(b"\x93NUMPY garbage")
+    with pytest.raises(ValueError):
+        read_tensors(folder)
