@@ -197,6 +197,21 @@ def test_refusals_are_one_line(tmp_path, capsys):
     assert inproc(capsys, "plan", "freeze", str(plan), db=db).returncode == 0
     r = inproc(capsys, "equivalence", str(plan), db=db)
     assert r.returncode == 2 and "has no `equivalence` section" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    # the reserved holdout is not spent by an equivalence check; nothing is launched or stored
+    doc = plan_dict(wl)
+    doc["name"] = "holdout-equivalence"
+    doc["equivalence"] = {"pairs": [{"reference": "ref-baseline", "candidate": "ref-fast"}], "pool": "holdout",
+                          "tolerances": TOLERANCES}
+    plan2 = write_json(tmp_path / "plan2.json", doc)
+    assert inproc(capsys, "plan", "freeze", str(plan2), db=db).returncode == 0
+    r = inproc(capsys, "equivalence", str(plan2), db=db)
+    assert r.returncode == 2 and "is the reserved holdout; it is not opened" in r.stderr, r.stderr
+    with Store(db) as s:
+        assert s.scalar("SELECT count(*) FROM runs") == 0
+    # a pair naming an engine the plan lacks is refused at freeze, naming the field
+    doc["equivalence"]["pairs"] = [{"reference": "ref-baseline", "candidate": "ref-nope"}]
+    r = inproc(capsys, "plan", "freeze", str(write_json(tmp_path / "plan3.json", doc)), db=db)
+    assert r.returncode == 2 and "equivalence.pairs[0].candidate: 'ref-nope' is not an engine" in r.stderr
 
 
 def test_precision_change_precondition(campaign_db, tmp_path):
