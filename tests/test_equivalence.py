@@ -319,3 +319,29 @@ def test_unreadable_and_safetensors_dumps(tmp_path):
     (folder / "voice.npy").write_bytes(b"\x93NUMPY garbage")
     with pytest.raises(ValueError):
         read_tensors(folder)
+
+
+def test_engine_dump_header_rules_and_precision_determinism(tmp_path):
+    """Against real engines: the dump header is refused (400, one line) by an engine started
+    without --dump-tensors and for a name that is not one plain folder; the precision profile gives
+    the same bytes twice, and its dumped frame energies are float16."""
+    from reference_server import chat_body, collect_audio, launch_engine, stop_engine, stream, wait_ready
+
+    plain = wait_ready(launch_engine("vllm-omni", "precision"), "vllm-omni", "precision")
+    dumping = wait_ready(launch_engine("vllm-omni", "precision", "--dump-tensors", str(tmp_path / "t")),
+                         "vllm-omni", "precision")
+    try:
+        body = chat_body("vllm-omni", "Good morning.")
+        refused = stream(plain.url, body, headers={"X-Dump-Tensors": "r0"})
+        assert refused.status == 400 and b"not started with --dump-tensors" in refused.body
+        bad = stream(dumping.url, body, headers={"X-Dump-Tensors": "../escape"})
+        assert bad.status == 400 and b"is not a plain folder name" in bad.body
+        a, b = (stream(dumping.url, body, headers={"X-Dump-Tensors": n}) for n in ("r0", "r1"))
+        assert a.status == b.status == 200
+        assert np.array_equal(collect_audio("vllm-omni", a), collect_audio("vllm-omni", b))
+        energy = np.load(tmp_path / "t" / "r0" / "frame_energy.npy")
+        assert energy.dtype == np.float16 and np.array_equal(energy, np.load(tmp_path / "t" / "r1" / "frame_energy.npy"))
+        assert not (tmp_path / "escape").exists()
+    finally:
+        stop_engine(plain)
+        stop_engine(dumping)
