@@ -54,6 +54,7 @@ def equivalence_figure(verdicts: Sequence[VerdictResult]) -> F.FigureOut:
             pos = [from_json_number(r["value"]) for v in eq for r in _rows(v) if r["measure"] == measure]
             if any(p is not None and p > 0 for p in pos):
                 ax.set_yscale("symlog", linthresh=1e-6)
+                ax.set_ylim(bottom=0)  # distances are >= 0: 0 (identical) sits on the axis
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("utterance (pool order)")
         ax.set_ylabel(label)
