@@ -20,8 +20,13 @@ it was). The campaign (`campaign plan init --demo`):
   check it is voiced speech), runs with `campaign validate` after the last launches and before the
   gate: a PASS counts only validator runs after the freeze and the candidate's latest launch.
 
+The plan also holds `ref-precision` (baseline's audio through a float16 output path) and an
+`equivalence` section: after the gate, `campaign equivalence` at C=1 on 4 utterances gives fast vs
+baseline PASS (bit-exact), precision vs baseline PASS with its distances, lossy vs baseline FAIL
+naming its measures (docs/equivalence.md).
+
 It ends with the verdicts (fast PASS, lossy FAIL with its failing checks named, the throughput
-rule), where the store, the HTML report and the evidence bundle are, and queries to try.
+rule, the three equivalence verdicts), where the store, the HTML report and the evidence bundle are, and queries to try.
 `--quick` is the same story on a smaller sweep for the test suite's console tests: a 4-id holdout,
 and none of what no console screen shows (the HTML report, the evidence bundle and the exported
 verdict documents: the ending prints the commands that make them; `audit verify` checks the
@@ -163,6 +168,7 @@ def write_plan(lay: Layout, quick: bool) -> dict:
     # the validator runs with this interpreter (the one that has the engine), wherever PATH points
     edit_plan(lay.plan, {"workload.pools_file": lay.pools.name, **ports, "validators.0.argv.0": sys.executable,
                          **(QUICK_CHANGES if quick else {}), **RECORD_CHANGES})
+    add_equivalence(lay)
     plan = json.loads((REPO / lay.plan).read_text())
     sw, q = plan["sweep"], plan["quality"]
     console.print(f"[dim]plan {plan['name']}: engines {[e['name'] for e in plan['engines']]}; sweep C={sw['concurrencies']}, "
@@ -230,6 +236,29 @@ def profiled_probe(lay: Layout) -> None:
         engine.wait(timeout=30)
 
 
+# -- equivalence (docs/equivalence.md) ---------------------------------------------------------
+EQUIVALENCE_UTTERANCES = 4  # at C=1: about 30 s of the demo's time on the development machine
+EQUIVALENCE_TOLERANCES = {"max_length_diff": 0, "max_abs": 0.01, "min_snr_db": 40.0, "max_log_mel_db": 1.0}
+
+
+def add_equivalence(lay: Layout) -> None:
+    """The plan gains `ref-precision` (baseline's audio through a float16 output path) and the
+    `equivalence` section: fast, precision and lossy each against baseline at C=1 on the first
+    utterances of the tuning pool (an edit before freezing, printed like the others). In the
+    plan itself rather than an addendum: the TUI's Gates and Plan tabs show the newest frozen
+    plan, and an addendum holds none of the sweep's runs. The price: ref-precision is swept too."""
+    plan = json.loads((REPO / lay.plan).read_text())
+    base = plan["engines"][0]
+    plan["engines"].append({**base, "name": "ref-precision", "profile": "precision", "port": free_port()})
+    plan["equivalence"] = {
+        "_comment": "C=1: every request computed alone, the same batch composition in both arms (docs/equivalence.md)",
+        "pairs": [{"reference": base["name"], "candidate": c} for c in ("ref-fast", "ref-precision", "ref-lossy")],
+        "utterances": EQUIVALENCE_UTTERANCES, "concurrency": 1, "repeats": 1, "tolerances": EQUIVALENCE_TOLERANCES}
+    (REPO / lay.plan).write_text(json.dumps(plan, indent=2) + "\n")
+    console.print(f"[dim]edit {lay.plan}: engines += ref-precision (profile precision); equivalence = "
+                  f"{json.dumps({k: v for k, v in plan['equivalence'].items() if not k.startswith('_')})}[/dim]")
+
+
 # -- the issue-14 artefacts -------------------------------------------------------------------
 def artefact_commands(lay: Layout) -> list[tuple[str, ...]]:
     """The HTML report and the evidence bundle of the demo's plan."""
@@ -251,7 +280,8 @@ def verdict_lines(lay: Layout) -> list[str]:
 
     lines = []
     with Store(REPO / lay.db, read_only=True) as store:
-        rows = store.query("SELECT kind, name, verdict, checks_json FROM verdicts ORDER BY created_at, verdict_id")
+        rows = store.query("SELECT kind, name, verdict, checks_json, attribution_json FROM verdicts "
+                           "ORDER BY created_at, verdict_id")
     for r in rows:
         checks = json.loads(r["checks_json"] or "[]")
         style = {"PASS": "bold green", "FAIL": "bold red"}.get(r["verdict"], "yellow")
@@ -261,6 +291,8 @@ def verdict_lines(lay: Layout) -> list[str]:
             line += f"\n{'':24}failing checks: {', '.join(bad) or '-'}"
         if r["kind"] == "acceptance":
             line += f"\n{'':24}" + ", ".join(f"{c.get('piece')} {c.get('status')}" for c in checks)
+        if r["kind"] == "equivalence":
+            line = f"[{style}]{_equivalence_label(r):<12}[/] {r['kind']:<10} {r['name']}\n{'':24}{_equivalence_detail(r)}"
         if r["kind"] == "throughput":
             line += "\n" + "\n".join(
                 f"{'':24}C{c.get('concurrency')}: ratio {c.get('geo_mean_ratio') or float('nan'):.2f}, lower bound "
@@ -268,6 +300,21 @@ def verdict_lines(lay: Layout) -> list[str]:
                 for c in checks)
         lines.append(line)
     return lines
+
+
+def _equivalence_label(r: dict) -> str:
+    return (json.loads(r.get("attribution_json") or "{}") or {}).get("label") or r["verdict"]
+
+
+def _equivalence_detail(r: dict) -> str:
+    """The worst distances of an equivalence verdict; for a FAIL the measures that failed."""
+    from console.equivalence import SHOWN, fmt, summary
+
+    checks = json.loads(r["checks_json"] or "[]")
+    worst = summary(checks)
+    text = ", ".join(f"{'min ' if m == 'snr_db' else 'max '}{m} {fmt(m, worst[m])}" for m in SHOWN)
+    failed = sorted({c["measure"] for c in checks if c.get("passed") is False})
+    return text + (f"; failing measures: {', '.join(failed)}" if failed else "")
 
 
 QUERIES = (  # three `campaign sql` queries over the demo's store (docs/schema.md)
@@ -335,6 +382,8 @@ def run_demo(quick: bool = False, root: Path = DEMO_ROOT) -> Layout:
     campaign("validate", str(lay.plan), *db)
     # exit 1 = a FAIL, 3 = INCONCLUSIVE: verdicts, not demo errors (lossy is meant to fail)
     gate = campaign("gate", str(lay.plan), *db, ok_codes=(0, 1, 3))
+    # fast bit-exact, precision within tolerance, lossy drifts: exit 1 (a FAIL) is the story, not an error
+    campaign("equivalence", str(lay.plan), *db, ok_codes=(0, 1, 3))
     decide(lay)  # the selection, the acceptance verdict and every candidate's fate (issue 28)
     campaign("report", str(lay.plan), *db)
     produced = False if quick else artefacts(lay)  # --quick: no screen shows them (the ending says how)

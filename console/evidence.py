@@ -7,7 +7,7 @@ verdicts without the store, and the check itself.
 Layout: plans/<hash>.json (canonical JSON of the plan and its addenda), audit/audit_events.jsonl and
 audit/head.json, tables/<table>.parquet and .csv (runs, requests, chunks, gpu_samples,
 quality_scores, exclusions, plans, audit_events, run_metrics, validator_runs, engine_launches, attempts, candidates,
-verdicts, and the record tables with requests.json.gz: console/evidence_record.py), verdicts/<id>.json (each document as
+verdicts, equivalence_measures, and the record tables with requests.json.gz: console/evidence_record.py), verdicts/<id>.json (each document as
 `campaign export verdict` writes it) and verdicts/<id>.scores.parquet (the gate's input table of a
 quality verdict), report/report.html and report/figures/*.png|svg, REPRODUCE.md, and
 MANIFEST.sha256 (`sha256  path` of every other file).
@@ -20,7 +20,8 @@ plans and its candidates check over the whole chain, every
 run's metrics from its requests and chunks (equal to the bundled `run_metrics`), one document per
 `verdict_issued` event under its own id and carrying the bundle's head, each quality verdict's input
 table (its hash, and every value against quality_scores) and its checks, each throughput verdict's
-paired ratios and bounds, each acceptance verdict's pieces — all compared bit for bit with the verdict documents — and each CSV
+paired ratios and bounds, each acceptance verdict's pieces, each equivalence verdict from its rows and the bundled
+audio hashes (console/equivalence_evidence.py) — all compared bit for bit with the verdict documents — and each CSV
 against its Parquet table. report/ is derived and not verified. The first mismatch is named with
 its check. What passing proves, and what it cannot: docs/results.md.
 """
@@ -51,9 +52,11 @@ from console.evidence_record import RECORD_TABLES, REQUESTS_JSON, rebuild_text, 
 MANIFEST = "MANIFEST.sha256"
 REPRODUCE = "REPRODUCE.md"
 TABLES = ("runs", "requests", "chunks", "gpu_samples", "quality_scores", "exclusions", "plans", "audit_events",
-          "run_metrics", "validator_runs", "engine_launches", "attempts", "candidates", "verdicts", *RECORD_TABLES)
+          "run_metrics", "validator_runs", "engine_launches", "attempts", "candidates", "verdicts", "equivalence_measures",
+          *RECORD_TABLES)
 # absent from bundles written before they existed
-LATER_TABLES = ("validator_runs", "engine_launches", "attempts", "candidates", "verdicts", *RECORD_TABLES)
+LATER_TABLES = ("validator_runs", "engine_launches", "attempts", "candidates", "verdicts", "equivalence_measures",
+                *RECORD_TABLES)
 CHECK_FIELDS = ("status", "n_ids", "n_expected", "point", "bound", "base_value", "cand_value", "margin")
 RULE_FIELDS = ("status", "n_pairs", "geo_mean_ratio", "lower_bound_ratio", "min_ratio")
 
@@ -147,6 +150,7 @@ def export_bundle(store: Store, plan: Any, out: Path, *, html: bool = True) -> d
                                    [], out / "tables"),
         "verdicts": _write_table(store, "verdicts", "SELECT * FROM verdicts WHERE list_contains(?, verdict_id) "
                                  "ORDER BY created_at, verdict_id", [issued_ids(store, hashes)], out / "tables"),
+        "equivalence_measures": _write_table(store, "equivalence_measures", _equivalence_sql(marks), hashes, out / "tables"),
     }
     counts.update(write_record(store, out, _write_table))  # console/evidence_record.py: manifests, imports, windows ...
     with (out / "audit" / "audit_events.jsonl").open("w", encoding="utf-8") as f:
@@ -181,6 +185,12 @@ def export_bundle(store: Store, plan: Any, out: Path, *, html: bool = True) -> d
     (out / REPRODUCE).write_text(reproduce_text(plan, verdict_ids, head), encoding="utf-8")
     write_manifest(out)
     return {"dir": str(out), "counts": counts, "verdicts": verdict_ids, "head": head}
+
+
+def _equivalence_sql(marks: str) -> str:
+    """The rows of the family's equivalence verdicts (docs/equivalence.md)."""
+    return ("SELECT * FROM equivalence_measures WHERE verdict_id IN (SELECT verdict_id FROM verdicts WHERE "
+            f"kind = 'equivalence' AND plan_hash IN ({marks})) ORDER BY verdict_id, utt_id, repeat_index, measure")
 
 
 def issued_ids(store: Store, plans: Iterable[str]) -> list[str]:
@@ -737,6 +747,10 @@ def check_verdicts(root: Path, store: Store, evs: list[dict[str, Any]]) -> Step:
             done.append(check_quality(root, store, doc))
         elif doc.get("kind") == "acceptance":
             done.append(check_acceptance(store, doc, e["seq"]))
+        elif doc.get("kind") == "equivalence":
+            from console.equivalence_evidence import check_equivalence
+
+            done.append(check_equivalence(store, doc, EvidenceMismatch))
         else:
             done.append(check_throughput(store, doc))
     return Step("verdicts", "; ".join(done) if done else "no verdicts in the bundle")

@@ -20,6 +20,7 @@ from data.errors import CampaignError, first_line
 from data.imported import MARK, imported_rows
 from data.store import Store
 from stats.metrics import METRICS, METRICS_VERSION
+from console.equivalence_report import equivalence_figure, equivalence_tables, family_equivalence
 from stats.results.plan_results import PlanResults, VerdictResult, load_verdicts
 from stats.results.replicates import CheckReplicates, document_replicates
 from stats.results.report import COLUMNS, column_label, concurrency_label
@@ -47,6 +48,7 @@ def build_figures(store: Store, res: PlanResults, verdicts: list[VerdictResult])
             F.replicates_figure(verdicts, reps),
             F.ratios_figure(verdicts),
             F.coverage_figure(verdicts),
+            equivalence_figure(verdicts),
         ]
 
 
@@ -119,6 +121,9 @@ def verdict_tables(verdicts: list[VerdictResult]) -> str:
         return "<p>No verdicts issued for this plan.</p>"
     parts = []
     for v in verdicts:
+        if v.kind == "equivalence":
+            parts.append(equivalence_tables([v]))
+            continue
         rows = [[_e(c.concurrency), _e(c.label), _e(c.unit), f'<b class="{_e(c.status)}">{_e(c.status)}</b>',
                  _e(c.formatted("n_ids")), _e(c.formatted("point")), _e(c.formatted("bound")),
                  _e(c.formatted("margin")), _e(c.formatted("base_value")), _e(c.formatted("cand_value")),
@@ -204,6 +209,7 @@ def render_html(store: Store, res: PlanResults, verdicts: list[VerdictResult], f
 def write_report(store: Store, res: PlanResults, path: Path, figures_dir: Path | None = None) -> HtmlReport:
     """Write the HTML report (and each figure as PNG and SVG into `figures_dir`)."""
     verdicts = load_verdicts(store, res.plan.hash, documents=True)
+    verdicts += [v for v in family_equivalence(store, res.plan.hash) if v.plan_hash != res.plan.hash]
     figs = build_figures(store, res, verdicts)
     pngs = {f.key: _png(f.figure) for f in figs}
     text = render_html(store, res, verdicts, figs, pngs)

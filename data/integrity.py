@@ -249,6 +249,14 @@ def check_verdicts(store: Store, evs: list[dict[str, Any]]) -> Check:
     return _result("verdicts", problems, f"{n} verdict row(s) match their verdict_issued events")
 
 
+def check_equivalence(store: Store, evs: list[dict[str, Any]]) -> Check:
+    """equivalence_measures rows equal their verdict's issued checks (data/equivalence_rows.py)."""
+    from data.equivalence_rows import equivalence_problems
+
+    problems, n = equivalence_problems(store)
+    return _result("equivalence", problems, f"{n} equivalence verdict(s) match their stored rows")
+
+
 def check_exclusions(store: Store, evs: list[dict[str, Any]]) -> Check:
     excluded = _by_subject(evs, "run_excluded")
     rows = store.query("SELECT run_id, reason, audit_seq FROM exclusions")
@@ -444,6 +452,7 @@ CHECKS: tuple[tuple[str, Callable[[Store, list[dict[str, Any]]], Check]], ...] =
     ("runs", check_runs), ("attempts", check_attempts), ("launches", check_launches),
     ("validator runs", check_validator_runs), ("candidates", check_candidates), ("scores", check_scores),
     *RECORD_CHECKS, ("sql writes", check_sql_writes),
+    ("equivalence", check_equivalence),
 )
 
 

@@ -33,6 +33,7 @@ from data.audio_rates import rate_errors
 from data.audit import append_event, atomic, canonical_json, sha256_text, whoami
 from data.digest import row_sha256
 from data import jsonfile
+from data.equivalence_spec import EquivalenceSpec, equivalence_errors, equivalence_from_dict
 from data.errors import CampaignError
 from data.metric_params import MetricParams
 from data.plan_ids import ADDENDUM_SCHEMA_ID as ADDENDUM_SCHEMA_ID  # re-exported: the ids' home is data/plan_ids.py
@@ -287,6 +288,7 @@ class Plan:
     validators: tuple[Validator, ...] = ()
     claims: ClaimsSpec | None = None
     selection: str = "optional"  # required: the holdout opens only after a recorded selection (docs/plans.md)
+    equivalence: EquivalenceSpec | None = None  # data/equivalence_spec.py
     hash: str = ""
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
     kind: str = "plan"
@@ -385,6 +387,8 @@ def plan_from_dict(raw: dict[str, Any], *, hash: str = "", kind: str = "plan", p
         sections["claims"] = _build(ClaimsSpec, raw["claims"])
     if "selection" in raw:
         sections["selection"] = raw["selection"]
+    if "equivalence" in raw:
+        sections["equivalence"] = equivalence_from_dict(raw["equivalence"])
     return Plan(schema=raw["schema"], name=raw["name"], description=raw.get("description", ""), model=model,
                 engines=tuple(_engine(e, model) for e in raw["engines"]),
                 workload=_build(WorkloadSpec, raw["workload"]), sweep=_build(SweepSpec, raw["sweep"]),
@@ -528,6 +532,7 @@ def semantic_errors(raw: dict[str, Any]) -> list[str]:
     for i, e in enumerate(raw["engines"]):
         if e.get("patch") and "git" not in (e.get("source") or {}):
             errs.append(f"engines[{i}].patch: a patch applies to a git checkout; give source: {{\"git\": DIR}}")
+    errs += equivalence_errors(raw.get("equivalence") or {}, seen)
     wl = raw["workload"]
     if wl.get("holdout_pool") and wl.get("holdout_pool") == wl.get("pool"):
         errs.append(f"workload.holdout_pool: {wl['holdout_pool']!r} is also the tuning pool")

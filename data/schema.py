@@ -309,7 +309,7 @@ VERDICTS = Table(
         C("verdict_id", "VARCHAR", "unique verdict id", "NOT NULL"),
         C("created_at", "TIMESTAMPTZ", "when it was issued", "NOT NULL"),
         C("plan_hash", "VARCHAR", "plan whose rules were applied"),
-        C("kind", "VARCHAR", "quality (noninferiority gates), throughput (decision rule) or acceptance (every piece combined, docs/statistics.md)", "NOT NULL"),
+        C("kind", "VARCHAR", "quality (noninferiority gates), throughput (decision rule), equivalence (docs/equivalence.md) or acceptance (every piece combined, docs/statistics.md)", "NOT NULL"),
         C("name", "VARCHAR", "gate or rule name"),
         C("verdict", "VARCHAR", "PASS, FAIL or INCONCLUSIVE", "NOT NULL"),
         C("method", "VARCHAR", "CI method, e.g. 'percentile' or 'bca'"),
@@ -491,10 +491,37 @@ RECHECK_RESULTS = Table(
     ("recheck_id", "run_id", "request_index", "scorer_id"),
 )
 
+EQUIVALENCE_MEASURES = Table(
+    "equivalence_measures",
+    "One row per (equivalence verdict, utterance, repeat, measure): the distance between the two arms' "
+    "outputs for identical requests and the frozen tolerance it was judged against (docs/equivalence.md). "
+    "Insert-only, stored with its verdict.",
+    (
+        C("verdict_id", "VARCHAR", "the equivalence verdict the row belongs to", "NOT NULL"),
+        C("reference", "VARCHAR", "reference engine of the pair", "NOT NULL"),
+        C("candidate", "VARCHAR", "candidate engine of the pair", "NOT NULL"),
+        C("utt_id", "VARCHAR", "utterance", "NOT NULL"),
+        C("repeat_index", "INTEGER", "repeat (the candidate's repeat r is compared with the reference's repeat r)", "NOT NULL"),
+        C("measure", "VARCHAR", "pcm_identical, samples_identical, length_diff, max_abs, snr_db, log_mel_db, "
+          "tensor:<name>:<max_abs|max_rel|cosine|present>, or output/tensors for a missing output", "NOT NULL"),
+        C("value", "DOUBLE", "the measure (identity: 1 or 0; snr_db may be +Infinity = no difference); NULL when not computed"),
+        C("tolerance", "DOUBLE", "the bound from the plan (NULL: not bounded)"),
+        C("passed", "BOOLEAN", "within the bound; NULL when not judged"),
+        C("detail", "VARCHAR", "why a row is missing or failed (the request's failure, the tensor's shapes)"),
+        C("ref_run_id", "VARCHAR", "run of the reference output"),
+        C("ref_request_index", "INTEGER", "request of the reference output"),
+        C("ref_audio_sha256", "VARCHAR", "SHA-256 of the reference WAV (NULL when there was none)"),
+        C("cand_run_id", "VARCHAR", "run of the candidate output"),
+        C("cand_request_index", "INTEGER", "request of the candidate output"),
+        C("cand_audio_sha256", "VARCHAR", "SHA-256 of the candidate WAV (NULL when there was none)"),
+    ),
+    ("verdict_id", "utt_id", "repeat_index", "measure"),
+)
+
 TABLES: tuple[Table, ...] = (
     PLANS, AUDIT_EVENTS, WORKLOAD_MANIFESTS, ENGINE_LAUNCHES, RUNS, REQUESTS, CHUNKS,
     GPU_DEVICES, GPU_SAMPLES, AUDIO_FILES, QUALITY_SCORES, VERDICTS, EXCLUSIONS, ATTEMPTS, RUN_METRICS,
-    VALIDATOR_RUNS, IMPORTED_RESULTS, PROFILER_WINDOWS, RECHECK_RESULTS, CANDIDATES,
+    VALIDATOR_RUNS, IMPORTED_RESULTS, PROFILER_WINDOWS, RECHECK_RESULTS, CANDIDATES, EQUIVALENCE_MEASURES,
 )
 TABLES_BY_NAME = {t.name: t for t in TABLES}
 
@@ -530,6 +557,7 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         CANDIDATES.create_sql(),
         "ALTER TABLE attempts ADD COLUMN IF NOT EXISTS config_sha256 VARCHAR",
     ]),
+    (9, "equivalence verdicts' per-utterance measures (docs/equivalence.md)", [EQUIVALENCE_MEASURES.create_sql()]),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

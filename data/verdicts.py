@@ -20,7 +20,7 @@ from data.hashing import sha256_json, sha256_text
 from data.store import Store, utcnow
 
 VERDICT_VALUES = ("PASS", "FAIL", "INCONCLUSIVE")
-VERDICT_KINDS = ("quality", "throughput", "acceptance")
+VERDICT_KINDS = ("quality", "throughput", "equivalence", "acceptance")
 
 
 class VerdictExists(CampaignError):

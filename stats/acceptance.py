@@ -62,6 +62,13 @@ def _latest(issued: Sequence[Issued], pred: Callable[[Issued], bool]) -> Issued 
     return max(hits, key=lambda v: v.seq) if hits else None
 
 
+def _first(issued: Sequence[Issued], pred: Callable[[Issued], bool]) -> Issued | None:
+    """The first issued by audit sequence: an equivalence verdict binds, a later one never
+    replaces it (docs/equivalence.md)."""
+    hits = [v for v in issued if pred(v)]
+    return min(hits, key=lambda v: v.seq) if hits else None
+
+
 def _named(kind: str, name: str) -> Callable[[Issued], bool]:
     return lambda v: v.kind == kind and v.name == name
 
@@ -116,7 +123,7 @@ def equivalence_piece(plan: Plan, candidate: str, issued: Sequence[Issued]) -> P
         return Piece("equivalence", NOT_REQUIRED, why)
     found, parts, statuses = [], [], []
     for n in names:
-        v = _latest(issued, _named("equivalence", n))
+        v = _first(issued, _named("equivalence", n))
         if v is None:
             parts.append(f"{n}: no equivalence verdict issued")
             statuses.append(INCONCLUSIVE)

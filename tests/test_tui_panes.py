@@ -131,7 +131,7 @@ async def test_plan_tab_on_the_demo_store(quick_demo):
         assert re.search(r"ref-lossy [0-9a-f]{12} rejected: verdict quality-\S+ FAIL", facts), facts  # issue 28
         tree = app.query_one("#plan-tree", Tree)
         labels = {str(n.label) for n in tree.root.children[0].children}
-        assert {'schema: "omni-campaign-plan/1"', 'name: "demo-reference-ab"', "quality", "engines [4]"} <= labels
+        assert {'schema: "omni-campaign-plan/1"', 'name: "demo-reference-ab"', "quality", "engines [5]", "equivalence"} <= labels
         events = app.query_one("#plan-events", DataTable)
         kinds = {str(events.get_row_at(i)[2]) for i in range(events.row_count)}
         assert {"plan_frozen", "run_excluded", "holdout_opened", "verdict_issued"} <= kinds
@@ -156,7 +156,7 @@ async def test_sql_tab_runs_queries_and_keeps_history(quick_demo):
         box.focus()
         await _submit(pilot)
         assert [str(table.get_row_at(i)[0]) for i in range(table.row_count)] == [
-            "ref-baseline", "ref-fast", "ref-lossy", "ref-peer", "ref-probe-empty-deltas"]  # the probe: issue 28
+            "ref-baseline", "ref-fast", "ref-lossy", "ref-peer", "ref-precision", "ref-probe-empty-deltas"]  # the probe: issue 28
         assert app.query_one("#sql-history", OptionList).option_count == 2
         box.value = "DELETE FROM runs"  # read-only: refused, shown, nothing changes
         box.focus()
@@ -185,11 +185,11 @@ async def test_live_tab_grid_events_and_stop_with_confirmation(quick_demo, tmp_p
         async with app.run_test(size=SIZE) as pilot:
             grid = app.query_one("#live-grid", DataTable)
             deadline = time.monotonic() + 10
-            while grid.row_count < 4 and time.monotonic() < deadline:
+            while grid.row_count < 5 and time.monotonic() < deadline:
                 await pilot.pause(0.05)
             assert app.query_one(TabbedContent).active == "live"
             rows = {str(grid.get_row_at(i)[0]): [str(c) for c in grid.get_row_at(i)[1:]] for i in range(grid.row_count)}
-            assert sorted(rows) == ["ref-baseline", "ref-fast", "ref-lossy", "ref-peer"]
+            assert sorted(rows) == ["ref-baseline", "ref-fast", "ref-lossy", "ref-peer", "ref-precision"]
             assert rows["ref-lossy"][0] == "▶·"  # C16: the running repeat, then the pending one
             log = "\n".join(app.query_one("#live-log", Log).lines)
             assert "failure: timeout x2 in ref-lossy C=16" in log and "run r-now started" in log

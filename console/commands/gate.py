@@ -216,6 +216,7 @@ def gate_plan(args, console: Console) -> int:
         for candidate, view, frame in quality:
             status = scorer_status(view)
             result = evaluate_gates(frame, cfg, scorer_status=status, source=f"plan {plan.hash[:12]}")
+            result = _equivalence_cap(console, store, plan, candidate, result)  # a precision change needs it
             validators = precondition(store, plan, candidate)  # a PASS needs its validators (docs/plans.md)
             result.verdict = validators.verdict(result.verdict)
             evidence = pool_status(store, view)
@@ -251,6 +252,19 @@ def gate_plan(args, console: Console) -> int:
         raise CampaignError(f"plan {plan.hash[:12]}: nothing to gate (no quality arms and no decision rules)")
     # a verdict not issued for want of evidence leaves the plan's question open: at least 3
     return max(exit_status(verdicts), 3) if missing and FAIL not in verdicts else exit_status(verdicts)
+
+
+def _equivalence_cap(console: Console, store, plan, candidate: str, result):
+    """No quality PASS for a precision-changing candidate without a PASS equivalence verdict
+    against the baseline (console/equivalence.py, docs/equivalence.md)."""
+    from console.equivalence import apply_precondition, equivalence_precondition
+
+    pre = equivalence_precondition(store, plan, candidate, getattr(plan.engine(candidate), "precision_change", False))
+    capped = apply_precondition(result, pre)
+    if capped is not result and pre is not None:
+        console.print(f"{candidate}: quality {result.verdict} capped to {capped.verdict}: {pre.reason}",
+                      markup=False, highlight=False)
+    return capped
 
 
 def print_earlier_verdicts(console: Console, db, plan) -> None:

@@ -30,6 +30,7 @@ class EngineConfig:
     emit_log: Path | None = None
     access_log: bool = False
     launch_id: str | None = None  # reported by /health so the console knows it is its own launch
+    dump_tensors: Path | None = None  # per-request intermediate arrays go under it (tensors.py)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--access-log", action="store_true", help="log every HTTP request to stderr")
     parser.add_argument("--launch-id", default=os.environ.get(LAUNCH_ID_ENV) or None,
                         help=f"identity reported by /health (default: ${LAUNCH_ID_ENV}, which the console sets per launch)")
+    parser.add_argument("--dump-tensors", type=Path, default=None, metavar="DIR",
+                        help="write each request's intermediate arrays (.npy) under DIR/NAME when it carries "
+                             "the header X-Dump-Tensors: NAME (docs/equivalence.md)")
 
 
 def config_from_args(args: argparse.Namespace) -> EngineConfig:
@@ -60,5 +64,5 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
     return EngineConfig(
         dialect=args.dialect, profile=args.profile, host=args.host, port=args.port, device=args.device,
         profiles_file=args.profiles_file, model_name=args.model_name, emit_log=args.emit_log,
-        access_log=args.access_log, launch_id=args.launch_id,
+        access_log=args.access_log, launch_id=args.launch_id, dump_tensors=args.dump_tensors,
     )

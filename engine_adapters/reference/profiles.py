@@ -23,7 +23,7 @@ SAMPLES_PER_FRAME = OUTPUT_SAMPLE_RATE // CODEC_FRAME_RATE
 
 # the last three are misbehaviours (faults.LABEL_FAULTS): the stream completes, but says something false
 FAULT_KINDS = ("in_stream_error", "drop", "http_500", "stall", "fatal", "emit_ns_overflow", "wav_rate", "pcm_rate")
-AUDIO_MODES = ("lossless", "lossy")
+AUDIO_MODES = ("lossless", "lossy", "precision")
 DELIVERY_MODES = ("stream", "whole")
 
 
@@ -63,6 +63,15 @@ class Profile:
     @property
     def lossless(self) -> bool:
         return self.audio == "lossless"
+
+    @property
+    def lossy(self) -> bool:
+        return self.audio == "lossy"
+
+    @property
+    def reduced_precision(self) -> bool:
+        """`audio = "precision"`: the output path runs in float16 (synthesis.reduce_precision)."""
+        return self.audio == "precision"
 
     def step_duration(self, active: int, admitted: int, input_audio_s: float = 0.0) -> float:
         """Seconds one decode step takes with ``active`` sequences, ``admitted`` of them new,

@@ -54,6 +54,7 @@ from engine_adapters.reference.gpu import CudaStepWorker, CudaUnavailable, check
 from engine_adapters.reference.profiles import (
     CODEC_FRAME_RATE, OUTPUT_SAMPLE_RATE, SAMPLES_PER_FRAME, Profile, ProfileError, get_profile,
 )
+from engine_adapters.reference.tensors import DUMP_HEADER, DumpNameError, dump_name, intermediates, write_dump
 from engine_adapters.reference.scheduler import Admitted, BatchScheduler, Chunk, Failed, Sequence
 from engine_adapters.reference.synthesis import (
     DEFAULT_VOICE, LruCache, PromptAudio, PromptError, Rendered, Synthesizer, cap_text, decode_prompt, stable_seed,
@@ -246,13 +247,14 @@ class ReferenceEngine:
         try:
             raw = await request.read()
             forced, forced_kind = forced_fault(request.headers.get(FAULT_HEADER))
+            dump = self._dump_name(request.headers.get(DUMP_HEADER))
             # JSON, base64 and the prompt's decoding (~1 ms for a 1.5 s prompt) off the loop: a
             # burst of 1,024 requests parsed on it held up the running batch's steps and /stats
             req, prompt, input_audio_s = await asyncio.get_running_loop().run_in_executor(
                 self.parser, self._parse, raw)
         except RequestError as exc:
             return self._error(exc.status, exc.message, "BadRequestError")
-        except (PromptError, FaultHeaderError) as exc:
+        except (PromptError, FaultHeaderError, DumpNameError) as exc:
             return self._error(400, str(exc), "BadRequestError")
         except web.HTTPRequestEntityTooLarge:
             return self._error(413, f"request body larger than {MAX_BODY_BYTES} bytes", "BadRequestError")
@@ -266,7 +268,7 @@ class ReferenceEngine:
         assert self.synth is not None
         loop = asyncio.get_running_loop()
         rendered = loop.run_in_executor(self.executor, self._render, req.text, prompt, req.seed, req.max_tokens,
-                                        req.audio_format)
+                                        req.audio_format, dump)
         seq = self.scheduler.submit(rendered, input_audio_s)
         try:
             return await self._stream(request, req, prompt, seq, fault)
@@ -284,12 +286,23 @@ class ReferenceEngine:
                             else decode_prompt(a).duration_s for a in req.input_audio)
         return req, prompt, input_audio_s
 
+    def _dump_name(self, header: str | None) -> str | None:
+        """The tensor-dump folder a request asks for; refused when this engine dumps nothing."""
+        name = dump_name(header)
+        if name is not None and self.config.dump_tensors is None:
+            raise DumpNameError(f"{DUMP_HEADER}: this engine was not started with --dump-tensors DIR")
+        return name
+
     def _render(self, text: str, prompt: PromptAudio | None, seed: int, max_tokens: int | None,
-                audio_format: str) -> Rendered:
+                audio_format: str, dump: str | None = None) -> Rendered:
         """The waveform and its chunks pre-rendered for the wire (a worker thread's job). The
-        chunks are cached by the waveform's digest: identical audio is encoded once."""
+        chunks are cached by the waveform's digest: identical audio is encoded once. With `dump`,
+        the request's intermediate arrays are written first (tensors.py)."""
         assert self.synth is not None
         r = self.synth.render(text, prompt, seed, self.profile, max_tokens)
+        if dump is not None and self.config.dump_tensors is not None:
+            voice = (r.voice.rate, r.voice.pitch, r.voice.range)
+            write_dump(self.config.dump_tensors, dump, intermediates(r.samples, voice, self.profile))
         if self.profile.delivery != "stream":
             return r
         step, samples = self.profile.chunk_samples, r.samples

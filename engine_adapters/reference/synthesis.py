@@ -164,6 +164,15 @@ def degrade(samples: np.ndarray, band_hz: float, snr_db: float, rng: np.random.G
     return np.clip(np.round(y + noise), -32768, 32767).astype(np.int16)
 
 
+def reduce_precision(samples: np.ndarray) -> np.ndarray:
+    """The `precision` profile's output path: full-scale float samples rounded to float16 (11
+    significant bits) and back to int16. Deterministic; samples above 2,048 in magnitude move
+    by up to 8 LSB, smaller ones are exact, so the audio is close to but not bit-equal with
+    the lossless profiles (docs/equivalence.md)."""
+    half = (samples.astype(np.float32) / 32768.0).astype(np.float16)
+    return np.clip(np.round(half.astype(np.float32) * 32768.0), -32768, 32767).astype(np.int16)
+
+
 class Synthesizer:
     """Renders requests with espeak-ng, caching prompt voices and espeak output."""
 
@@ -207,10 +216,12 @@ class Synthesizer:
         text, truncated = cap_text(text, max_tokens)
         voice = self.voice_for(prompt)
         rng = np.random.default_rng(stable_seed(seed, text, prompt.digest if prompt else ""))
-        spoken = text if profile.lossless else drop_words(text, profile.lossy_word_drop, rng)
+        spoken = drop_words(text, profile.lossy_word_drop, rng) if profile.lossy else text
         samples = self.speech(spoken, voice)
-        if not profile.lossless:
+        if profile.lossy:
             samples = degrade(samples, profile.lossy_band_hz, profile.lossy_snr_db, rng)
+        elif profile.reduced_precision:
+            samples = reduce_precision(samples)
         max_frames = profile.max_audio_frames
         if len(samples) > max_frames * SAMPLES_PER_FRAME:
             samples = samples[: max_frames * SAMPLES_PER_FRAME]

@@ -85,7 +85,7 @@ class CheckRow:
 
 def check_rows(kind: str, checks: Any) -> list[CheckRow]:
     """The stored checks of a verdict of `kind` as rows (non-list or non-dict entries are skipped)."""
-    if not isinstance(checks, list):
+    if not isinstance(checks, list) or kind == "equivalence":  # per-utterance rows: console/equivalence_report.py
         return []
     make = CheckRow.from_rule_cell if kind == THROUGHPUT else CheckRow.from_quality
     return [make(c) for c in checks if isinstance(c, Mapping)]

@@ -95,6 +95,7 @@ class GatesData:
     candidates: list[CandidateGates] = field(default_factory=list)
     rules: list[Any] = field(default_factory=list)  # stats.throughput_rules.RuleResult
     note: str = ""
+    equivalence: list[tuple[str, str, str, list[str]]] = field(default_factory=list)  # issued (console/equivalence.py)
 
 
 def _replicates(frame, cfg, concurrency: int, metric: str) -> np.ndarray | None:
@@ -127,7 +128,9 @@ def attribution_lines(result) -> list[str]:
 
 
 def load_gates(store, plan_hash: str | None = None) -> GatesData | None:
-    """The dry run for the newest frozen plan (or `plan_hash`); None when no plan is frozen."""
+    """The dry run for the newest frozen plan (or `plan_hash`), and the equivalence verdicts issued
+    for it and its family; None when no plan is frozen."""
+    from console.equivalence import equivalence_lines, family_equivalence
     from data.plans import plan_from_store
     from data.pool_status import pool_status
     from data.validators import precondition
@@ -164,6 +167,7 @@ def load_gates(store, plan_hash: str | None = None) -> GatesData | None:
                   if r.kind == "throughput_exceeds"]
     for rr in data.rules:  # as `campaign gate` decides: a PASS needs the candidate's validators (docs/plans.md)
         rr.verdict = precondition(store, plan, rr.candidate).verdict(rr.verdict)
+    data.equivalence = equivalence_lines(family_equivalence(store, plan.hash))
     return data
 
 
@@ -180,7 +184,7 @@ class GatesPane(Pane):
     GatesPane #gates-head { height: auto; padding: 0 1; }
     GatesPane #gates-checks { height: auto; max-height: 45%; }
     GatesPane #gates-body { height: 1fr; padding: 0 1; }
-    GatesPane #gates-hist, GatesPane #gates-rules, GatesPane #gates-more { height: auto; margin-top: 1; }
+    GatesPane #gates-hist, GatesPane #gates-rules, GatesPane #gates-equivalence, GatesPane #gates-more { height: auto; margin-top: 1; }
     """
 
     def __init__(self, db_path: Path, **kw: Any) -> None:
@@ -195,6 +199,7 @@ class GatesPane(Pane):
         with VerticalScroll(id="gates-body"):
             yield Static("", id="gates-hist")
             yield Static("", id="gates-rules")
+            yield Static("", id="gates-equivalence")
             yield Static("", id="gates-more")
 
     def on_mount(self) -> None:
@@ -250,6 +255,7 @@ class GatesPane(Pane):
                 self.rows.append((cg, i))
         self.show_check(0)
         self.query_one("#gates-rules", Static).update(self.rules_text(d))
+        self.query_one("#gates-equivalence", Static).update(self.equivalence_text(d))
         self.query_one("#gates-more", Static).update(self.more_text(d))
 
     @on(DataTable.RowHighlighted, "#gates-checks")
@@ -282,6 +288,22 @@ class GatesPane(Pane):
                     out.append(f"  {c.reason}", style="dim")
             out.append("\n")
         return out or Text("no throughput rules in this plan", style="dim")
+
+    @staticmethod
+    def equivalence_text(d: GatesData) -> Text:
+        """Issued equivalence verdicts (they need the engines, so no dry run): docs/equivalence.md."""
+        if not d.equivalence:
+            return Text("no equivalence verdicts issued (campaign equivalence PLAN)", style="dim")
+        out = Text("equivalence (issued):\n", style="bold")
+        for verdict, label, line, reasons in d.equivalence:
+            out.append("  ")
+            out.append_text(verdict_text(verdict))
+            if label != verdict:
+                out.append(label[len(verdict):], style=PASS_STYLE)
+            out.append(f"  {line}\n")
+            for r in reasons[:3]:
+                out.append(f"      {r}\n", style="dim")
+        return out
 
     @staticmethod
     def more_text(d: GatesData) -> Text:
