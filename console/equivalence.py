@@ -202,7 +202,9 @@ def reused_arm(store: Store, plan: Plan, engine_name: str, utts: list[Any], arti
         "WHERE r.plan_hash = ? AND r.engine = ? AND r.concurrency = ? AND r.status = 'complete' AND x.run_id IS NULL "
         "AND r.body_template_sha256 = ? AND q.outcome = 'ok' AND NOT q.is_warmup ORDER BY e.seq, q.request_index",
         [plan.hash, engine_name, spec.concurrency, template])
-    sampling = sha256_json(plan_sampling(plan))
+    from engine_adapters.sampling import effective_sampling
+
+    sampling = sha256_json(effective_sampling(plan, engine))  # as runs.params_json stores it (console/recording.py)
     arm = ArmOutputs(engine_name, reused=True)
     seen: dict[str, int] = {}
     wanted = {u.utt_id for u in utts}

@@ -110,7 +110,9 @@ TAMPER = [
     ("delete-newest-event",
      ["DELETE FROM audit_events WHERE seq = (SELECT max(seq) FROM audit_events)"], "anchor", "tail truncated"),
     ("delete-verdicts-and-events",
-     ["DELETE FROM verdicts", "DELETE FROM audit_events WHERE kind = 'verdict_issued'"], "anchor", "tail truncated"),
+     # the verdicts and their events with everything after them (a FAIL's candidate rejection follows its verdict)
+     ["DELETE FROM verdicts", "DELETE FROM audit_events WHERE seq >= (SELECT min(seq) FROM audit_events "
+      "WHERE kind = 'verdict_issued')"], "anchor", "tail truncated"),
     ("edit-plan-row",
      ["UPDATE plans SET canonical_json = replace(canonical_json, '\"requests_per_run\":2', '\"requests_per_run\":3')"],
      "plans", "frozen"),
@@ -208,8 +210,9 @@ def test_sql_is_read_only_unless_write_and_writes_are_audited(campaign, tmp_path
 def test_exported_heads_show_truncation_even_without_the_side_anchor(campaign, tmp_path, capsys):
     db = _copy(campaign, tmp_path)
     with Store(db, read_only=True) as s:
-        n, vid = s.query("SELECT seq, subject FROM audit_events ORDER BY seq DESC LIMIT 1")[0].values()
-        assert s.scalar("SELECT kind FROM audit_events WHERE seq = ?", [n]) == "verdict_issued"
+        n = s.scalar("SELECT max(seq) FROM audit_events")
+        vseq, vid = s.query("SELECT seq, subject FROM audit_events WHERE kind = 'verdict_issued' "
+                            "ORDER BY seq DESC LIMIT 1")[0].values()
     doc_path = tmp_path / "verdict.json"
     assert inproc(capsys, "export", "verdict", vid, "-o", str(doc_path), db=db).returncode == 0
     doc = json.loads(doc_path.read_text())
@@ -223,7 +226,7 @@ def test_exported_heads_show_truncation_even_without_the_side_anchor(campaign, t
     assert re.search(r"ok +exports +1 exported verdict document", ok.stdout)
 
     anchor_path(db).unlink()  # the attacker removes the side anchor too
-    _tamper(db, f"DELETE FROM verdicts WHERE verdict_id = '{vid}'", f"DELETE FROM audit_events WHERE seq = {n}")
+    _tamper(db, f"DELETE FROM verdicts WHERE verdict_id = '{vid}'", f"DELETE FROM audit_events WHERE seq >= {vseq}")
     blind = _verify(capsys, db)
     assert re.search(r"not checked +anchor +no anchor", blind.stdout)
     r = _verify(capsys, db, "--against", str(doc_path))

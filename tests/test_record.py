@@ -97,6 +97,7 @@ def test_exclusion_by_window_is_decided_by_audit_sequence(tmp_path, capsys):
 
 def test_window_errors_and_edits(tmp_path, capsys):
     db = tmp_path / "c.duckdb"
+    Store(db).close()  # only plan freeze, run and probe create a store (docs/integrity.md)
     r = inproc(capsys, "profile", "stop", db=db)
     assert r.returncode == 2 and r.stderr.strip() == "campaign: error: profile stop: no open profiler window"
     assert inproc(capsys, "profile", "start", "--engine", "e1", "--tool", "nsys", db=db).returncode == 0
@@ -212,6 +213,7 @@ def _copy(synthetic, tmp_path) -> tuple[Path, Path]:
 ])
 def test_bad_import_files_are_one_line_and_store_nothing(tmp_path, capsys, name, text, message):
     db = tmp_path / "c.duckdb"
+    Store(db).close()  # only plan freeze, run and probe create a store (docs/integrity.md)
     (tmp_path / name).write_text(text)
     r = inproc(capsys, "import", "results", str(tmp_path / name), "--source", "s", "--ref", "r", db=db)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
