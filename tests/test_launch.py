@@ -203,7 +203,8 @@ def test_adapter_default_argv_and_engine_entry_errors():
     assert launch_argv(EngineSpec("g", "sglang_omni", "sglang-omni"))[3] == DEFAULT_MODEL  # a spec built outside a plan
     with pytest.raises(CampaignError, match="peer adapter needs an explicit 'argv'"):
         launch_argv(engines({"name": "p", "adapter": "peer", "dialect": "pcm", "port": 1})[0])
-    with pytest.raises(CampaignError, match=r"^p\.json: engines\[0\]\.argv: 'vllm serve x' is not of type 'array'$"):
+    with pytest.raises(CampaignError, match=r"^p\.json: engines\[0\]\.argv: 'vllm serve x' is a shell string; argv is a list of arguments, run "
+                       r"without a shell, e\.g\. \['vllm', 'serve', 'x'\]$"):
         engines({"name": "p", "adapter": "peer", "dialect": "pcm", "port": 1, "argv": "vllm serve x"})
     with pytest.raises(CampaignError, match=r"^p\.json: engines\[0\]\.dialect: 'grpc' is not one of"):
         engines({"name": "p", "adapter": "peer", "dialect": "grpc", "port": 1})

@@ -63,7 +63,22 @@ class ScorerReplica:
 
 
 def replica_actor(ray: Any) -> Any:
-    return ray.remote(num_gpus=1, num_cpus=REPLICA_CPUS, max_restarts=0)(ScorerReplica)
+    """The replica's actor class. Its process gets the console's torch thread count: a CPU scorer's
+    float32 reductions run in an order that depends on it, and Ray gives a one-CPU actor a single
+    OpenMP thread, so without it the replicas' scores differed from the local path's in the last
+    bits (docs/cluster.md)."""
+    threads = _torch_threads()
+    env = {"env_vars": {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}} if threads else None
+    return ray.remote(num_gpus=1, num_cpus=REPLICA_CPUS, max_restarts=0, runtime_env=env)(ScorerReplica)
+
+
+def _torch_threads() -> int | None:
+    """This process's torch thread count, or None without torch (nothing to match)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return int(torch.get_num_threads())
 
 
 def _blobs(items: Sequence[Any]) -> dict[str, bytes]:
