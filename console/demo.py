@@ -378,12 +378,13 @@ def run_demo(quick: bool = False, root: Path = DEMO_ROOT) -> Layout:
     campaign("plan", "open-holdout", str(lay.plan), "--reason", "demo: candidates chosen on tuning data only", *db)
     campaign("run", str(lay.plan), "--holdout", *db)
     campaign("score", str(lay.plan), *db)
+    # fast bit-exact, precision within tolerance, lossy drifts: exit 1 (a FAIL) is the story, not an error;
+    # before the gate, which caps a precision-changing candidate without an equivalence PASS
+    campaign("equivalence", str(lay.plan), *db, ok_codes=(0, 1, 3))
     # after the last launches: a PASS counts only validator runs later than the candidate's launch
     campaign("validate", str(lay.plan), *db)
     # exit 1 = a FAIL, 3 = INCONCLUSIVE: verdicts, not demo errors (lossy is meant to fail)
     gate = campaign("gate", str(lay.plan), *db, ok_codes=(0, 1, 3))
-    # fast bit-exact, precision within tolerance, lossy drifts: exit 1 (a FAIL) is the story, not an error
-    campaign("equivalence", str(lay.plan), *db, ok_codes=(0, 1, 3))
     decide(lay)  # the selection, the acceptance verdict and every candidate's fate (issue 28)
     campaign("report", str(lay.plan), *db)
     produced = False if quick else artefacts(lay)  # --quick: no screen shows them (the ending says how)

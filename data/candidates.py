@@ -166,7 +166,7 @@ def fates(store: Store) -> list[dict[str, Any]]:
         "AND e.subject = c.config_sha256) AS seq FROM candidates c ORDER BY seq, c.config_sha256")
     attempts = store.query("SELECT config_sha256, plan_hash, outcome, launch_id, run_ids_json, reason FROM attempts "
                            "WHERE config_sha256 IS NOT NULL ORDER BY created_at")
-    event_plans = {r["subject"]: set(r["plans"]) for r in store.query(
+    event_plans = {r["subject"]: set(r["plans"] or ()) for r in store.query(  # NULL: a probe only
         "SELECT subject, list(DISTINCT plan_hash) FILTER (WHERE plan_hash IS NOT NULL) AS plans FROM audit_events "
         "WHERE kind = 'candidate_recorded' GROUP BY subject")}
     verdicts = store.query(f"SELECT v.verdict_id, v.verdict, v.plan_hash, {_JUDGED} AS judged, e.seq FROM verdicts v "
