@@ -139,7 +139,7 @@ def test_export_then_verify_passes(bundle, capsys):
     for name in ("runs", "requests", "chunks", "gpu_samples", "quality_scores"):
         assert (bundle / "tables" / f"{name}.parquet").is_file() and (bundle / "tables" / f"{name}.csv").is_file()
     assert (bundle / "REPRODUCE.md").read_text().count("campaign ") >= 5
-    assert (bundle / "report" / "report.html").is_file() and len(list((bundle / "report" / "figures").glob("*.svg"))) == 9
+    assert (bundle / "report" / "report.html").is_file() and len(list((bundle / "report" / "figures").glob("*.svg"))) == 10
 
 
 def test_one_changed_byte_in_any_file_fails_naming_it(bundle, tmp_path):
