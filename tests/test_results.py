@@ -27,7 +27,7 @@ FIGURE_TITLES = (
     "Throughput vs concurrency", "Latency vs concurrency", "RTF distribution per cell", "Stalls and failures per cell",
     "GPU utilisation and power over time per run", "Quality checks: estimate and one-sided bound vs margin",
     "Quality checks: bootstrap replicate distributions", "Throughput rule: paired ratios and lower bound",
-    "Coverage gaps and WER attribution",
+    "Coverage gaps and WER attribution", "Equivalence: per-utterance distances against the tolerance",
 )
 
 
@@ -112,7 +112,7 @@ def test_html_report_renders_every_figure_in_headless_chromium(campaign, tmp_pat
     assert "<script" not in text and "http://" not in text and "https://" not in text  # self-contained, offline
     assert _plan_hash(db) in text and "audit head" in text and "Metric definitions" in text
     for key in ("throughput", "latency", "rtf", "stalls_failures", "gpu", "quality_forest", "quality_replicates",
-                "throughput_ratios", "coverage_attribution"):
+                "throughput_ratios", "coverage_attribution", "equivalence"):
         assert (figs / f"{key}.png").stat().st_size > 5000 and b"<svg" in (figs / f"{key}.svg").read_bytes()
     probe = tmp_path / "probe.html"
     probe.write_text(text.replace("</body>", CHECK_SCRIPT), encoding="utf-8")
