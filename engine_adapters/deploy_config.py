@@ -14,6 +14,12 @@ duplex mode no more than max_sessions. A sweep above it measures queueing inside
 
 SGLang-Omni takes options as `--stage.section.key value`; they are recorded as a nested dict and
 any `max_running_requests` / `max_num_seqs` among them bounds the admission limit the same way.
+
+Admission-limit flags on the command line win over the files: vLLM's `--max-num-seqs N` typed on
+`vllm serve --omni` is applied to every stage over the deploy YAML (vllm-omni 0.30.0
+`config_factory` merges explicitly typed CLI values over the YAML for each stage), and SGLang-Omni's
+`--thinker-max-running-requests N` / `--max-running-requests N` (`sglang_omni/cli/serve.py`) set
+the thinker's / generation stage's `max_running_requests`; each is recorded and bounds the limit.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ DEEP_MERGE_KEYS = ("default_sampling_params", "default_pooling_params", "subtalk
                    "engine_extras", "engine_args")
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "repetition_penalty", "min_tokens", "max_tokens", "seed")
 CAPACITY_KEYS = ("max_running_requests", "max_num_seqs")
+VLLM_SEQS_FLAG = "--max-num-seqs"  # vLLM's engine flag; under --omni it overrides each stage's max_num_seqs
+SGLANG_CAPACITY_FLAGS = ("--thinker-max-running-requests", "--max-running-requests")  # sgl-omni serve
 MAX_CHAIN = 16
 
 
@@ -134,6 +142,31 @@ def vllm_deploy_summary(path: str | Path) -> dict[str, Any]:
             "admission_limit": min(caps) if caps else None}
 
 
+def flag_value(argv: list[str] | tuple[str, ...], flag: str) -> str | None:
+    """The last value of `flag` (`--flag V`, `--flag=V`, or its underscore spelling) in argv."""
+    names = (flag, "--" + flag[2:].replace("-", "_"))
+    value = None
+    for i, tok in enumerate(argv):
+        if tok in names and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif tok.split("=", 1)[0] in names and "=" in tok:
+            value = tok.split("=", 1)[1]
+    return value
+
+
+def _cli_seqs(summary: dict[str, Any], argv: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """A deploy summary with a typed `--max-num-seqs N` applied to every stage (it wins over the YAML)."""
+    given = flag_value(argv, VLLM_SEQS_FLAG)
+    if given is None or not given.isdigit():
+        return summary
+    n = int(given)
+    stages = [{**st, "max_num_seqs": n} for st in summary["stages"]]
+    caps = [n * st["num_replicas"] for st in stages] or [n]
+    if summary["session_mode"] == "duplex" and summary["max_sessions"]:
+        caps.append(summary["max_sessions"])
+    return {**summary, "stages": stages, "cli": {"max_num_seqs": n}, "admission_limit": min(caps)}
+
+
 def stage_options(argv: list[str] | tuple[str, ...]) -> dict[str, Any]:
     """SGLang-Omni's `--stage.section.key value` options as a nested dict (values as given)."""
     out: dict[str, Any] = {}
@@ -182,11 +215,13 @@ def deploy_record(adapter: str, argv: list[str] | tuple[str, ...], config_path: 
     """The resolved deploy configuration a launch stores (engine_launches.deploy_json), or None."""
     if adapter == "sglang_omni" or (argv and Path(argv[0]).name == "sgl-omni"):
         opts = stage_options(list(argv))
-        if not opts:
+        flags = {f[2:].replace("-", "_"): v for f in SGLANG_CAPACITY_FLAGS if (v := flag_value(argv, f)) is not None}
+        if not opts and not flags:
             return None
-        caps = _capacities(opts)
-        return {"kind": "sglang-omni stage options", "options": opts, "admission_limit": min(caps) if caps else None}
+        caps = _capacities(opts) + [int(v) for v in flags.values() if v.isdigit()]
+        return {"kind": "sglang-omni stage options", "options": opts, **({"cli": flags} if flags else {}),
+                "admission_limit": min(caps) if caps else None}
     path = deploy_path(argv, config_path, engine)
     if path is None and adapter == "vllm_omni" and config_path and str(config_path).endswith((".yaml", ".yml")):
         path = config_path
-    return vllm_deploy_summary(path) if path else None
+    return _cli_seqs(vllm_deploy_summary(path), argv) if path else None

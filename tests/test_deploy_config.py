@@ -99,3 +99,24 @@ def test_launch_stores_deploy_hash_and_limits(store, tmp_path):
         hash = "p" * 64
     assert admission_limits(store, _Plan()) == {"vllm-omni-main": 4}
     assert [concurrency_label(c, 4) for c in (1, 4, 16, 32)] == ["1", "4", "16 > limit 4", "32 > limit 4"]
+
+
+def test_admission_flags_on_the_command_line_win_over_the_files():
+    """`plan init --engines` writes each engine's admission-limit flag into its argv; the launch
+    record must carry the value the engine runs with, not the deploy file's (vLLM-Omni applies a
+    typed --max-num-seqs over every stage; sgl-omni serve's --thinker-max-running-requests)."""
+    turn = str(DEPLOY / "minicpmo_4_5_turn.yaml")
+    argv = ["vllm", "serve", "/m", "--omni", "--deploy-config", turn, "--max-num-seqs", "32", "--port", "1"]
+    rec = deploy_record("vllm_omni", argv, turn, "v")
+    assert [s["max_num_seqs"] for s in rec["stages"]] == [32, 32, 32]
+    assert rec["admission_limit"] == 32 and rec["cli"] == {"max_num_seqs": 32}
+    assert deploy_record("vllm_omni", argv[:6] + ["--max_num_seqs=8"], turn, "v")["admission_limit"] == 8
+    assert deploy_record("vllm_omni", argv[:6], turn, "v")["admission_limit"] == 4  # the file's, untouched
+    duplex = str(DEPLOY / "minicpmo_4_5.yaml")  # duplex: max_sessions 4 still bounds it
+    assert deploy_record("vllm_omni", ["vllm", "serve", "/m", "--deploy-config", duplex, "--max-num-seqs", "32"],
+                         duplex, "v")["admission_limit"] == 4
+    sg = ["sgl-omni", "serve", "--model-path", "/m", "--thinker-max-running-requests", "32", "--port", "2"]
+    rec = deploy_record("sglang_omni", sg, None, "s")
+    assert rec["admission_limit"] == 32 and rec["cli"] == {"thinker_max_running_requests": "32"}
+    rec = deploy_record("sglang_omni", sg + ["--talker.server_args.max_running_requests", "8"], None, "s")
+    assert rec["admission_limit"] == 8

@@ -29,7 +29,8 @@ def _fill(doc: dict, tmp: Path) -> dict:
               "<vllm-omni checkout at the engine's revision>": str(tmp),
               "<python of the sglang-omni environment>": "/opt/sglang-omni/bin/python",
               "<sglang-omni checkout at the engine's revision>": str(tmp),
-              "<peer test command>": "/opt/peer/bin/selftest", "<peer checkout>": str(tmp)}
+              "<peer test command>": "/opt/peer/bin/selftest", "<peer checkout>": str(tmp),
+              "<GPU name as NVML reports it, e.g. NVIDIA L20X>": "NVIDIA L20X"}
     text = json.dumps(doc)
     for k, v in values.items():
         text = text.replace(json.dumps(k)[1:-1], v)
@@ -75,3 +76,61 @@ def test_real_engine_plan_refused_until_filled_then_freezes(tmp_path, capsys):
     plan.write_text(json.dumps(_fill(doc, tmp_path), indent=2))
     assert main(["plan", "freeze", str(plan), "--db", str(db)]) == 0
     assert "froze plan 'h200-three-engines'" in capsys.readouterr().out
+
+
+def _cli(*args, cwd=None):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "console.cli", *map(str, args)], capture_output=True, text=True,
+                          env=env, cwd=cwd or REPO, timeout=120)
+
+
+def test_plan_init_names_gpu_peer_dialects_admission_flags_and_size(tmp_path):
+    """`plan init --engines ... --gpu NAME`: the GPU named (not a hard-coded H200), the peer entry
+    saying what to fill and which dialects exist, each real engine's admission-limit flag in its argv
+    at the sweep's largest C, and the campaign's request count and wall-time estimate printed."""
+    plan = tmp_path / "plan.json"
+    r = _cli("plan", "init", "--engines", "vllm-omni,sglang-omni,peer", "--gpu", "NVIDIA L20X", "-o", plan)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(plan.read_text())
+    assert doc["gpu"]["expected_name"] == "NVIDIA L20X"
+    v, s, p = doc["engines"]
+    top = str(max(doc["sweep"]["concurrencies"]))
+    assert v["argv"][v["argv"].index("--max-num-seqs") + 1] == top
+    assert s["argv"][s["argv"].index("--thinker-max-running-requests") + 1] == top
+    assert p["dialect"] == "<vllm-omni | sglang-omni | pcm>"
+    for word in ("argv", "profile", "dialect", "vllm-omni", "sglang-omni", "pcm"):
+        assert word in p["_comment"]
+    # 3 engines x 6 C x (1 warmup + 3 measured) repeats x 320 requests
+    assert "sweep: 72 cells, 23,040 requests" in r.stdout
+    assert "holdout (quality): 24 cells" in r.stdout
+    est = [ln for ln in r.stdout.splitlines() if ln.startswith("estimated wall time")]
+    assert len(est) == 1 and "ceil(requests / C) x 5 s per request" in est[0] and "96 engine launches x 120 s" in est[0]
+    # sum over the 4 repeats x 3 engines of ceil(320/C) over C in 1,2,4,8,16,32 = 320+160+80+40+20+10 = 630
+    # -> 12 x 630 x 5 s = 37800 s, + 96 x 120 s = 11520 s: 49320 s = 13 h 42 min
+    assert "about 13 h 42 min" in est[0]
+    r2 = _cli("plan", "init", "--engines", "peer", "--request-s", "1", "--start-s", "0", "-o", tmp_path / "p2.json")
+    assert r2.returncode == 0 and "about 42 min" in r2.stdout  # 4 x 630 x 1 s = 2520 s
+
+    for bad, needle in ((["--gpu", "X"], "--gpu: only with --engines"),
+                        (["--engines", "peer", "--request-s", "nan"], "--request-s nan")):
+        r = _cli("plan", "init", *bad, "-o", tmp_path / "bad.json")
+        assert r.returncode == 2 and needle in r.stderr and r.stderr.count("\n") == 1
+        assert not (tmp_path / "bad.json").exists()
+
+
+def test_plan_init_default_gpu_is_what_nvml_sees(tmp_path):
+    """Without --gpu the template names the GPU NVML sees here (engine_adapters/telemetry.py), or a
+    placeholder that freeze refuses until filled."""
+    from engine_adapters.telemetry import gpu_identity
+
+    gpus, _ = gpu_identity()
+    plan = tmp_path / "plan.json"
+    r = _cli("plan", "init", "--engines", "vllm-omni", "-o", plan)
+    assert r.returncode == 0, r.stderr
+    name = json.loads(plan.read_text())["gpu"]["expected_name"]
+    assert name == (gpus[0]["name"] if gpus else "<GPU name as NVML reports it, e.g. NVIDIA L20X>")
+    assert f"gpu.expected_name: {name}" in r.stdout

@@ -10,6 +10,7 @@ from console.commands.db import add_db_arg
 from console.output import print_rows
 from data.errors import CampaignError
 from data.plan_ids import ADDENDUM_SCHEMA_ID, PLAN_SCHEMA_ID
+from data.plan_size import DEFAULT_REQUEST_S, DEFAULT_START_S
 
 HASH_PREFIX = re.compile(r"[0-9a-fA-F]+")  # what a plan hash (prefix) is made of
 
@@ -58,31 +59,47 @@ def _quality_scorers(demo: bool) -> dict:
 
 
 REAL_ENGINES = ("vllm-omni", "sglang-omni", "peer")
+GPU_PLACEHOLDER = "<GPU name as NVML reports it, e.g. NVIDIA L20X>"  # when NVML sees no GPU here
 VLLM_DEPLOY = "<path to minicpmo_4_5_turn.yaml (vllm_omni/deploy/ of the installed vllm-omni)>"
 
 
-def _real_engine(kind: str, port: int) -> dict:
+def _real_engine(kind: str, port: int, admission: int) -> dict:
     """One real engine of `plan init --engines` (docs/engines.md): every value the console cannot
-    know is a `<...>` placeholder, and `plan freeze` refuses any that is left."""
+    know is a `<...>` placeholder, and `plan freeze` refuses any that is left. `admission` (the
+    sweep's largest concurrency) goes into each argv's admission-limit flag, so the engine admits
+    every request of the largest cell at once and its recorded capacity says so."""
     if kind == "vllm-omni":
         return {**_engine("vllm-omni-main", "default", port), "adapter": "vllm_omni",
                 "_comment": "vllm serve MODEL --omni --deploy-config YAML; config_path names the same YAML, so its "
                             "hash and its per-stage admission limits are recorded with every launch",
                 "revision": "<vllm-omni version or git sha>",
+                "_admission": "--max-num-seqs N caps every stage's batch (vLLM's engine flag; vLLM-Omni applies a "
+                              "typed flag over each stage of the deploy YAML); the console records "
+                              "min(stage max_num_seqs x replicas) as the admission limit (docs/engines.md)",
                 "argv": ["vllm", "serve", "<model dir>", "--omni", "--deploy-config", VLLM_DEPLOY,
-                         "--host", "127.0.0.1", "--port", str(port)],
+                         "--max-num-seqs", str(admission), "--host", "127.0.0.1", "--port", str(port)],
                 "config_path": VLLM_DEPLOY, "health_timeout_s": 1800,
                 "checkpoint_paths": ["<model dir>"]}
     if kind == "sglang-omni":
         return {**_engine("sglang-omni-main", "default", port, "sglang-omni"), "adapter": "sglang_omni",
                 "_comment": "options as --stage.section.key value are recorded with every launch",
                 "revision": "<sglang-omni git sha>", "health_timeout_s": 1800,
+                "_admission": "--thinker-max-running-requests N caps the thinker's running requests (sgl-omni "
+                              "serve; older revisions take the dotted --stage.section.key form); the console "
+                              "records it as the admission limit (docs/engines.md)",
                 "argv": ["sgl-omni", "serve", "--model-path", "<model dir>", "--model-name", "minicpmo",
-                         "--host", "127.0.0.1", "--port", str(port)],
+                         "--thinker-max-running-requests", str(admission), "--host", "127.0.0.1", "--port", str(port)],
                 "checkpoint_paths": ["<model dir>"]}
-    return {**_engine("peer", "<peer profile name>", port, "<vllm-omni | sglang-omni | pcm>"), "adapter": "peer",
-            "_comment": "a single-GPU MiniCPM-o engine pinned by git revision and profile; its wire format is "
-                        "the dialect named here and nothing beyond it is assumed",
+    from engine_adapters.dialects import DIALECTS
+
+    return {**_engine("peer", "<peer profile name>", port, "<" + " | ".join(DIALECTS) + ">"), "adapter": "peer",
+            "_comment": "the peer: any single-GPU MiniCPM-o server you compare against, pinned by git revision and "
+                        "profile; nothing beyond its dialect is assumed. Fill in: argv = the command that starts it "
+                        "on this port (the console launches it and waits for GET /health; put its admission-limit "
+                        "flag here too); profile = a name for its configuration (recorded with every run); "
+                        "dialect = its wire format (docs/engines.md), one of: vllm-omni (chat completions with "
+                        "SSE audio deltas as vLLM-Omni sends them), sglang-omni (SGLang-Omni's SSE delta.audio), "
+                        "pcm (a raw s16le PCM body); revision = its git sha",
             "revision": "<peer git sha>", "health_timeout_s": 1800,
             "argv": ["<peer launch command>", "--port", str(port)], "checkpoint_paths": ["<model dir>"],
             "request": {"audio_format": "wav"}}
@@ -121,12 +138,12 @@ def demo_validators(engines: list[str]) -> list[dict]:
              "cwd": ".", "timeout_s": 120, "applies_to": engines}]
 
 
-def template(demo: bool, real_engines: list[str] | None = None) -> dict:
+def template(demo: bool, real_engines: list[str] | None = None, gpu: str | None = None) -> dict:
     """The plan written by `plan init`; `_comment` keys document each section (JSON has no comments)."""
     engines = [_reference_engine("ref-baseline", "baseline", 8091), _reference_engine("ref-fast", "fast", 8092),
                _reference_engine("ref-lossy", "lossy", 8093), _reference_engine("ref-peer", "peer", 8094)]
     if real_engines:
-        return real_template(real_engines)
+        return real_template(real_engines, gpu or GPU_PLACEHOLDER)
     if not demo:
         engines = [
             {**_engine("vllm-omni-main", "default", 8091), "adapter": "vllm_omni", "revision": "<git sha>",
@@ -183,12 +200,12 @@ def template(demo: bool, real_engines: list[str] | None = None) -> dict:
     }
 
 
-def real_template(kinds: list[str]) -> dict:
+def real_template(kinds: list[str], gpu: str = "<GPU name>") -> dict:
     """`plan init --engines vllm-omni,sglang-omni,peer`: the engines, the Seed-TTS protocol scorers
     (whisper, seedtts-sim, utmos22) with model-path placeholders, vLLM-Omni main as the quality
     reference and the decision rule "candidate exceeds peer at C16 and C32"."""
-    engines = [_real_engine(k, 8091 + i) for i, k in enumerate(kinds)]
     doc = template(False)
+    engines = [_real_engine(k, 8091 + i, max(doc["sweep"]["concurrencies"])) for i, k in enumerate(kinds)]
     names = [e["name"] for e in engines]
     reference = "vllm-omni-main" if "vllm-omni-main" in names else names[0]
     candidate = "<candidate engine name (one of: " + ", ".join(n for n in names if n != reference) + ")>"
@@ -196,7 +213,8 @@ def real_template(kinds: list[str]) -> dict:
         "name": "<campaign name>", "description": "<what this campaign decides>",
         "model": {"_comment": "the checkpoint every engine serves; checkpoint_paths are hashed ('same bytes')",
                   "id": "openbmb/MiniCPM-o-4_5", "revision": "<model revision>", "checkpoint_paths": ["<model dir>"]},
-        "gpu": {"_comment": "the run refuses another GPU", "expected_name": "NVIDIA H200"},
+        "gpu": {"_comment": "the run refuses another GPU; the name as NVML reports it (nvidia-smi --query-gpu=name)",
+                "expected_name": gpu},
         "engines": engines,
         "workload": {"_comment": "a Seed-TTS test set; pools come from `campaign workload pools` (kept outside "
                                  "the dataset folder; the manifest hashes the file)",
@@ -236,6 +254,12 @@ def register(sub) -> None:
     init.add_argument("--demo", action="store_true", help="a small plan against the bundled reference engine")
     init.add_argument("--engines", help="real engines: a comma list of vllm-omni, sglang-omni, peer "
                                         "(placeholders to fill in; freeze refuses any left)")
+    init.add_argument("--gpu", metavar="NAME", help="with --engines: the GPU the campaign runs on, as NVML names it "
+                                                    "(default: this host's GPU 0 as NVML sees it, else a placeholder)")
+    init.add_argument("--request-s", type=float, default=DEFAULT_REQUEST_S, metavar="S",
+                      help=f"for the wall-time estimate: seconds a request holds a slot (default {DEFAULT_REQUEST_S:g})")
+    init.add_argument("--start-s", type=float, default=DEFAULT_START_S, metavar="S",
+                      help=f"for the wall-time estimate: seconds an engine takes to start (default {DEFAULT_START_S:g})")
     init.add_argument("-o", "--output", required=True, help="file to write (refuses to overwrite)")
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
     init.set_defaults(func=cmd_init)
@@ -273,6 +297,7 @@ def register(sub) -> None:
 
 
 def cmd_init(args) -> int:
+    from data.plan_size import plan_size, size_lines
     from data.plans import placeholder_paths, validate_plan_dict
 
     out = Path(args.output)
@@ -281,14 +306,49 @@ def cmd_init(args) -> int:
     kinds = _engine_list(args.engines) if args.engines else None
     if kinds and args.demo:
         raise CampaignError("--demo and --engines: choose one")
-    doc = template(args.demo, kinds)
+    if args.gpu is not None and not kinds:
+        raise CampaignError("--gpu: only with --engines (the demo's reference engine accepts any GPU)")
+    if args.gpu is not None and not args.gpu.strip():
+        raise CampaignError("--gpu: empty GPU name")
+    for flag, v in (("--request-s", args.request_s), ("--start-s", args.start_s)):
+        if not v >= 0 or v == float("inf"):
+            raise CampaignError(f"{flag} {v}: must be a finite number of seconds >= 0")
+    doc = template(args.demo, kinds, (args.gpu.strip() if args.gpu else None) or (local_gpu_name() if kinds else None))
     if not kinds:  # a real-engine template holds placeholders (a dialect among them) until edited
         validate_plan_dict(doc, "template")
     out.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     left = placeholder_paths(doc)
+    if kinds:
+        print(f"gpu.expected_name: {doc['gpu']['expected_name']}")
+    # the demo's reference engine answers in well under a second: the estimate's defaults are a real engine's
+    for line in size_lines(plan_size(doc, _pool_size(doc), args.request_s, args.start_s))[:1 if args.demo else 2]:
+        print(line)
     print(f"wrote {out}; " + (f"fill in its {len(left)} <...> placeholders, then " if left else "edit it, then ")
           + f"`campaign plan freeze {out}`")
     return 0
+
+
+def local_gpu_name() -> str | None:
+    """GPU 0's name as NVML sees it on this host (engine_adapters/telemetry.py), or None."""
+    from engine_adapters.telemetry import gpu_identity
+
+    gpus, _status = gpu_identity()
+    return gpus[0]["name"] if gpus and gpus[0].get("name") else None
+
+
+def _pool_size(doc: dict) -> int | None:
+    """The holdout pool's size when the template names a readable workload (the demo's), else None."""
+    from data.plans import placeholder_paths
+    from data.workload import load_workload
+
+    w = doc.get("workload") or {}
+    pool = (doc.get("quality") or {}).get("pool") or w.get("holdout_pool")
+    if not pool or placeholder_paths(w):
+        return None
+    try:
+        return len(load_workload(w["root"], w.get("locale"), w.get("pools_file")).pool(pool))
+    except (CampaignError, OSError, KeyError):
+        return None
 
 
 def cmd_freeze(args) -> int:
