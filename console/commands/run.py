@@ -135,6 +135,24 @@ def _run(args, stdout) -> int:
     return 0 if res.ok else 1
 
 
+def cell_summary(store, plan, cell_key: str) -> str | None:
+    """One line on a cell's latest run as it ends: requests done, throughput and TTFA p50, read
+    from the one metric implementation (stats/metrics, docs/metrics.md) under the plan's parameters."""
+    from data.queries import run_seq
+    from stats.metrics.registry import throughput_unit
+    from stats.metrics.stored import metrics_for_runs
+
+    rows = store.query(f"SELECT run_id, status FROM runs r WHERE plan_hash = ? AND cell_key = ? "
+                       f"ORDER BY {run_seq('r')} DESC NULLS LAST LIMIT 1", [plan.hash, cell_key])
+    if not rows:
+        return None
+    m = metrics_for_runs(store, rows, plan.metrics)[rows[0]["run_id"]]
+    thr = "-" if m.throughput is None else f"{m.throughput:.2f} ({throughput_unit(m.params.throughput_scale)})"
+    ttfa = "-" if m.ttfa_p50_s is None else f"{m.ttfa_p50_s * 1000:.0f} ms"
+    failed = f", {m.failed} failed" if m.failed else ""
+    return f"    {cell_key}: {m.completed}/{m.requests} requests done{failed}, throughput {thr}, TTFA p50 {ttfa}"
+
+
 def _stopped_by_full_disk(args, store, plan, cause: str) -> int:
     """A write found no room mid-campaign: the open run is marked incomplete with the cause where
     the store still takes it, one line says what happened, and the exit status is a failed
@@ -174,6 +192,10 @@ def _sweep(args, console: Console, store, plan, feed: LiveFeed):
             progress.reset(req_task, total=None, description="requests")
         else:
             progress.update(cells_task, total=total, completed=i + 1)
+            if state != "skipped":
+                line = cell_summary(store, plan, cell.key)
+                if line:
+                    log(line)
 
     def on_progress(done: int, total: int) -> None:
         progress.update(req_task, total=total, completed=done)
