@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -98,12 +99,20 @@ def new_layout(root: Path = DEMO_ROOT) -> Layout:
 
 
 def shown(args: tuple[str, ...]) -> str:
-    return " ".join(a if re.fullmatch(r"[\w./=:@,-]+", a) else json.dumps(a) for a in args)
+    """The arguments as a shell would take them back (copy, paste, run)."""
+    return " ".join(a if re.fullmatch(r"[\w./=:@,-]+", a) else shlex.quote(a) for a in args)
+
+
+def echo(command: str) -> None:
+    """An echoed command, whole: a rule, then the command on its own line, never cut with "…" (the
+    terminal wraps it) so that it can be copied and run again."""
+    console.print(Rule(style="cyan"))
+    console.print(f"$ {command}", style="bold", markup=False, highlight=False, soft_wrap=True)
 
 
 def campaign(*args: str, ok_codes: tuple[int, ...] = (0,), quiet: bool = False) -> str:
     """Run one `campaign` command as a user would, echo it, stream its output, return it."""
-    console.print(Rule(f"[bold]$ campaign {shown(args)}[/bold]", align="left", style="cyan"))
+    echo(f"campaign {shown(args)}")
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "console.cli", *args], cwd=REPO, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1)
@@ -214,7 +223,7 @@ def profiled_probe(lay: Layout) -> None:
     label, profile = PROBE
     port = free_port()
     args = ("engine", "reference", "--dialect", "vllm-omni", "--profile", profile, "--port", str(port))
-    console.print(Rule(f"[bold]$ campaign {shown(args)} &[/bold]", align="left", style="cyan"))
+    echo(f"campaign {shown(args)} &")
     engine = subprocess.Popen([sys.executable, "-m", "console.cli", *args], cwd=REPO,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
