@@ -28,7 +28,9 @@ def _jsonable(v: Any) -> Any:
 
 
 def print_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str = "table",
-               title: str | None = None, console: Console | None = None) -> None:
+               title: str | None = None, console: Console | None = None, turn: bool = False) -> None:
+    """Rows as a Rich table, CSV or JSON. `turn`: a table too wide for the terminal is turned on its
+    side rather than cut (`fitting_table`), for wide tables of few rows such as `campaign score`'s."""
     if fmt == "csv":
         w = csv.writer(sys.stdout)
         w.writerow(columns)
@@ -38,14 +40,46 @@ def print_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str =
         sys.stdout.write("\n")
     else:
         from rich.console import Console  # imported when a table is printed: `campaign --help` needs no Rich
-        from rich.table import Table
 
-        table = Table(title=title, show_lines=False)
-        for c in columns:
-            table.add_column(str(c))
-        for r in rows:
-            table.add_row(*["NULL" if v is None else str(_jsonable(v)) for v in r])
-        (console or Console()).print(table)
+        con = console or Console()
+        cells = [["NULL" if v is None else str(_jsonable(v)) for v in r] for r in rows]
+        names = [str(c) for c in columns]
+        con.print(fitting_table(con, names, cells, title) if turn else _table(names, cells, title))
+
+
+def _table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: str | None) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title, show_lines=False)
+    for c in columns:
+        table.add_column(c)
+    for r in rows:
+        table.add_row(*r)
+    return table
+
+
+def _fits(console: Console, table: Any) -> bool:
+    """Whether every word of every header and cell fits on the console's width (a table that does
+    not fit is cut to `sco… met…` by Rich)."""
+    from rich.measure import Measurement
+
+    return Measurement.get(console, console.options.update_width(1 << 20), table).minimum <= console.width
+
+
+def fitting_table(console: Console, columns: list[str], rows: list[list[str]], title: str | None) -> Any:
+    """The table as given when its words fit the terminal; else turned on its side (one line per
+    column, one column per row) when that fits; else one two-column block per row. Nothing is cut."""
+    from rich.console import Group
+
+    table = _table(columns, rows, title)
+    if not rows or _fits(console, table):
+        return table
+    side = _table(["", *[str(i + 1) for i in range(len(rows))]],
+                  [[c, *[r[j] for r in rows]] for j, c in enumerate(columns)], title)
+    if _fits(console, side):
+        return side
+    return Group(*[_table(["", f"{title or 'row'} {i + 1}"], [[c, v] for c, v in zip(columns, r)], None)
+                   for i, r in enumerate(rows)])
 
 
 class ClosedStdoutGuard(io.TextIOBase):

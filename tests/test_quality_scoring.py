@@ -155,3 +155,36 @@ def test_cli_score_and_recheck(scored, capsys, monkeypatch):
     finally:
         reopened = Store(db)
         scored[0].con = reopened.con  # later tests (none today) keep a usable store
+
+
+def test_cli_score_in_a_pipe_prints_progress_lines_and_an_uncut_table(tmp_path):
+    """In a pipe `campaign score` says per scorer how many outputs it expects and how far it is
+    (a line at each tenth and at the end; no Rich bar), and its scoring-pass table at 80 columns
+    is turned on its side instead of cut to `sco… met… exp…` (issue 32)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    store, plan, wl, art = campaign_setup(tmp_path, repeats=1)
+    add_run(store, plan, "base-c1", "ref-base", art, wl)
+    add_run(store, plan, "cand-c1", "ref-cand", art, wl)
+    db = str(store.path)
+    store.close()
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-m", "console.cli", "score", str(tmp_path / "plan.json"), "--db", db,
+                        "--artifacts", str(art), "--scorer", "pocketsphinx", "--batch-size", "1"],
+                       capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(root), "COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert any(ln.startswith("scoring pocketsphinx-en (wer, ") and ln.endswith("batch 1): 8 expected outputs")
+               for ln in lines), r.stdout
+    steps = [ln for ln in lines if ln.startswith("scoring pocketsphinx-en: ")]
+    # base and cand carry the same bytes: 4 distinct outputs are computed for the 8 expected
+    assert steps and steps[-1] == "scoring pocketsphinx-en: 4/4 distinct outputs computed", steps
+    assert len(steps) == len(set(steps)) <= 11
+    table = r.stdout[r.stdout.index("scoring pass"):r.stdout.index("computed: distinct outputs")]
+    assert "…" not in table and max(len(ln) for ln in table.splitlines()) <= 80
+    for header in ("scorer", "stored before", "copied from earlier", "not scorable"):
+        assert f"│ {header} " in table, table

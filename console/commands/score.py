@@ -47,6 +47,27 @@ def _plan(args, store):
     return frozen_plan_for_file(store, args.plan)
 
 
+class PipeProgress:
+    """When a scorer's progress is worth a line in a pipe: at each tenth of its total and at the
+    end, so a long scoring step says it is alive without a line per batch."""
+
+    STEPS = 10
+
+    def __init__(self) -> None:
+        self.last: dict[str, int] = {}
+
+    def due(self, key: str, done: int, total: int) -> bool:
+        if total <= 0 or done <= 0:
+            return False
+        step = done * self.STEPS // total
+        if step <= self.last.get(key, 0) and done < total:
+            return False
+        if done >= total and self.last.get(key) == self.STEPS + 1:
+            return False
+        self.last[key] = self.STEPS + 1 if done >= total else step
+        return True
+
+
 def batch_sizes(values: list[str] | None) -> tuple[int | None, dict[str, int]]:
     """`--batch-size` values -> (the size for every scorer or None, scorer name -> its own size)."""
     every: int | None = None
@@ -90,17 +111,23 @@ def cmd_score(args) -> int:
 
             wrap, replicas = cluster_wrapper(args.cluster, plan, args.device)
             console.print(f"scoring on {args.cluster}: {replicas} replica(s) per scorer, one per GPU", highlight=False)
+        interactive = console.is_terminal  # a bar per scorer on a terminal, plain lines in a pipe
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      TimeRemainingColumn(), console=console, transient=False) as progress:
+                      TimeRemainingColumn(), console=console, transient=False, disable=not interactive) as progress:
             tasks: dict[str, TaskID] = {}
+            lines = PipeProgress()
 
-            def on_start(scorer, _n):
+            def on_start(scorer, n):
                 d = scorer.describe()
-                tasks[scorer.scorer_id] = progress.add_task(
-                    f"{scorer.scorer_id} ({d['metric']}, {d['device']}, batch {d['batch_size']})", total=None)
+                label = f"{scorer.scorer_id} ({d['metric']}, {d['device']}, batch {d['batch_size']})"
+                tasks[scorer.scorer_id] = progress.add_task(label, total=None)
+                if not interactive:
+                    print(f"scoring {label}: {n} expected outputs", flush=True)
 
             def on_progress(scorer, done, total):
                 progress.update(tasks[scorer.scorer_id], completed=done, total=total)
+                if not interactive and lines.due(scorer.scorer_id, done, total):
+                    print(f"scoring {scorer.scorer_id}: {done}/{total} distinct outputs computed", flush=True)
 
             summaries = score_plan(store, plan, scorers=args.scorer, artifacts_dir=artifacts, device=args.device,
                                    batch_size=args.batch_size, batch_sizes=args.batch_sizes, on_start=on_start,
@@ -110,7 +137,7 @@ def cmd_score(args) -> int:
                    [(s.scorer_id, s.metric, s.expected, s.existing, s.computed, s.reused_pass, s.reused_stored,
                      s.scored_ok, s.scored_error,
                      ", ".join(f"{k} {v}" for k, v in sorted(s.not_scorable.items())) or "-", f"{s.seconds:.1f}")
-                    for s in summaries], title="scoring pass", console=console)
+                    for s in summaries], title="scoring pass", console=console, turn=True)
         console.print("computed: distinct outputs (audio bytes + reference text / prompt) run through the model; "
                       "reused: rows copied from an identical computation in this pass; copied from earlier: rows "
                       "copied from an earlier pass's identical score (same scorer and model)", highlight=False)
