@@ -583,12 +583,14 @@ def placeholder_error(doc: Any, label: str) -> CampaignError | None:
 
 
 def _fail(label: str, errs: list[str]) -> CampaignError:
-    more = f" (and {len(errs) - 1} more problem{'s' if len(errs) > 2 else ''})" if len(errs) > 1 else ""
+    """One line naming every problem, the first in front (a user fixes them all in one edit)."""
+    errs = [" ".join(e.split()) for e in errs]
+    more = f" (and {len(errs) - 1} more: {'; '.join(errs[1:])})" if len(errs) > 1 else ""
     return CampaignError(f"{label}: {errs[0]}{more}")
 
 
 def validate_plan_dict(raw: Any, label: str = "plan") -> None:
-    """Raise a one-line CampaignError naming the first bad field, else return."""
+    """Raise a one-line CampaignError naming every bad field (the first in front), else return."""
     errs = nonfinite_errors(raw, plan_schema()) or schema_errors(raw, plan_schema())
     if not errs:
         errs = semantic_errors(raw)

@@ -56,13 +56,19 @@ def test_schema_errors_name_the_field_and_problem(tmp_path, workload, mutate, me
     assert str(err.value).startswith(f"{path}: {message}")
 
 
-def test_several_problems_are_counted(tmp_path, workload):
+def test_several_problems_are_all_named(tmp_path, workload):
+    """Every problem is named on the one line, not counted as "(and 1 more problem)" (issue 32)."""
     doc = plan_dict(workload)
     doc["sweep"]["concurrencies"] = [0]
     doc["sweep"]["measured_repeats"] = 0
     path = write_json(tmp_path / "p.json", doc)
-    with pytest.raises(CampaignError, match=r"sweep.concurrencies\[0\]: 0 is less than the minimum of 1 \(and 1 more problem\)"):
+    with pytest.raises(CampaignError) as err:
         load_plan(path)
+    assert str(err.value) == (f"{path}: sweep.concurrencies[0]: 0 is less than the minimum of 1 (and 1 more: "
+                              "sweep.measured_repeats: 0 is less than the minimum of 1)")
+    r = cli("plan", "freeze", str(path), db=tmp_path / "c.duckdb")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert "sweep.concurrencies[0]" in r.stderr and "sweep.measured_repeats: 0 is less than the minimum of 1" in r.stderr
 
 
 def test_invalid_json_and_missing_file(tmp_path):
