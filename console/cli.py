@@ -21,10 +21,28 @@ from data.errors import CampaignError, first_line
 from data.extras import needs_extra
 
 
+# The subcommands in the order a campaign uses them (docs/results.md, "Command line"): `campaign
+# --help` lists them so, and its epilog names the steps. tests/test_cli_help.py holds every
+# registered command to exactly one step.
+WORKFLOW: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("try", ("demo", "engine", "probe")),
+    ("plan", ("workload", "plan", "controls")),
+    ("measure", ("run", "profile", "import", "equivalence", "validate")),
+    ("score and decide", ("scorers", "score", "gate", "verdicts", "candidates", "accept")),
+    ("read and check", ("tui", "report", "runs", "export", "evidence", "audit", "db", "sql")),
+)
+
+
+def _epilog() -> str:
+    width = max(len(step) for step, _ in WORKFLOW)
+    return "workflow:\n" + "\n".join(f"  {step:<{width}}  {', '.join(names)}" for step, names in WORKFLOW)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="campaign",
         description="Omni Campaign Console: auditable benchmark campaigns for speech-output serving engines.",
+        epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for mod in sorted(pkgutil.iter_modules(commands_pkg.__path__), key=lambda m: m.name):
@@ -32,7 +50,15 @@ def build_parser() -> argparse.ArgumentParser:
         register = getattr(module, "register", None)
         if register is not None:
             register(sub)
+    _workflow_order(sub)
     return parser
+
+
+def _workflow_order(sub: argparse._SubParsersAction) -> None:
+    """List the subcommands in WORKFLOW order in `--help` (argparse lists them in the order they
+    were added; a command missing from WORKFLOW goes last)."""
+    order = {name: i for i, name in enumerate(n for _, names in WORKFLOW for n in names)}
+    sub._choices_actions.sort(key=lambda a: order.get(a.dest, len(order)))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from console.flags import add_plan_hash
 from console.commands.db import add_db_arg
 from console.output import FORMATS, print_rows
 from data.audit import EVENT_KINDS
@@ -25,7 +26,7 @@ def register(sub) -> None:
     v.set_defaults(func=cmd_verify)
     lg = ps.add_parser("log", help="list audit events")
     lg.add_argument("--kind", choices=EVENT_KINDS)
-    lg.add_argument("--plan", help="plan hash (prefix) to filter on")
+    add_plan_hash(lg)
     lg.add_argument("--last", type=int, default=0, help="only the last N events")
     lg.add_argument("--format", choices=FORMATS, default="table")
     add_db_arg(lg)

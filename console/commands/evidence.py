@@ -11,7 +11,7 @@ from pathlib import Path
 
 def register(sub) -> None:
     p = sub.add_parser("evidence", help="check an evidence bundle (campaign export evidence PLAN DIR)")
-    ps = p.add_subparsers(dest="evidence_command", metavar="WHAT", required=True)
+    ps = p.add_subparsers(dest="evidence_command", metavar="ACTION", required=True)
     v = ps.add_parser("verify", help="re-hash every file and re-derive every verdict from the bundle alone")
     v.add_argument("dir", help="the bundle folder")
     v.add_argument("--head", action="append", default=[], metavar="FILE|HASH",

@@ -12,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+from console.flags import add_plan_hash
 from console.commands.db import add_db_arg
 from data.errors import CampaignError, first_line
 
@@ -21,7 +22,7 @@ RUN_COLUMNS = ("plan_hash", "engine", "concurrency", "repeat_index", "kind", "st
 
 def register(sub) -> None:
     p = sub.add_parser("export", help="export a verdict document or raw per-request rows")
-    ps = p.add_subparsers(dest="export_command", metavar="WHAT", required=True)
+    ps = p.add_subparsers(dest="export_command", metavar="ACTION", required=True)
     v = ps.add_parser("verdict", help="the verdict document (JSON, docs/verdict.schema.json)")
     v.add_argument("verdict_id", help="verdict id (or a unique prefix)")
     v.add_argument("-o", "--output", help="file to write (default: stdout)")
@@ -30,7 +31,7 @@ def register(sub) -> None:
     r = ps.add_parser("runs", help="raw per-request rows with their run's engine, concurrency, kind ...")
     r.add_argument("--format", choices=("csv", "parquet"), default="csv")
     r.add_argument("-o", "--output", required=True, help="file to write")
-    r.add_argument("--plan", help="plan hash (prefix); default: every run")
+    add_plan_hash(r, "plan hash (or unique prefix); default: every run")
     add_db_arg(r)
     r.set_defaults(func=cmd_export_runs)
     e = ps.add_parser("evidence", help="the evidence bundle of a plan: plans, audit log, tables (Parquet and CSV), "

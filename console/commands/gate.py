@@ -21,6 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from console.flags import add_plan_hash
 from console.commands.db import add_db_arg
 from console.output import FORMATS, print_rows
 from data.errors import CampaignError, first_line
@@ -52,7 +53,7 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_gate)
 
     v = sub.add_parser("verdicts", help="list issued verdicts")
-    v.add_argument("--plan", help="plan hash (prefix)")
+    add_plan_hash(v)
     v.add_argument("--format", choices=FORMATS, default="table")
     add_db_arg(v)
     v.set_defaults(func=cmd_verdicts)

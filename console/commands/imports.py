@@ -12,7 +12,7 @@ LIST_COLUMNS = ["import_id", "row_number", "engine", "concurrency", "metric", "v
 
 def register(sub) -> None:
     p = sub.add_parser("import", help="import outside results (kept apart: imported, not measured)")
-    ps = p.add_subparsers(dest="import_command", metavar="WHAT", required=True)
+    ps = p.add_subparsers(dest="import_command", metavar="ACTION", required=True)
     r = ps.add_parser("results", help="store the figures of a CSV or JSON file with their provenance")
     r.add_argument("file", nargs="?", help="CSV (engine,concurrency,metric,value,unit) or JSON list of those objects "
                                            "(each may carry `requests`: per-request rows)")

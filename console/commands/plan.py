@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from console.commands.db import add_db_arg
+from console.flags import add_format
 from console.output import print_rows
 from data.errors import CampaignError
 from data.plan_ids import ADDENDUM_SCHEMA_ID, PLAN_SCHEMA_ID
@@ -292,6 +293,7 @@ def register(sub) -> None:
     oh.set_defaults(func=cmd_open_holdout)
 
     ls = ps.add_parser("list", help="frozen plans and addenda")
+    add_format(ls)
     add_db_arg(ls)
     ls.set_defaults(func=cmd_list)
 
@@ -472,7 +474,9 @@ def cmd_list(args) -> int:
     with open_store(args.db) as store:
         rows = store.query(f"SELECT plan_hash, kind, name, parent_hash, frozen_at FROM plans p ORDER BY {plan_seq('p')} NULLS FIRST, plan_hash")
     print_rows(["hash", "kind", "name", "parent", "frozen_at"],
-               [(r["plan_hash"][:16], r["kind"], r["name"], (r["parent_hash"] or "")[:16], r["frozen_at"]) for r in rows])
+               [(r["plan_hash"] if args.format != "table" else r["plan_hash"][:16], r["kind"], r["name"],
+                 (r["parent_hash"] or "") if args.format != "table" else (r["parent_hash"] or "")[:16], r["frozen_at"])
+                for r in rows], args.format)
     return 0
 
 

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,7 +33,11 @@ def register(sub) -> None:
     p.add_argument("--pool", help="workload pool to draw from (default: all utterances)")
     p.add_argument("--db", help="run store (default: $CAMPAIGN_DB or ./campaign.duckdb)")
     p.add_argument("--artifacts", default="artifacts", help="folder for saved audio (default ./artifacts)")
-    p.add_argument("--json", dest="json_out", help="also write the metrics as JSON to this file")
+    p.add_argument("--format", choices=("table", "json"), default="table",
+                   help="table (default) or json: the metrics document on stdout, every other line on stderr")
+    p.add_argument("-o", "--output", dest="json_out", metavar="FILE", help="also write the metrics document (JSON) "
+                                                                          "to this file")
+    p.add_argument("--json", dest="json_out", help=argparse.SUPPRESS)  # deprecated spelling of --output FILE
     p.add_argument("--engine", default="probe", help="engine name to store the run under (default 'probe')")
     p.add_argument("--timeout", type=float, default=120.0, help="per-request timeout in seconds")
     p.add_argument("--client", choices=TRANSPORT_NAMES, default=DEFAULT_TRANSPORT,
@@ -122,7 +128,8 @@ def cmd_probe(args) -> int:
                      artifacts_dir=Path(args.artifacts).resolve(),
                      sampling={"seed": args.seed, "temperature": args.temperature, "max_tokens": args.max_tokens},
                      request_options=options)
-    console = Console(stderr=False)
+    as_json = args.format == "json"
+    console = Console(stderr=as_json)  # --format json: stdout carries the document alone
     with open_store(args.db, create=True) as store:  # an exploratory record may start a store
         console.print(f"probe {args.url} ({args.dialect}, preset {request.preset}, voice {request.voice_placement}"
                       f"{'' if request.stream else ', not streamed'}) c={args.concurrency} n={args.requests} -> run {run_id}",
@@ -149,10 +156,13 @@ def cmd_probe(args) -> int:
                   f"send lag p99 {_ms(lag.get('p99_ms'))} · loop lag p99 {_ms(loop_lag.get('p99_ms'))} · "
                   f"driver off-CPU {_ms(waited['wait_ms'] if waited else None)} · "
                   f"host steal {steal_text}", highlight=False)
+    doc = {"run_id": run_id, "url": args.url, "dialect": args.dialect, "status": run["status"],
+           "metrics": m.to_dict(), "driver": {"loop": run["loop_impl"], "client": run["client_impl"], **overhead}}
+    text = json.dumps(doc, indent=2, default=str) + "\n"
     if args.json_out:
-        doc = {"run_id": run_id, "url": args.url, "dialect": args.dialect, "status": run["status"],
-               "metrics": m.to_dict(), "driver": {"loop": run["loop_impl"], "client": run["client_impl"], **overhead}}
-        Path(args.json_out).write_text(json.dumps(doc, indent=2, default=str) + "\n")
+        Path(args.json_out).write_text(text)
+    if as_json:
+        sys.stdout.write(text)
     return 0 if m.failed == 0 and run["status"] == "complete" else 1
 
 

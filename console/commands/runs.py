@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from console.flags import add_plan_hash
 from console.commands.db import add_db_arg
 from console.output import FORMATS, print_rows
 
@@ -10,7 +11,7 @@ def register(sub) -> None:
     p = sub.add_parser("runs", help="list runs; exclude a run from aggregates")
     ps = p.add_subparsers(dest="runs_command", metavar="ACTION", required=True)
     ls = ps.add_parser("list", help="runs (newest last) with kind, status and exclusion")
-    ls.add_argument("--plan", help="plan hash (prefix)")
+    add_plan_hash(ls)
     ls.add_argument("--engine")
     ls.add_argument("--format", choices=FORMATS, default="table")
     add_db_arg(ls)

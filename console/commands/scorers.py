@@ -1,5 +1,5 @@
 """`campaign scorers`: every scorer with its status, model folder and model hash;
-`campaign scorers run NAME [--model-dir DIR] [--device cpu|cuda] [--json] ITEM...`: score
+`campaign scorers run NAME [--model-dir DIR] [--device cpu|cuda] [--format json] ITEM...`: score
 arbitrary files through the code `campaign score` uses (stats.quality.scoring.score_files), to
 re-score a suspicious output. ITEM: `out.wav` (MOS), `out.wav:prompt.wav` (SIM); WER takes
 `--items FILE.csv` (columns audio,text). Nothing is stored. Exit 1 when any item fails."""
@@ -12,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+from console.flags import add_format
 from console.output import print_rows
 from data.errors import CampaignError
 
@@ -33,9 +34,16 @@ class _IntermixedParser(argparse.ArgumentParser):
 
 
 def register(sub) -> None:
-    p = sub.add_parser("scorers", help="list quality scorers (status, model folder, hash) or score files with one")
+    p = sub.add_parser("scorers", help="list quality scorers (status, model folder, hash) or score files with one",
+                       description="Quality scorers. ACTION: list (the default when none is given): every scorer "
+                                   "with its status, model folder and model hash; run NAME ITEM...: score files "
+                                   "with one scorer, nothing stored.")
+    add_format(p, dest="list_format")
     p.set_defaults(func=cmd_list)
     ps = p.add_subparsers(dest="scorers_command", metavar="ACTION", parser_class=_IntermixedParser)
+    ls = ps.add_parser("list", help="every scorer with its status, model folder and model hash (the default)")
+    add_format(ls, dest="list_format")
+    ls.set_defaults(func=cmd_list)
     run = ps.add_parser("run", help="score files with one scorer (nothing is stored)")
     run.add_argument("name", help="scorer name, e.g. seedtts-sim, utmos22, whisper")
     run.add_argument("items", nargs="*", metavar="ITEM", help="out.wav (MOS) or out.wav:prompt.wav (SIM)")
@@ -44,7 +52,9 @@ def register(sub) -> None:
     run.add_argument("--device", choices=("cpu", "cuda"), help="torch device (default: cuda if available)")
     run.add_argument("--dtype", choices=("float32", "tf32", "float16"), help="compute dtype where the scorer offers it")
     run.add_argument("--batch-size", type=int, help="items per scorer batch (default: per scorer)")
-    run.add_argument("--json", action="store_true", help="one JSON object per item")
+    add_format(run, ("table", "json"))
+    # deprecated, hidden: the old form, one JSON object per line (scripts read it so)
+    run.add_argument("--json", dest="json_lines", action="store_true", help=argparse.SUPPRESS)
     run.set_defaults(func=cmd_run)
 
 
@@ -59,7 +69,8 @@ def cmd_list(args) -> int:
         where = str(folder) if folder else (f"(unset: ${ENV_VARS[name]})" if name in ENV_VARS else "(bundled)")
         rows.append((name, cls.scorer_id, cls.metric, "available" if ok else f"unavailable: {why}", where,
                      s.model_hash[:16] if ok else "-"))
-    print_rows(["scorer", "scorer_id", "metric", "status", "model folder", "model hash"], rows, title="scorers")
+    print_rows(["scorer", "scorer_id", "metric", "status", "model folder", "model hash"], rows, args.list_format,
+               title="scorers")
     return 0
 
 
@@ -163,9 +174,11 @@ def cmd_run(args) -> int:
         rows.append(rec)
         if not ok:
             print(f"campaign: {label}: {res.error}", file=sys.stderr)
-    if args.json:
+    if args.json_lines:
         for rec in rows:
             print(json.dumps(rec, ensure_ascii=False))
+    elif args.format == "json":
+        print(json.dumps(rows, indent=2, ensure_ascii=False))
     else:
         print_rows(["item", "status", "value", "error"],
                    [(r["item"], r["status"], "-" if r["value"] is None else f"{r['value']:.4f}", r["error"] or "")

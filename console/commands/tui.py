@@ -1,7 +1,7 @@
 """`campaign tui [--db PATH] [--live]`: the Textual console over the run store.
 
-Browses runs, run details, the report, verdicts and the audit chain; while a campaign owns the
-database it follows the campaign's live snapshot (`<db>.live.json`) instead.
+Tabs (TABS below): runs (with run detail), report, verdicts, gates, plan, SQL, live and audit; while
+a campaign owns the database it follows the campaign's live snapshot (`<db>.live.json`) instead.
 """
 
 from __future__ import annotations
@@ -10,8 +10,26 @@ from console.commands.db import add_db_arg
 from data.errors import CampaignError
 
 
+# the tabs of console/tui/app.py in their order, and what each shows (tests/test_cli_help.py holds
+# this list to the app's tabs)
+TABS = (("Runs", "every run; enter opens its run detail"),
+        ("Report", "the per-engine concurrency table"),
+        ("Verdicts", "issued verdicts and their checks"),
+        ("Gates", "a dry run of the plan's gates (checks, bootstrap histogram, throughput rules)"),
+        ("Plan", "the frozen plan, addenda, holdout, candidates and exclusions"),
+        ("SQL", "read-only queries on the store"),
+        ("Live", "the running campaign: cells, the current run, events, stop"),
+        ("Audit", "the audit chain"))
+
+
 def register(sub) -> None:
-    p = sub.add_parser("tui", help="interactive console: runs, run detail, report, verdicts, audit, live campaign")
+    import argparse
+
+    tabs = ", ".join(name for name, _ in TABS)
+    p = sub.add_parser("tui", help=f"interactive console, {len(TABS)} tabs: {tabs}",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="The Textual console over the run store. Tabs:\n"
+                                   + "\n".join(f"  {name:<9} {what}" for name, what in TABS))
     add_db_arg(p)
     p.add_argument("--live", action="store_true",
                    help="follow the running campaign's live snapshot (<db>.live.json) from the start")
