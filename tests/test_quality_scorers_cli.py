@@ -130,3 +130,16 @@ def test_score_stores_what_scorers_run_prints(tmp_path, models):
     from data.store import Store
     with Store(tmp_path / "campaign.duckdb") as again:
         assert again.scalar("SELECT count(*) FROM quality_scores") == before
+
+
+def test_run_format_json_is_one_array_of_the_old_json_lines(models, files):
+    """`scorers run --format json` (issue 32: --format everywhere) prints one JSON array holding the
+    objects the older, hidden `--json` prints one per line; that spelling still works unchanged."""
+    _, mos = models
+    args = ("scorers", "run", "utmos22", "--model-dir", mos, "--device", "cpu")
+    new = cli(*args, "--format", "json", files / "a.wav", files / "b.wav")
+    old = cli(*args, "--json", files / "a.wav", files / "b.wav")
+    assert new.returncode == old.returncode == 0, new.stderr + old.stderr
+    assert json.loads(new.stdout) == [json.loads(line) for line in old.stdout.splitlines()]
+    assert len(json.loads(new.stdout)) == 2
+    assert "--json" not in cli("scorers", "run", "--help").stdout
