@@ -4,12 +4,13 @@ A thread of the recording process (never the driver's: its loop stamps chunks) G
 `metrics_path` once before the run's first request, every `interval_s` while it runs, and once
 after its last, parses the text with prometheus_client's parser and keeps the samples of the
 audio-serving families (`KEPT_PREFIXES`). When the run ends they are stored in `server_metrics`
-in one transaction. A scrape that fails (refused, timeout, HTTP error, unparsable text) is one
-row with its reason; nothing here ever fails the run.
+in one transaction. Every scrape has its own row (family NULL, sample 'scrape'): the samples it
+kept, or why it failed (refused, timeout, HTTP error, unparsable text); nothing here ever fails
+the run.
 
 Bounded cost: one GET per interval (>= 0.1 s, 1 s by default) with a timeout of
 min(interval, 2 s); at most `MAX_SAMPLES_PER_SCRAPE` samples kept per scrape (the rest dropped,
-noted in an error row) and at most `MAX_ROWS_PER_RUN` rows held per run: past it, only the last
+counted in the scrape's row) and at most `MAX_ROWS_PER_RUN` rows held per run: past it, only the last
 scrape is still kept (the one the per-run figures read). `_created` samples are not kept.
 """
 
@@ -56,8 +57,13 @@ class Row:
     error: str | None = None
 
 
+SCRAPE_SAMPLE = "scrape"  # the `sample` of each scrape's own row (family NULL)
+
+
 def parse_exposition(text: str, seq: int, t_ns: int) -> list[Row]:
-    """The kept samples of one scrape's text (prometheus_client's parser; ValueError if unparsable)."""
+    """One scrape's rows: its own row (sample 'scrape', value = samples kept, labels
+    {"dropped": N} past the cap), then the kept samples (prometheus_client's parser; ValueError
+    if the text is not the exposition format)."""
     rows: list[Row] = []
     dropped = 0
     for fam in text_string_to_metric_families(text):
@@ -70,9 +76,9 @@ def parse_exposition(text: str, seq: int, t_ns: int) -> list[Row]:
                 dropped += 1
                 continue
             rows.append(Row(seq, t_ns, fam.name, fam.type, s.name, canonical_json(dict(s.labels)), float(s.value)))
-    if dropped:
-        rows.append(Row(seq, t_ns, error=f"{dropped} samples past the {MAX_SAMPLES_PER_SCRAPE} kept per scrape dropped"))
-    return rows
+    marker = Row(seq, t_ns, sample=SCRAPE_SAMPLE, labels_json=canonical_json({"dropped": dropped} if dropped else {}),
+                 value=float(len(rows)))
+    return [marker, *rows]
 
 
 def _one_line(exc: BaseException) -> str:
@@ -100,7 +106,7 @@ class ServerScrape:
             resp.raise_for_status()
             rows = parse_exposition(resp.text, seq, t_ns)
         except Exception as exc:  # evidence, not a gate: any failure is recorded, never raised
-            rows = [Row(seq, time.perf_counter_ns(), error=_one_line(exc))]
+            rows = [Row(seq, time.perf_counter_ns(), sample=SCRAPE_SAMPLE, labels_json="{}", error=_one_line(exc))]
         if last or len(self.rows) + len(rows) <= MAX_ROWS_PER_RUN:
             self.rows.extend(rows)
 

@@ -521,7 +521,8 @@ EQUIVALENCE_MEASURES = Table(
 SERVER_METRICS = Table(
     "server_metrics",
     "The engine's own Prometheus samples, scraped by the console during each run (docs/results.md, "
-    "\"Server metrics\"): one row per (scrape, sample), or one row with `error` for a scrape that failed. "
+    "\"Server metrics\"): per scrape one row of its own (family NULL, sample 'scrape': value = samples kept, "
+    "labels_json {\"dropped\": N} past the cap, `error` = why it failed), then one row per kept sample. "
     "Insert-only, stored when the run ends; the run's digest does not cover them.",
     (
         C("run_id", "VARCHAR", "run during which the scrape was taken", "NOT NULL"),
@@ -529,12 +530,12 @@ SERVER_METRICS = Table(
         C("scrape_seq", "INTEGER", "0-based scrape number within the run (0: before the first request; the last: "
           "after the last)", "NOT NULL"),
         C("t_ns", "BIGINT", "perf_counter_ns when the scrape's response had arrived (or failed)", "NOT NULL"),
-        C("family", "VARCHAR", "metric family as exposed (e.g. vllm_omni:audio_ttfp_s); NULL on a failed scrape"),
+        C("family", "VARCHAR", "metric family as exposed (e.g. vllm_omni:audio_ttfp_s); NULL on the scrape's own row"),
         C("type", "VARCHAR", "family type: counter, gauge, histogram, summary, untyped"),
         C("sample", "VARCHAR", "sample name (e.g. vllm_omni:audio_ttfp_s_bucket, ..._sum, ..._count, ..._total)"),
         C("labels_json", "VARCHAR", "the sample's labels, canonical JSON ('{}' for none)"),
-        C("value", "DOUBLE", "the sample's value"),
-        C("error", "VARCHAR", "why the scrape failed (one line); NULL for a sample row"),
+        C("value", "DOUBLE", "the sample's value (the scrape's own row: samples kept)"),
+        C("error", "VARCHAR", "the scrape's own row: why it failed (one line); NULL when it succeeded"),
     ),
 )
 

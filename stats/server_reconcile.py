@@ -82,26 +82,25 @@ def normalise(family: str) -> str:
 
 
 def _deltas(rows: Sequence[Mapping[str, Any]]) -> tuple[dict[tuple[str, str], float], int, int, bool]:
-    """(sample name, labels_json) -> last - first successful scrape, scrapes, failed scrapes, baseline."""
+    """(sample name, labels_json) -> last - first successful scrape (a series absent from the first
+    is 0 there), scrapes, failed scrapes, and whether scrape 0 (before the first request) succeeded."""
     by_seq: dict[int, dict[tuple[str, str], float]] = defaultdict(dict)
-    seqs, failed = set(), set()
+    ok: set[int] = set()
+    failed: set[int] = set()
     for r in rows:
-        seqs.add(r["scrape_seq"])
-        if r["family"] is None:
-            if r["error"] and not r["error"][0].isdigit():  # "N samples ... dropped" is not a failed scrape
-                failed.add(r["scrape_seq"])
+        if r["family"] is None:  # the scrape's own row (console/server_scrape.py)
+            (failed if r["error"] else ok).add(r["scrape_seq"])
             continue
         by_seq[r["scrape_seq"]][(normalise(r["sample"]), r["labels_json"])] = float(r["value"])
-    ok = sorted(s for s in by_seq if s not in failed)
-    if not ok:
-        return {}, len(seqs), len(failed), False
-    first = by_seq[ok[0]] if len(ok) > 1 else {}
-    last = by_seq[ok[-1]]
+    good = sorted(ok)
+    if not good:
+        return {}, len(ok | failed), len(failed), False
+    first = by_seq.get(good[0], {}) if len(good) > 1 else {}
     out = {}
-    for key, v in last.items():
+    for key, v in by_seq.get(good[-1], {}).items():
         before = first.get(key, 0.0)
         out[key] = v - before if v >= before else v
-    return out, len(seqs), len(failed), bool(ok) and ok[0] == 0 and len(ok) > 1
+    return out, len(ok | failed), len(failed), good[0] == 0 and len(good) > 1
 
 
 def _sum(deltas: Mapping[tuple[str, str], float], sample: str, **labels: str) -> float | None:

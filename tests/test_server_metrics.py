@@ -138,7 +138,7 @@ def test_reference_engine_exposes_its_dialects_real_families(dialect):
         text = httpx.get(engine.url + "/metrics", timeout=5).text
     finally:
         stop_engine(engine)
-    rows = parse_exposition(text, 0, 0)  # the console's own parser
+    rows = parse_exposition(text, 0, 0)[1:]  # the console's own parser (after the scrape's own row)
     exposed = {(r.family, r.type) for r in rows}
     prefix = dialect.replace("-", "_") + ":"
     documented = {f: t for f, t in documented_families().items() if f.startswith(prefix)}
@@ -166,11 +166,11 @@ def test_pcm_dialect_publishes_nothing_and_a_failed_scrape_is_a_row(tmp_path):
         with Store(tmp_path / "s.duckdb") as store:
             with ServerScrape(store, ScrapeTarget("run-x", "peer", engine.url + "/metrics", 0.1)):
                 pass
-            rows = store.query("SELECT scrape_seq, family, error FROM server_metrics ORDER BY scrape_seq")
+            rows = store.query("SELECT scrape_seq, family, sample, error FROM server_metrics ORDER BY scrape_seq")
     finally:
         stop_engine(engine)
-    assert [r["scrape_seq"] for r in rows] == [0, 1] or len(rows) >= 2
-    assert all(r["family"] is None and "404" in r["error"] for r in rows)
+    assert [r["scrape_seq"] for r in rows] == list(range(len(rows))) and len(rows) >= 2  # before and after
+    assert all(r["family"] is None and r["sample"] == "scrape" and "404" in r["error"] for r in rows), rows
 
 
 # ---- a real campaign run: samples stored, reconciled, the wrong figure flagged ------------------------------
@@ -201,13 +201,16 @@ def test_campaign_run_stores_and_reconciles_server_metrics(tmp_path):
         assert set(runs) == {"ref-baseline", "ref-skewed_metrics", "ref-fast"}
         assert {x["status"] for x in s.query("SELECT status FROM runs")} == {"complete"}
         for engine, run_id in runs.items():
-            seqs = s.query("SELECT scrape_seq, count(family) AS samples, count(error) AS errors FROM server_metrics "
+            seqs = s.query("SELECT scrape_seq, count(family) AS samples, count(error) AS errors, "
+                           "max(CASE WHEN family IS NULL THEN value END) AS kept FROM server_metrics "
                            "WHERE run_id = ? GROUP BY scrape_seq ORDER BY scrape_seq", [run_id])
-            assert len(seqs) >= 2 and seqs[0]["scrape_seq"] == 0, (engine, seqs)
+            # scrapes before the first request, during the run (every 0.2 s) and after the last
+            assert [x["scrape_seq"] for x in seqs] == list(range(len(seqs))) and len(seqs) >= 3, (engine, seqs)
             if engine == "ref-fast":
                 assert all(x["samples"] == 0 and x["errors"] == 1 for x in seqs)
             else:
-                assert all(x["samples"] > 0 and x["errors"] == 0 for x in seqs)
+                assert all(x["samples"] == x["kept"] and x["errors"] == 0 for x in seqs)
+                assert seqs[-1]["samples"] > 0
         ok = reconcile_run(s, runs["ref-baseline"])
         skewed = reconcile_run(s, runs["ref-skewed_metrics"])
         failed = reconcile_run(s, runs["ref-fast"])
