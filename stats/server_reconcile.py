@@ -76,6 +76,14 @@ class Reconciliation:
     def flagged(self) -> list[str]:
         return [p.figure for p in self.pairs if p.flagged]
 
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly (for a run summary, an export or the evidence bundle)."""
+        return {"run_id": self.run_id, "engine_family": self.engine_family, "scrapes": self.scrapes,
+                "failed_scrapes": self.failed_scrapes, "baseline": self.baseline, "flagged": self.flagged,
+                "pairs": [{"figure": p.figure, "unit": UNITS.get(p.figure, ""), "server": p.server, "client": p.client,
+                           "difference": p.difference, "tolerance_abs": p.tolerance.absolute,
+                           "tolerance_rel": p.tolerance.relative, "flagged": p.flagged} for p in self.pairs]}
+
 
 def normalise(family: str) -> str:
     return VLLM_PREFIX + family[len(OLD_VLLM_PREFIX):] if family.startswith(OLD_VLLM_PREFIX) else family

@@ -223,4 +223,5 @@ def test_campaign_run_stores_and_reconciles_server_metrics(tmp_path):
     sk = {p.figure: p for p in skewed.pairs}["ttfa_mean_s"]
     assert sk.flagged and sk.difference == pytest.approx(0.5, abs=0.05), sk
     assert "ttfa_mean_s" in skewed.flagged and "ttfa_mean_s" not in ok.flagged
+    assert json.loads(json.dumps(skewed.as_dict()))["flagged"] == skewed.flagged
     assert failed.engine_family is None and failed.pairs == () and failed.failed_scrapes == failed.scrapes >= 2
