@@ -403,6 +403,7 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
     """Execute the plan's cells for one phase; see the module docstring for the rules. With
     `opts.cluster` the cells run on a Ray cluster (console/cluster/dispatch.py)."""
     from console.recording import record_run
+    from console.server_scrape import scrape_target, server_scrape
     from engine_adapters.driver import discard_warm, prewarm
 
     if opts.cluster:
@@ -464,10 +465,13 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
             spec = drive_spec(plan, cell, run_id, requests[cell.concurrency], opts.artifacts_dir)
             note = EXPLORATORY_NOTE if cell.kind == "exploratory" else None
             launch.run_ids.append(run_id)
-            rid = record_run(store, spec, engine=cell.engine, kind=cell.kind, plan_hash=plan.hash, cell_key=cell.key,
-                             launch_id=launch.launch_id, pool=cell.pool, repeat_index=cell.repeat, note=note,
-                             params={**params_base, "engine_profile": engine.profile}, telemetry=opts.telemetry,
-                             on_progress=opts.on_progress, live=opts.live, engine_process=launch.process)
+            # the engine's own metrics, scraped from this process around the run (console/server_scrape.py)
+            with server_scrape(store, scrape_target(run_id, engine, plan.server_metrics.interval_s)):
+                rid = record_run(store, spec, engine=cell.engine, kind=cell.kind, plan_hash=plan.hash,
+                                 cell_key=cell.key, launch_id=launch.launch_id, pool=cell.pool,
+                                 repeat_index=cell.repeat, note=note,
+                                 params={**params_base, "engine_profile": engine.profile}, telemetry=opts.telemetry,
+                                 on_progress=opts.on_progress, live=opts.live, engine_process=launch.process)
             run_ids.append(rid)
             exclude_overlapping(store)  # inside a profiler window: out of every aggregate (data/profiler.py)
             status = store.scalar("SELECT status FROM runs WHERE run_id = ?", [rid])

@@ -39,6 +39,7 @@ from data.metric_params import MetricParams
 from data.plan_ids import ADDENDUM_SCHEMA_ID as ADDENDUM_SCHEMA_ID  # re-exported: the ids' home is data/plan_ids.py
 from data.plan_ids import PLAN_SCHEMA_ID as PLAN_SCHEMA_ID
 from data.queries import plan_seq
+from data.server_plan import DEFAULT_METRICS_PATH, ScrapeSpec, SloSpec, scrape_spec, slo_spec
 from data.secrets import argv_secret_errors, passthrough_errors, redact_document, resolve_env, secret_values
 from data.store import Store, utcnow
 
@@ -114,6 +115,7 @@ class EngineSpec:
     request: dict[str, Any] = field(default_factory=dict)  # dialect request options (docs/engines.md), no comments
     model: str = DEFAULT_MODEL
     health_path: str = "/health"
+    metrics_path: str | None = DEFAULT_METRICS_PATH  # scraped during each run; None: not (data/server_plan.py)
     # where the engine's code is and how it differs from `revision` (docs/engines.md, "Engine identity")
     source: dict[str, str] | None = None  # {"git": DIR} or {"dist": NAME}, optional "python"
     patch: str | None = None  # a file equal to the checkout's diff against its commit
@@ -289,6 +291,8 @@ class Plan:
     claims: ClaimsSpec | None = None
     selection: str = "optional"  # required: the holdout opens only after a recorded selection (docs/plans.md)
     equivalence: EquivalenceSpec | None = None  # data/equivalence_spec.py
+    server_metrics: ScrapeSpec = field(default_factory=ScrapeSpec)  # data/server_plan.py
+    slo: SloSpec | None = None  # data/server_plan.py
     hash: str = ""
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
     kind: str = "plan"
@@ -389,6 +393,7 @@ def plan_from_dict(raw: dict[str, Any], *, hash: str = "", kind: str = "plan", p
         sections["selection"] = raw["selection"]
     if "equivalence" in raw:
         sections["equivalence"] = equivalence_from_dict(raw["equivalence"])
+    sections.update(server_metrics=scrape_spec(raw), slo=slo_spec(raw))
     return Plan(schema=raw["schema"], name=raw["name"], description=raw.get("description", ""), model=model,
                 engines=tuple(_engine(e, model) for e in raw["engines"]),
                 workload=_build(WorkloadSpec, raw["workload"]), sweep=_build(SweepSpec, raw["sweep"]),

@@ -518,10 +518,32 @@ EQUIVALENCE_MEASURES = Table(
     ("verdict_id", "utt_id", "repeat_index", "measure"),
 )
 
+SERVER_METRICS = Table(
+    "server_metrics",
+    "The engine's own Prometheus samples, scraped by the console during each run (docs/results.md, "
+    "\"Server metrics\"): per scrape one row of its own (family NULL, sample 'scrape': value = samples kept, "
+    "labels_json {\"dropped\": N} past the cap, `error` = why it failed), then one row per kept sample. "
+    "Insert-only, stored when the run ends; the run's digest does not cover them.",
+    (
+        C("run_id", "VARCHAR", "run during which the scrape was taken", "NOT NULL"),
+        C("engine", "VARCHAR", "plan engine name", "NOT NULL"),
+        C("scrape_seq", "INTEGER", "0-based scrape number within the run (0: before the first request; the last: "
+          "after the last)", "NOT NULL"),
+        C("t_ns", "BIGINT", "perf_counter_ns when the scrape's response had arrived (or failed)", "NOT NULL"),
+        C("family", "VARCHAR", "metric family as exposed (e.g. vllm_omni:audio_ttfp_s); NULL on the scrape's own row"),
+        C("type", "VARCHAR", "family type: counter, gauge, histogram, summary, untyped"),
+        C("sample", "VARCHAR", "sample name (e.g. vllm_omni:audio_ttfp_s_bucket, ..._sum, ..._count, ..._total)"),
+        C("labels_json", "VARCHAR", "the sample's labels, canonical JSON ('{}' for none)"),
+        C("value", "DOUBLE", "the sample's value (the scrape's own row: samples kept)"),
+        C("error", "VARCHAR", "the scrape's own row: why it failed (one line); NULL when it succeeded"),
+    ),
+)
+
 TABLES: tuple[Table, ...] = (
     PLANS, AUDIT_EVENTS, WORKLOAD_MANIFESTS, ENGINE_LAUNCHES, RUNS, REQUESTS, CHUNKS,
     GPU_DEVICES, GPU_SAMPLES, AUDIO_FILES, QUALITY_SCORES, VERDICTS, EXCLUSIONS, ATTEMPTS, RUN_METRICS,
     VALIDATOR_RUNS, IMPORTED_RESULTS, PROFILER_WINDOWS, RECHECK_RESULTS, CANDIDATES, EQUIVALENCE_MEASURES,
+    SERVER_METRICS,
 )
 TABLES_BY_NAME = {t.name: t for t in TABLES}
 
@@ -558,6 +580,8 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         "ALTER TABLE attempts ADD COLUMN IF NOT EXISTS config_sha256 VARCHAR",
     ]),
     (9, "equivalence verdicts' per-utterance measures (docs/equivalence.md)", [EQUIVALENCE_MEASURES.create_sql()]),
+    (11, "the engines' own metrics scraped during each run (server_metrics; docs/results.md)",
+     [SERVER_METRICS.create_sql()]),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -54,6 +54,7 @@ class Profile:
     input_audio_prefill_s: float = 0.02  # extra prefill per second of thinker input audio
     max_audio_frames: int = 4096  # the talker's own token limit (vllm-omni deploy: stage 1 max_tokens)
     empty_audio_deltas: bool = False  # vllm-omni: empty audio deltas around the audio (as 0.30.0 emits)
+    metrics_ttfa_skew_s: float = 0.0  # added to the time to first audio /metrics reports (a wrong server figure)
 
     @property
     def chunk_samples(self) -> int:
@@ -114,6 +115,8 @@ def _validate(p: Profile, source: str) -> Profile:
         raise ProfileError(f"{where}: max_audio_frames must be >= 1")
     if p.fault_after_chunks < 0:
         raise ProfileError(f"{where}: fault_after_chunks must be >= 0")
+    if not -60 <= p.metrics_ttfa_skew_s <= 60:
+        raise ProfileError(f"{where}: metrics_ttfa_skew_s must be in [-60, 60] seconds")
     if not 0 <= p.cuda_busy_fraction <= 1:
         raise ProfileError(f"{where}: cuda_busy_fraction must be in [0, 1]")
     return p

@@ -56,6 +56,7 @@ from engine_adapters.reference.profiles import (
 )
 from engine_adapters.reference.tensors import DUMP_HEADER, DumpNameError, dump_name, intermediates, write_dump
 from engine_adapters.reference.scheduler import Admitted, BatchScheduler, Chunk, Failed, Sequence
+from engine_adapters.reference.server_metrics import EngineMetrics
 from engine_adapters.reference.synthesis import (
     DEFAULT_VOICE, LruCache, PromptAudio, PromptError, Rendered, Synthesizer, cap_text, decode_prompt, stable_seed,
 )
@@ -126,6 +127,7 @@ class ReferenceEngine:
         self.parser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reference-parse")
         self.emit_log = EmitLog(config.emit_log) if config.emit_log else None
         self.outcomes = _Outcome()
+        self.metrics = EngineMetrics(config.dialect, config.model_name, profile.metrics_ttfa_skew_s)
         self._payloads: LruCache[tuple[bytes, str], tuple[bytes, ...]] = LruCache(
             PAYLOAD_CACHE_BYTES, size_of=lambda v: sum(map(len, v)))
 
@@ -180,6 +182,7 @@ class ReferenceEngine:
         app.router.add_get("/health", self.health)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/stats", self.stats)
+        app.router.add_get("/metrics", self.prometheus)
         app.router.add_post("/v1/chat/completions", self.chat)
         return app
 
@@ -233,6 +236,14 @@ class ReferenceEngine:
                            "matmuls_by_batch": {str(k): v for k, v in sorted(g.per_batch_matmuls.items())}}
         return web.json_response(body)
 
+    async def prometheus(self, request: web.Request) -> web.Response:
+        """The engine's own figures in its dialect's Prometheus families (server_metrics.py); 404
+        for a dialect whose engine publishes none."""
+        body = self.metrics.render()
+        if body is None:
+            return web.Response(status=404, text=f"the {self.config.dialect} dialect publishes no metrics\n")
+        return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
     def _error(self, status: int, message: str, err_type: str) -> web.Response:
         self.outcomes.rejected += 1
         return web.Response(status=status, body=self.encoder.error_body(status, message, err_type),
@@ -241,6 +252,7 @@ class ReferenceEngine:
     # ---- chat completions -------------------------------------------------------------------
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
+        arrival_ns = time.perf_counter_ns()  # the request's arrival for /metrics (server_metrics.py)
         if self.state != "ready":
             reason = "engine is starting" if self.state == "starting" else f"engine is dead: {self.dead_reason}"
             return self._error(503, reason, "ServiceUnavailableError")
@@ -263,6 +275,7 @@ class ReferenceEngine:
             self.profile.fault_rates, stable_seed("fault", req.seed, req.text, digest))
         if fault == "http_500":
             self.outcomes.faults += 1
+            self.metrics.fail(None, "stage_error")
             return self._error(500, "injected fault: internal server error before the stream", "InternalServerError")
 
         assert self.synth is not None
@@ -271,7 +284,7 @@ class ReferenceEngine:
                                         req.audio_format, dump)
         seq = self.scheduler.submit(rendered, input_audio_s)
         try:
-            return await self._stream(request, req, prompt, seq, fault)
+            return await self._stream(request, req, prompt, seq, fault, arrival_ns)
         except (asyncio.CancelledError, ConnectionError):
             self.outcomes.client_gone += 1
             raise
@@ -317,6 +330,8 @@ class ReferenceEngine:
         data, emit_ns = stamp(frame, ctx.emit_shift)
         await resp.write(data)
         self.scheduler.schedule.chunk(emit_ns, due_ns, time.perf_counter_ns())
+        if frame.audio_samples:
+            self.metrics.audio(ctx.request_id, emit_ns, frame.audio_samples)
         if self.emit_log is not None and frame.audio_samples:
             self.emit_log.record(ctx.request_id, chunk, emit_ns, frame.audio_samples, len(data))
 
@@ -392,16 +407,29 @@ class ReferenceEngine:
         body = self.encoder.whole(ctx, cap_text(req.text, req.max_tokens)[0], samples, finish,
                                   self._usage(req, prompt, len(samples)))
         self.outcomes.completed += 1
+        self.metrics.finish(ctx.request_id, time.perf_counter_ns(), samples=len(samples), reason=finish)
         return web.Response(body=body, content_type="application/json", headers={"X-Request-Id": ctx.request_id})
 
     async def _stream(self, request: web.Request, req: SpeechRequest, prompt: PromptAudio | None,
-                      seq: Sequence, fault: str | None) -> web.StreamResponse:
+                      seq: Sequence, fault: str | None, arrival_ns: int) -> web.StreamResponse:
         label = fault if fault in LABEL_FAULTS else None  # a misbehaviour: the stream still completes
         ctx = StreamContext(request_id=f"chatcmpl-{uuid.uuid4().hex}", created=int(time.time()),
                             model=self.config.model_name, audio_format=req.audio_format,
                             include_usage=req.include_usage,
                             emit_shift=EMIT_NS_FAULT_SHIFT if label == "emit_ns_overflow" else 0,
                             wav_rate=WAV_FAULT_RATE if label == "wav_rate" else OUTPUT_SAMPLE_RATE)
+        self.metrics.begin(ctx.request_id, arrival_ns)
+        try:
+            return await self._respond(request, req, prompt, seq, fault, label, ctx)
+        except (asyncio.CancelledError, ConnectionError):
+            self.metrics.fail(ctx.request_id, "client_disconnect")
+            raise
+        finally:  # a request that did not complete (a no-op for one that did)
+            self.metrics.fail(ctx.request_id, "stage_error")
+
+    async def _respond(self, request: web.Request, req: SpeechRequest, prompt: PromptAudio | None,
+                       seq: Sequence, fault: str | None, label: str | None,
+                       ctx: StreamContext) -> web.StreamResponse:
         if label:
             self.outcomes.faults += 1
             _log(f"{ctx.request_id}: injecting fault {label}")
@@ -469,6 +497,7 @@ class ReferenceEngine:
             await self._write(resp, ctx, frame, -1)
         await resp.write_eof()
         self.outcomes.completed += 1
+        self.metrics.finish(ctx.request_id, time.perf_counter_ns(), reason=finish)
         return resp
 
 
@@ -487,6 +516,8 @@ class ReferenceEngine:
         await resp.write_eof()
         if ended == "completed":
             self.outcomes.completed += 1
+            self.metrics.finish(ctx.request_id, time.perf_counter_ns(),
+                                reason="length" if seq.rendered.result().truncated else "stop")
         return resp
 
 
@@ -513,6 +544,8 @@ class _DirectStream:
         t.write(b"%x\r\n%b\r\n" % (len(data), data))  # type: ignore[attr-defined]
         self.engine.scheduler.schedule.chunk(emit_ns, due_ns, time.perf_counter_ns(),
                                              int(t.get_write_buffer_size() > 0))  # type: ignore[attr-defined]
+        if frame.audio_samples:
+            self.engine.metrics.audio(self.ctx.request_id, emit_ns, frame.audio_samples)
         log = self.engine.emit_log
         if log is not None and frame.audio_samples:
             log.record(self.ctx.request_id, chunk, emit_ns, frame.audio_samples, len(data))

@@ -1,0 +1,64 @@
+"""Goodput: the requests that met the plan's service-level objective (docs/metrics.md, "Goodput").
+
+A measured request meets `slo: {ttfa_ms, rtf}` when it succeeded, its TTFA is at most `ttfa_ms`
+and, when the SLO names one, its RTF at most `rtf` (TTFA and RTF as in docs/metrics.md). Per run:
+the share of measured requests that met it (a failed request did not), their rate per second of
+the run's wall time, and the throughput counted over them alone (throughput_scale x their audio
+seconds / wall time), beside the run's throughput over every successful request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping, Sequence
+
+from data.metric_params import MetricParams
+from data.server_plan import SloSpec
+from stats.metrics.compute import RequestMetrics, metrics_from_records, request_metrics
+
+
+@dataclass(frozen=True)
+class Goodput:
+    ttfa_ms: float
+    rtf: float | None
+    requests: int  # measured requests
+    met: int
+    share: float | None  # met / requests
+    rate_per_s: float | None  # met / wall_s
+    throughput: float | None  # scale x audio seconds of the requests that met it / wall_s
+    wall_s: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def meets(m: RequestMetrics, slo: SloSpec) -> bool:
+    """Did one request meet the SLO?"""
+    if m.outcome != "ok" or m.ttfa_s is None or m.ttfa_s > slo.ttfa_ms / 1000:
+        return False
+    return slo.rtf is None or (m.rtf is not None and m.rtf <= slo.rtf)
+
+
+def goodput(per_request: Sequence[RequestMetrics], slo: SloSpec, wall_s: float | None,
+            throughput_scale: float) -> Goodput:
+    """Goodput over measured requests' metrics and the run's wall time."""
+    good = [m for m in per_request if meets(m, slo)]
+    n = len(per_request)
+    timed = wall_s is not None and wall_s > 0
+    return Goodput(
+        ttfa_ms=slo.ttfa_ms, rtf=slo.rtf, requests=n, met=len(good), share=len(good) / n if n else None,
+        rate_per_s=len(good) / wall_s if timed and wall_s else None,
+        throughput=throughput_scale * sum(m.audio_s for m in good) / wall_s if timed and wall_s else None,
+        wall_s=wall_s)
+
+
+def run_goodput(run_id: str, requests: Sequence[Mapping[str, Any]],
+                chunks_by_request: Mapping[int, Sequence[tuple[int, int]]], slo: SloSpec,
+                params: MetricParams | None = None) -> Goodput:
+    """A run's goodput from its stored rows (stats.metrics.compute.load_run_records), with the
+    run's wall time as its other metrics count it."""
+    p = params or MetricParams()
+    measured = [r for r in requests if not r["is_warmup"]]
+    per = [request_metrics(r, chunks_by_request.get(r["request_index"], ()), preroll_s=p.preroll_s) for r in measured]
+    wall_s = metrics_from_records(run_id, requests, chunks_by_request, p).wall_s
+    return goodput(per, slo, wall_s, p.throughput_scale)
