@@ -1,4 +1,4 @@
-"""Each adapter's launch command line for an engine spec (data.plans.EngineSpec: one plan
+"""Each adapter's launch command line for an engine spec (data.plan_model.EngineSpec: one plan
 `engines[]` entry). An explicit `argv` in the plan always wins; adapters only supply the documented
 default command line of each engine (docs/engines.md).
 """
@@ -9,7 +9,7 @@ import sys
 from typing import Callable
 
 from data.errors import CampaignError
-from data.plans import EngineSpec
+from data.plan_model import EngineSpec
 
 
 def launch_argv(spec: EngineSpec) -> list[str]:

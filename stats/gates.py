@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from data.errors import CampaignError
-from data.plans import Plan
+from data.plan_model import Plan
 from stats.bootstrap import METHODS, CellArrays, bounds_many, cell_bounds
 
 ARMS = ("baseline", "candidate")

@@ -24,7 +24,7 @@ def cmd_controls(args) -> int:
     from stats.gates import GateConfig
 
     if args.plan:
-        from data.plans import load_plan
+        from data.plan_loading import load_plan
 
         cfg = GateConfig.from_plan(load_plan(args.plan))
     else:

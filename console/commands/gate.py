@@ -160,7 +160,7 @@ def gate_scores(args, console: Console) -> int:
 def gate_plan(args, console: Console) -> int:
     from console.candidates import on_verdict
     from console.gate_tables import print_checks, print_rule, require_controls
-    from data.plans import frozen_plan_for_file
+    from data.plan_freeze import frozen_plan_for_file
     from data.pool_status import pool_status
     from data.store import open_store
     from data.validators import precondition
@@ -283,7 +283,7 @@ def print_earlier_verdicts(console: Console, db, plan) -> None:
 def cmd_verdicts(args) -> int:
     from rich.console import Console
 
-    from data.plans import resolve_hash
+    from data.plan_loading import resolve_hash
     from data.pool_status import verdict_evidence
     from data.store import open_store
     from data.verdicts import list_verdicts

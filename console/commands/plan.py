@@ -273,7 +273,7 @@ def register(sub) -> None:
 
 
 def cmd_init(args) -> int:
-    from data.plans import placeholder_paths, validate_plan_dict
+    from data.plan_validation import placeholder_paths, validate_plan_dict
 
     out = Path(args.output)
     if out.exists() and not args.force:
@@ -292,7 +292,7 @@ def cmd_init(args) -> int:
 
 
 def cmd_freeze(args) -> int:
-    from data.plans import freeze
+    from data.plan_freeze import freeze
     from data.store import open_store
     from engine_adapters.sampling import sampling_errors
 
@@ -310,7 +310,7 @@ def cmd_freeze(args) -> int:
 def cmd_verify(args) -> int:
     from rich.console import Console
 
-    from data.plans import verify_plan_file
+    from data.plan_freeze import verify_plan_file
     from data.store import open_store
 
     with open_store(args.db) as store:
@@ -325,7 +325,7 @@ def cmd_verify(args) -> int:
 
 def cmd_addendum(args) -> int:
     from console.candidates import register_plan
-    from data.plans import freeze
+    from data.plan_freeze import freeze
     from data.store import open_store
     from engine_adapters.sampling import sampling_errors
 
@@ -339,7 +339,7 @@ def cmd_addendum(args) -> int:
 
 def cmd_show(args) -> int:
     from data.manifest import holdout_opened
-    from data.plans import plan_from_store, resolve_hash, stored_document
+    from data.plan_loading import plan_from_store, resolve_hash, stored_document
     from data.store import open_store
 
     with open_store(args.db, read_only=False) as store:
@@ -363,7 +363,8 @@ def cmd_show(args) -> int:
 
 def plan_for_arg(store, arg: str):
     """A frozen plan from a file path (must match its frozen hash) or a hash prefix."""
-    from data.plans import frozen_plan_for_file, plan_from_store
+    from data.plan_freeze import frozen_plan_for_file
+    from data.plan_loading import plan_from_store
 
     check_plan_arg(arg)
     if Path(arg).is_file():
