@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Mapping, TypeVar
+from typing import Any, Literal, Mapping, TypeVar
 
 from data.bootstrap_params import BootstrapParams
 from data.equivalence_spec import EquivalenceSpec, equivalence_from_dict
@@ -19,9 +19,19 @@ from data.errors import CampaignError
 from data.metric_params import MetricParams
 from data.secrets import redact_document, secret_values
 
-DEFAULT_MODEL = "openbmb/MiniCPM-o-4_5"  # an EngineSpec's model when built outside a plan (docs/engines.md)
+DEFAULT_MODEL = "openbmb/MiniCPM-o-4_5"  # an EngineSpec's model when built outside a plan (docs/plans.md)
 DEFAULT_HEALTH_TIMEOUT_S = 600.0  # an engine's `health_timeout_s` when the plan leaves it out (docs/plans.md)
 DEFAULT_QUALITY_CONCURRENCIES = (1, 16, 32)
+
+# The values of the plan's enumerated fields that only this model names (the others have their
+# registries: dialects, adapters, presets, dtypes, bootstrap methods); tests/test_plan_enums.py
+# checks data/plan_schema.json against each, so the schema and the code cannot drift apart.
+Restart = Literal["per_repeat", "per_cell", "never"]  # when engines restart (console/runner.py)
+Interleave = Literal["alternate", "sequential"]  # the order of the cells (console/runner.py)
+RunKind = Literal["measured", "exploratory", "profiled"]  # the sweep runs' kind (docs/plans.md)
+RuleKind = Literal["throughput_exceeds"]  # decision rules (stats/throughput_rules.py)
+ClaimStatus = Literal["draft", "final"]
+Selection = Literal["required", "optional"]
 
 
 @dataclass(frozen=True)
@@ -97,10 +107,10 @@ class SweepSpec:
     measured_repeats: int
     requests_per_slot: int = 0  # at least this many requests per concurrency slot (docs/plans.md)
     warmup_repeats: int = 0
-    restart: str = "per_repeat"
-    interleave: str = "alternate"
+    restart: Restart = "per_repeat"
+    interleave: Interleave = "alternate"
     timeout_s: float = 120.0
-    kind: str = "measured"
+    kind: RunKind = "measured"
     warmup_requests: int = 0
     driver_shards: int | str = 1  # driver processes per run: an integer or "auto" (docs/plans.md, docs/timing.md)
     driver_busy_poll_us: int = 0  # how long each driver loop polls after a read instead of sleeping (docs/timing.md)
@@ -173,7 +183,7 @@ BootstrapSpec = BootstrapParams  # the plan's `bootstrap` section (data/bootstra
 @dataclass(frozen=True)
 class DecisionRule:
     name: str
-    kind: str
+    kind: RuleKind
     candidate: str
     reference: str
     concurrencies: tuple[int, ...]
@@ -185,7 +195,7 @@ class DecisionRule:
 @dataclass(frozen=True)
 class ClaimsSpec:
     """The plan's `claims`: the claim an acceptance verdict carries (docs/plans.md, "Claims")."""
-    status: str = "draft"  # draft or final
+    status: ClaimStatus = "draft"
     scope: str = ""
     non_claims: tuple[str, ...] = ()
 
@@ -235,7 +245,7 @@ class Plan:
     decision_rules: tuple[DecisionRule, ...] = ()
     validators: tuple[Validator, ...] = ()
     claims: ClaimsSpec | None = None
-    selection: str = "optional"  # required: the holdout opens only after a recorded selection (docs/plans.md)
+    selection: Selection = "optional"  # required: the holdout opens only after a recorded selection (docs/plans.md)
     equivalence: EquivalenceSpec | None = None  # data/equivalence_spec.py
     hash: str = ""
     raw: dict[str, Any] = field(default_factory=dict, repr=False)

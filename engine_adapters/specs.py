@@ -40,3 +40,4 @@ def _reference(s: EngineSpec) -> list[str]:
 _DEFAULT_ARGV: dict[str, Callable[[EngineSpec], list[str]]] = {
     "vllm_omni": _vllm_omni, "sglang_omni": _sglang_omni, "peer": _peer, "reference": _reference,
 }
+ADAPTERS = tuple(_DEFAULT_ARGV)  # the plan's `engines[].adapter` values (data/plan_schema.json is tested equal)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import asdict
 from pathlib import Path
 
 from console.commands.db import add_db_arg
 from console.output import print_rows
+from data.bootstrap_params import BOOTSTRAP_DEFAULTS
 from data.errors import CampaignError
 from data.plan_ids import ADDENDUM_SCHEMA_ID, PLAN_SCHEMA_ID
 
@@ -174,7 +176,7 @@ def template(demo: bool, real_engines: list[str] | None = None) -> dict:
         "quality": {"baseline": base, "candidate": cand, **candidates, "concurrencies": [1, 16, 32], "pool": "holdout",
                     **_quality_scorers(demo),
                     "margins": {"wer_pp": 0.20, "sim": 0.50, "mos": 0.05}},
-        "bootstrap": {"draws": 20000, "seed": 20261022, "method": "percentile", "confidence": 0.95},
+        "bootstrap": asdict(BOOTSTRAP_DEFAULTS),
         "decision_rules": [{"name": "fast-exceeds-peer" if demo else "candidate-exceeds-baseline",
                             "kind": "throughput_exceeds", "candidate": cand,
                             "reference": reference, "concurrencies": [16, 32], "confidence": 0.95}],
