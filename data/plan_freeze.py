@@ -26,6 +26,7 @@ from data.queries import plan_seq
 from data.secrets import redact_document, secret_values
 from data.store import Store, utcnow
 
+
 @dataclass(frozen=True)
 class FreezeResult:
     hash: str

@@ -14,6 +14,7 @@ from data.hashing import canonical_json, sha256_text
 from data.plan_ids import ADDENDUM_SCHEMA_ID
 from data.secrets import redact_document
 
+
 def document_hash(doc: Any) -> str:
     """The plan hash: SHA-256 of the canonical JSON of the redacted document (env values as
     their SHA-256, data/secrets.py), so a stored plan verifies without its secrets. A document

@@ -24,6 +24,7 @@ from data.plan_validation import (ADDENDUM_SCHEMA, nonfinite_errors, plan_error,
 from data.secrets import argv_secret_errors, redact_document, resolve_env, secret_values
 from data.store import Store
 
+
 def read_json(path: str | Path) -> Any:
     """A plan or addendum file: strict JSON (duplicate keys and deep nesting refused, data/jsonfile.py)."""
     return jsonfile.read(path, "plan file")
