@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import console.recording as recording  # noqa: E402
 from console.runner import RunnerOptions, run_plan  # noqa: E402
-from data.plans import load_plan  # noqa: E402
+from data.plan_loading import load_plan  # noqa: E402
 from data.store import open_store  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent

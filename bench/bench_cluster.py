@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from console.runner import RunnerOptions, run_plan  # noqa: E402
-from data.plans import freeze, plan_from_store  # noqa: E402
+from data.plan_freeze import freeze  # noqa: E402
+from data.plan_loading import plan_from_store  # noqa: E402
 from data.store import Store  # noqa: E402
 
 PROFILES = ("baseline", "fast")

@@ -33,11 +33,11 @@ def _port() -> int:
 def generate(root: Path, n: int, repeats: int):
     """Record measured runs of ref-baseline and ref-fast; returns (store, plan, artifacts dir)."""
     from console.recording import launch_engine, record_run, stop_engine
-    from data.plans import plan_from_dict
+    from data.plan_model import plan_from_dict
     from data.store import Store
     from data.workload import load_workload
     from engine_adapters.driver import DriveSpec, RequestSpec
-    from data.plans import EngineSpec
+    from data.plan_model import EngineSpec
 
     store = Store(root / "bench.duckdb")
     utts = load_workload(None, "en").pool("holdout")[:n]

@@ -57,7 +57,7 @@ from stats.metrics import run_metrics  # noqa: E402
 from engine_adapters.driver.shards import check_shards, slot_shard  # noqa: E402
 from engine_adapters.driver.stall_trace import explain_gap  # noqa: E402
 from engine_adapters.lifecycle import EngineProcess  # noqa: E402
-from data.plans import EngineSpec  # noqa: E402
+from data.plan_model import EngineSpec  # noqa: E402
 from engine_adapters.transport import TRANSPORTS  # noqa: E402
 from engine_adapters.transport_names import DEFAULT_TRANSPORT  # noqa: E402
 

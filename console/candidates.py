@@ -13,7 +13,7 @@ from typing import Any
 
 from data import candidates as cands
 from data.hashing import sha256_file
-from data.plans import EngineSpec, Plan
+from data.plan_model import EngineSpec, Plan
 from data.store import Store
 
 

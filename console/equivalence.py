@@ -26,7 +26,7 @@ from data.audit import atomic
 from data.equivalence_spec import EquivalencePair, EquivalenceSpec
 from data.errors import CampaignError, first_line
 from data.hashing import sha256_json
-from data.plans import Plan
+from data.plan_model import Plan
 from data.store import Store, utcnow
 from data.verdicts import VerdictRow, insert_verdict, new_verdict_id
 from stats.equivalence import EquivalenceResult, Measure, MelParams, Output, Tolerances, judge, measure_pair
@@ -291,7 +291,7 @@ def run_equivalence(store: Store, plan: Plan, artifacts_dir: Path, log: Callable
                     issue: bool = True, only: list[str] | None = None) -> list[PairOutcome]:
     """Every pair of the section (or those named in `only`: a pair name or its candidate)."""
     from console.runner import check_preconditions
-    from data.plans import engine_environment, plan_secrets
+    from data.plan_loading import engine_environment, plan_secrets
     from engine_adapters.driver import discard_warm
 
     spec = spec_of(plan)

@@ -25,7 +25,7 @@ def _tolerance_key(measure: str) -> str | None:
 
 
 def check_equivalence(store: Store, doc: dict[str, Any], mismatch: type[Exception]) -> str:
-    from data.plans import plan_from_store
+    from data.plan_loading import plan_from_store
     from stats.equivalence import bound_holds, judge, measure_from_row
 
     vid = doc["verdict_id"]

@@ -114,7 +114,7 @@ def export_bundle(store: Store, plan: Any, out: Path, *, html: bool = True) -> d
                                      hashes).fetchall():
         (out / "plans" / f"{h}.json").write_text(text, encoding="utf-8")
     # every run's stored metrics under its plan's parameters (computed now where none are stored)
-    from data.plans import plan_from_store
+    from data.plan_loading import plan_from_store
     for h in hashes:
         p = plan_from_store(store, h)
         metrics_for_runs(store, [r for r in store.query("SELECT run_id, status FROM runs WHERE plan_hash = ?", [h])],
@@ -385,7 +385,7 @@ def _compare(where: str, stored: dict[str, Any], derived: dict[str, Any], fields
 
 
 def check_plans(root: Path, store: Store) -> Step:
-    from data.plans import hash_matches
+    from data.plan_hashing import hash_matches
 
     n = 0
     files = sorted((root / "plans").glob("*.json")) if (root / "plans").is_dir() else []
@@ -598,7 +598,7 @@ def judged_plan(store: Store, plan_hash: str, doc: dict[str, Any]):
     """The plan as the quality verdict `doc` judged it: a plan with several quality candidates
     issues one verdict per candidate, each over its own view (`Plan.for_candidate`), which the
     document records as its effective plan."""
-    from data.plans import plan_from_store
+    from data.plan_loading import plan_from_store
 
     plan = plan_from_store(store, plan_hash)
     cand = (((doc.get("plan") or {}).get("effective") or {}).get("quality") or {}).get("candidate")
@@ -645,7 +645,7 @@ def check_quality(root: Path, store: Store, doc: dict[str, Any]) -> str:
 
 
 def check_throughput(store: Store, doc: dict[str, Any]) -> str:
-    from data.plans import plan_from_store
+    from data.plan_loading import plan_from_store
     from stats.throughput_rules import collect_values, evaluate_rule
 
     vid = doc["verdict_id"]
@@ -677,7 +677,7 @@ def check_throughput(store: Store, doc: dict[str, Any]) -> str:
 def check_acceptance(store: Store, doc: dict[str, Any], seq: int) -> str:
     """Each piece re-derived from the bundled chain, verdicts, candidates and validator runs as
     they stood before the acceptance's own event (stats/acceptance.py), equal to the document's."""
-    from data.plans import plan_from_store
+    from data.plan_loading import plan_from_store
     from stats.acceptance import decide
 
     vid = doc["verdict_id"]
@@ -759,7 +759,7 @@ def check_verdicts(root: Path, store: Store, evs: list[dict[str, Any]]) -> Step:
 def check_reproduce(root: Path, store: Store, plans: Iterable[str]) -> Step:
     """REPRODUCE.md is the text export writes for one of the bundle's plans, its verdicts and the
     bundle's head: its commands and the head it states are the verified ones."""
-    from data.plans import plan_from_store
+    from data.plan_loading import plan_from_store
 
     head = read_head(root / "audit" / "head.json")
     text, ids = _text(root, REPRODUCE), issued_ids(store, plans)

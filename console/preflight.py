@@ -12,7 +12,8 @@ import json
 
 from console.runner import _pid_matches, check_preconditions, plan_cells, refuse_rerun
 from data.errors import CampaignError
-from data.plans import Plan, engine_environment, plan_secrets
+from data.plan_loading import engine_environment, plan_secrets
+from data.plan_model import Plan
 from data.store import Store
 from engine_adapters.lifecycle import port_in_use
 

@@ -22,7 +22,7 @@ from data.audit import append_event
 from data.digest import run_digest
 from data.errors import DiskFull, disk_full
 from data.launches import store_launch, update_launch
-from data.plans import EngineSpec
+from data.plan_model import EngineSpec
 from data.records import RequestRecord
 from data.store import Store, utcnow
 from data.writer import BatchWriter

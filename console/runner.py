@@ -33,7 +33,8 @@ from data.errors import CampaignError, first_line
 from data.hashing import canonical_json
 from data.launches import update_launch
 from data.manifest import build_manifest, holdout_opened, load_plan_workload
-from data.plans import EngineSpec, Plan, engine_environment, plan_secrets
+from data.plan_loading import engine_environment, plan_secrets
+from data.plan_model import EngineSpec, Plan
 from data.store import Store, utcnow
 from data.workload import Utterance
 from engine_adapters.process_group import stop_group
@@ -110,7 +111,7 @@ class EngineManager:
     def __init__(self, store: Store, plan: Plan, logs_dir: Path, log: Callable[[str], None],
                  env: dict[str, dict[str, str]] | None = None):
         self.store, self.plan, self.logs_dir, self.log = store, plan, logs_dir, log
-        self.env = env or {}  # engine name -> real environment (data.plans.engine_environment)
+        self.env = env or {}  # engine name -> real environment (data.plan_loading.engine_environment)
         self.up: dict[str, Launch] = {}
         self.checkpoints = frozen_digests(store, plan.hash)  # each launch must find these (data/checkpoints.py)
 

@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from data.plans import Validator
+from data.plan_model import Validator
 from data.store import utcnow
 from data.validators import FAILED, NOT_STARTED, PASSED, TIMED_OUT, Outcome
 

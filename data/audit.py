@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from data.anchor import advance_anchor, current_head
 from data.errors import CampaignError
-from data.hashing import canonical_json as canonical_json  # re-exported: data/plans.py imports it from here
+from data.hashing import canonical_json as canonical_json  # re-exported: callers import it from here
 from data.hashing import sha256_text as sha256_text
 
 if TYPE_CHECKING:  # annotations only: `campaign audit --help` needs EVENT_KINDS, not DuckDB

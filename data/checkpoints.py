@@ -3,7 +3,7 @@
 `model.checkpoint_paths` (and any engine's own `checkpoint_paths`) are hashed when the plan is
 frozen: every file (a folder expands to its files, in sorted order) with its size and SHA-256,
 stored in `plans.checkpoints_json`, which the `plan_frozen` event's row hash covers. Compared
-engines (data.plans.Plan.compared_pairs) must be given the same bytes, else freeze refuses; every
+engines (data.plan_model.Plan.compared_pairs) must be given the same bytes, else freeze refuses; every
 launch hashes the paths it is given again and must find the frozen digests, else it is a
 startup failure naming the file and both hashes (engine_adapters/lifecycle.py).
 
@@ -23,7 +23,7 @@ from data.errors import CampaignError
 from data.hashing import cached_sha256_files
 
 if TYPE_CHECKING:
-    from data.plans import Plan
+    from data.plan_model import Plan
     from data.store import Store
 
 

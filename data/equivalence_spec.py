@@ -1,8 +1,8 @@
 """The plan's `equivalence` section (docs/equivalence.md, docs/plans.md): which engine pairs are
 compared, on which requests, at which concurrency, and the frozen tolerances.
 
-Parsed here (not in data/plans.py) so the section is one concept in one module; data/plans.py
-only calls `equivalence_from_dict` and `equivalence_errors`.
+Parsed here (not in data/plan_model.py) so the section is one concept in one module; the plan model
+only calls `equivalence_from_dict` and validation `equivalence_errors`.
 """
 
 from __future__ import annotations

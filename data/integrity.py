@@ -21,52 +21,17 @@ import duckdb
 
 from data.anchor import Head, anchor_path, holds, read_head
 from data.audit import epoch_us, events, verify_chain
-from data.digest import RUN_TABLES, run_digests, table_digests
+from data.digest import RUN_TABLES, run_digests
 from data.errors import CampaignError, first_line
 from data.hashing import sha256_text
+from data.integrity_checks import (FAILED, NOT_CHECKED, OK, Check, by_subject, check_result, row_matches,
+                                   rows_against_events)
 from data.integrity_record import CHECKS as RECORD_CHECKS
 from data.queries import run_seq
 from data.schema import SCHEMA_VERSION, TABLES
 from data.score_digest import ScoresStored, digest_of, score_columns, score_lines
 from data.store import Store, is_corruption
 from data.verdicts import document_sha256, stored_json_sha256
-
-OK, FAILED, NOT_CHECKED = "ok", "FAILED", "not checked"
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: str
-    message: str
-
-    @property
-    def ok(self) -> bool:
-        return self.status != FAILED
-
-
-def _result(name: str, problems: list[str], ok_message: str) -> Check:
-    if not problems:
-        return Check(name, OK, ok_message)
-    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-    return Check(name, FAILED, problems[0] + more)
-
-
-def _by_subject(evs: list[dict[str, Any]], *kinds: str, last: bool = False) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for e in evs:
-        if e["kind"] in kinds and (last or e["subject"] not in out):
-            out[e["subject"]] = e
-    return out
-
-
-def _row_matches(store: Store, table: str, key: str, value: str, payload: dict[str, Any]) -> bool:
-    """The row hash recorded with the event (events from before row hashes: nothing to compare)."""
-    if "row_sha256" not in payload:
-        return True
-    got = table_digests(store, table, payload["row_columns"], key, keys=[value])[value]
-    return got.rows == 1 and got.sha256 == payload["row_sha256"]
-
 
 # -- the checks -------------------------------------------------------------------------------
 def check_file(store: Store, evs: list[dict[str, Any]]) -> Check:
@@ -100,7 +65,7 @@ def check_schema(store: Store, evs: list[dict[str, Any]]) -> Check:
         missing = [c for c in t.column_names if c not in cols[t.name]]
         if missing:
             problems.append(f"table {t.name}: column(s) {', '.join(missing)} missing")
-    return _result("schema", problems, f"version {store.schema_version()} (console {SCHEMA_VERSION}), "
+    return check_result("schema", problems, f"version {store.schema_version()} (console {SCHEMA_VERSION}), "
                                        f"{len(TABLES)} tables with every declared column")
 
 
@@ -149,7 +114,7 @@ def check_anchors(store: Store, against: Sequence[Exported]) -> Check:
                                             "so deleted newest events cannot be seen")
     problems = [p for label, head in heads if (p := holds(store, head, label))]
     held = ", ".join(f"{Path(label).name} (seq {head.length})" for label, head in heads)
-    return _result("anchor", problems, f"the chain still holds every anchored head: {held}")
+    return check_result("anchor", problems, f"the chain still holds every anchored head: {held}")
 
 
 def check_plans(store: Store, evs: list[dict[str, Any]]) -> Check:
@@ -171,16 +136,16 @@ def check_plans(store: Store, evs: list[dict[str, Any]]) -> Check:
             problems.append(f"plan {h[:12]}: {wrong[0]} (seq {seq})")
         elif "row_sha256" not in p and sha256_text(r["canonical_json"]) != h:
             problems.append(f"plan {h[:12]}: canonical_json no longer hashes to its plan_hash (edited)")
-        elif not _row_matches(store, "plans", "plan_hash", h, p):
+        elif not row_matches(store, "plans", "plan_hash", h, p):
             problems.append(f"plan {h[:12]}: row differs from the one frozen at seq {seq} (edited)")
     stored = {r["plan_hash"] for r in rows}
     problems += [f"plan {h[:12]}: frozen at seq {e['seq']} but its plans row is missing (deleted)"
                  for h, e in frozen.items() if h not in stored]
-    return _result("plans", problems, f"{len(rows)} plan row(s) match their freeze events")
+    return check_result("plans", problems, f"{len(rows)} plan row(s) match their freeze events")
 
 
 def check_manifests(store: Store, evs: list[dict[str, Any]]) -> Check:
-    frozen = _by_subject(evs, "manifest_frozen")
+    frozen = by_subject(evs, "manifest_frozen")
     rows = store.query("SELECT manifest_hash, manifest_json FROM workload_manifests")
     problems = []
     for r in rows:
@@ -192,50 +157,11 @@ def check_manifests(store: Store, evs: list[dict[str, Any]]) -> Check:
     stored = {r["manifest_hash"] for r in rows}
     problems += [f"manifest {h[:12]}: frozen at seq {e['seq']} but its row is missing (deleted)"
                  for h, e in frozen.items() if h not in stored]
-    return _result("manifests", problems, f"{len(rows)} workload manifest(s) match their freeze events")
+    return check_result("manifests", problems, f"{len(rows)} workload manifest(s) match their freeze events")
 
 
 _VERDICT_FIELDS = ("kind", "name", "verdict", "method", "draws", "seed")
 _VERDICT_JSON = (("inputs_json", "inputs_sha256"), ("checks_json", "checks_sha256"), ("document_json", "document_sha256"))
-
-
-def _rows_against_events(store: Store, evs: list[dict[str, Any]], *, table: str, key: str, kind: str, noun: str,
-                         verb: str, fields: Sequence[str],
-                         extra: Callable[[dict[str, Any], dict[str, Any], int], list[str]] | None = None,
-                         order: str = "created_at", last: bool = False,
-                         unannounced_ok: Callable[[dict[str, Any]], bool] | None = None
-                         ) -> tuple[list[str], int, int]:
-    """(problems, rows compared, rows passed by `unannounced_ok`) for a table whose every row an
-    event announced: each row has its event (with `last`, its latest: a row rewritten over its
-    life), the `fields` and the plan hash equal the event's, `extra` finds nothing, the row
-    matches the event's row hash, and every event still has its row. A row without an event is
-    inserted by hand unless `unannounced_ok` says it predates such events."""
-    announced = _by_subject(evs, kind, last=last)
-    which = f"last {kind}" if last else kind
-    rows = store.query(f"SELECT * FROM {table} ORDER BY {order}, {key}")
-    problems, legacy = [], 0
-    for r in rows:
-        rid = r[key]
-        e = announced.get(rid)
-        if e is None:
-            if unannounced_ok is not None and unannounced_ok(r):
-                legacy += 1
-            else:
-                problems.append(f"{noun} {rid}: no {kind} event for it (inserted by hand)")
-            continue
-        p, seq = e["payload"], e["seq"]
-        wrong = [f"{k} is {r[k]!r} but its {which} event (seq {seq}) says {p.get(k)!r}" for k in fields if r[k] != p.get(k)]
-        if r["plan_hash"] != e["plan_hash"]:
-            wrong.append(f"plan_hash is {r['plan_hash']!r} but its {which} event (seq {seq}) says {e['plan_hash']!r}")
-        wrong += extra(r, p, seq) if extra else []
-        if wrong:
-            problems.append(f"{noun} {rid}: {wrong[0]}")
-        elif not _row_matches(store, table, key, rid, p):
-            problems.append(f"{noun} {rid}: row differs from the one {verb} at seq {seq} (edited)")
-    stored = {r[key] for r in rows}
-    problems += [f"{noun} {rid}: {verb} at seq {e['seq']} but its row is missing (deleted)"
-                 for rid, e in announced.items() if rid not in stored]
-    return problems, len(rows) - legacy, legacy
 
 
 def _verdict_json_problems(r: dict[str, Any], p: dict[str, Any], seq: int) -> list[str]:
@@ -244,9 +170,9 @@ def _verdict_json_problems(r: dict[str, Any], p: dict[str, Any], seq: int) -> li
 
 
 def check_verdicts(store: Store, evs: list[dict[str, Any]]) -> Check:
-    problems, n, _ = _rows_against_events(store, evs, table="verdicts", key="verdict_id", kind="verdict_issued",
+    problems, n, _ = rows_against_events(store, evs, table="verdicts", key="verdict_id", kind="verdict_issued",
                                        noun="verdict", verb="issued", fields=_VERDICT_FIELDS, extra=_verdict_json_problems)
-    return _result("verdicts", problems, f"{n} verdict row(s) match their verdict_issued events")
+    return check_result("verdicts", problems, f"{n} verdict row(s) match their verdict_issued events")
 
 
 def check_equivalence(store: Store, evs: list[dict[str, Any]]) -> Check:
@@ -254,11 +180,11 @@ def check_equivalence(store: Store, evs: list[dict[str, Any]]) -> Check:
     from data.equivalence_rows import equivalence_problems
 
     problems, n = equivalence_problems(store)
-    return _result("equivalence", problems, f"{n} equivalence verdict(s) match their stored rows")
+    return check_result("equivalence", problems, f"{n} equivalence verdict(s) match their stored rows")
 
 
 def check_exclusions(store: Store, evs: list[dict[str, Any]]) -> Check:
-    excluded = _by_subject(evs, "run_excluded")
+    excluded = by_subject(evs, "run_excluded")
     rows = store.query("SELECT run_id, reason, audit_seq FROM exclusions")
     problems = []
     for r in rows:
@@ -270,7 +196,7 @@ def check_exclusions(store: Store, evs: list[dict[str, Any]]) -> Check:
     stored = {r["run_id"] for r in rows}
     problems += [f"run {rid}: excluded at seq {e['seq']} but its exclusions row is missing (deleted: "
                  "the run is back in aggregates)" for rid, e in excluded.items() if rid not in stored]
-    return _result("exclusions", problems, f"{len(rows)} exclusion(s) match their run_excluded events")
+    return check_result("exclusions", problems, f"{len(rows)} exclusion(s) match their run_excluded events")
 
 
 _ATTEMPT_FIELDS = ("engine", "outcome", "reason", "launch_id")
@@ -279,9 +205,9 @@ _ATTEMPT_FIELDS = ("engine", "outcome", "reason", "launch_id")
 def check_attempts(store: Store, evs: list[dict[str, Any]]) -> Check:
     """Every configuration tried is listed as recorded: a deleted startup failure or rejected
     candidate would hide what was tried before the one that was kept."""
-    problems, n, _ = _rows_against_events(store, evs, table="attempts", key="attempt_id", kind="attempt_recorded",
+    problems, n, _ = rows_against_events(store, evs, table="attempts", key="attempt_id", kind="attempt_recorded",
                                        noun="attempt", verb="recorded", fields=_ATTEMPT_FIELDS)
-    return _result("attempts", problems, f"{n} attempt(s) match their attempt_recorded events")
+    return check_result("attempts", problems, f"{n} attempt(s) match their attempt_recorded events")
 
 
 _LAUNCH_FIELDS = ("engine", "status")
@@ -313,12 +239,12 @@ def check_launches(store: Store, evs: list[dict[str, Any]]) -> Check:
     def legacy(r: dict[str, Any]) -> bool:
         return since is None or placed.get(r["launch_id"], since) < since
 
-    problems, n, old = _rows_against_events(store, evs, table="engine_launches", key="launch_id",
+    problems, n, old = rows_against_events(store, evs, table="engine_launches", key="launch_id",
                                             kind="launch_recorded", noun="launch", verb="recorded",
                                             fields=_LAUNCH_FIELDS, order="started_at", last=True,
                                             unannounced_ok=legacy)
     note = f"; {old} from before launch events counted, not compared" if old else ""
-    return _result("launches", problems, f"{n} launch(es) match their launch_recorded events{note}")
+    return check_result("launches", problems, f"{n} launch(es) match their launch_recorded events{note}")
 
 
 _CANDIDATE_FIELDS = ("name", "status", "reason")
@@ -328,10 +254,10 @@ def check_candidates(store: Store, evs: list[dict[str, Any]]) -> Check:
     """Every candidate (a configuration tried and its fate: docs/results.md, "Candidates") matches
     the candidate_recorded event of its last change: a rejection edited away or a selection
     written by hand shows here."""
-    problems, n, _ = _rows_against_events(store, evs, table="candidates", key="config_sha256",
+    problems, n, _ = rows_against_events(store, evs, table="candidates", key="config_sha256",
                                           kind="candidate_recorded", noun="candidate", verb="recorded",
                                           fields=_CANDIDATE_FIELDS, order="registered_at", last=True)
-    return _result("candidates", problems, f"{n} candidate(s) match their candidate_recorded events")
+    return check_result("candidates", problems, f"{n} candidate(s) match their candidate_recorded events")
 
 
 _VALIDATOR_RUN_FIELDS = ("name", "status", "exit_code")
@@ -340,10 +266,10 @@ _VALIDATOR_RUN_FIELDS = ("name", "status", "exit_code")
 def check_validator_runs(store: Store, evs: list[dict[str, Any]]) -> Check:
     """Every validator run (what ran, how it ended: the runs a PASS rests on, docs/plans.md
     "Validators") matches the validator_run event that announced it."""
-    problems, n, _ = _rows_against_events(store, evs, table="validator_runs", key="validator_run_id",
+    problems, n, _ = rows_against_events(store, evs, table="validator_runs", key="validator_run_id",
                                           kind="validator_run", noun="validator run", verb="recorded",
                                           fields=_VALIDATOR_RUN_FIELDS, order="started_at")
-    return _result("validator runs", problems, f"{n} validator run(s) match their validator_run events")
+    return check_result("validator runs", problems, f"{n} validator run(s) match their validator_run events")
 
 
 def _digest_problem(rid: str, seq: int, recorded: dict[str, Any], got: dict[str, Any]) -> str | None:
@@ -361,8 +287,8 @@ def _digest_problem(rid: str, seq: int, recorded: dict[str, Any], got: dict[str,
 
 
 def check_runs(store: Store, evs: list[dict[str, Any]]) -> Check:
-    started = _by_subject(evs, "run_started")
-    ended = _by_subject(evs, "run_ended", last=True)
+    started = by_subject(evs, "run_started")
+    ended = by_subject(evs, "run_ended", last=True)
     rows = store.query(f"SELECT run_id, status FROM runs r ORDER BY {run_seq('r')} NULLS LAST, run_id")
     problems = []
     for r in rows:
@@ -390,7 +316,7 @@ def check_runs(store: Store, evs: list[dict[str, Any]]) -> Check:
                 problems.append(problem)
     legacy = len(ended) - len(with_digest)
     note = f"; {legacy} run(s) ended before run digests were recorded: rows not compared" if legacy else ""
-    return _result("runs", problems, f"{len(with_digest)} run(s) match the digests recorded at run end{note}")
+    return check_result("runs", problems, f"{len(with_digest)} run(s) match the digests recorded at run end{note}")
 
 
 def check_scores(store: Store, evs: list[dict[str, Any]]) -> Check:
@@ -434,7 +360,7 @@ def check_scores(store: Store, evs: list[dict[str, Any]]) -> Check:
             problems.append(f"score {sid} run {rid} request {idx}: not in the audit chain "
                             "(no scores_stored event: inserted by hand)")
     note = f"; {legacy} row(s) scored before score digests were recorded: not compared" if legacy else ""
-    return _result("scores", problems, f"{len(covered)} score row(s) match the digests recorded when stored{note}")
+    return check_result("scores", problems, f"{len(covered)} score row(s) match the digests recorded when stored{note}")
 
 
 def check_sql_writes(store: Store, evs: list[dict[str, Any]]) -> Check:
@@ -461,7 +387,7 @@ def check_exports(store: Store, evs: list[dict[str, Any]], against: Sequence[Exp
     docs = [(x.label, x.verdict) for x in against if x.verdict is not None]
     if not docs:
         return None
-    issued = _by_subject(evs, "verdict_issued")
+    issued = by_subject(evs, "verdict_issued")
     problems = []
     for label, verdict in docs:
         vid = verdict.get("verdict_id")
@@ -472,7 +398,7 @@ def check_exports(store: Store, evs: list[dict[str, Any]], against: Sequence[Exp
         elif document_sha256(body) != e["payload"].get("document_sha256"):
             problems.append(f"{label}: verdict {vid} differs from the document issued at seq {e['seq']} "
                             "(the export or the store was edited)")
-    return _result("exports", problems, f"{len(docs)} exported verdict document(s) match their verdict_issued events")
+    return check_result("exports", problems, f"{len(docs)} exported verdict document(s) match their verdict_issued events")
 
 
 def verify_store(store: Store, against: Sequence[Exported] = ()) -> list[Check]:

@@ -9,13 +9,8 @@ from collections import defaultdict
 from typing import Any
 
 from data.digest import table_digests
+from data.integrity_checks import check_result, rows_against_events
 from data.store import Store
-
-
-def _result(name: str, problems: list[str], ok: str):
-    from data.integrity import _result as result
-
-    return result(name, problems, ok)
 
 
 def _digested(store: Store, evs: list[dict[str, Any]], *, table: str, key: str, order: tuple[str, ...], kind: str,
@@ -50,13 +45,11 @@ def check_imported(store: Store, evs: list[dict[str, Any]]):
                       "WHERE value IS DISTINCT FROM TRY_CAST(value_text AS DOUBLE) ORDER BY 1, 2")
     problems += [f"import {r['import_id']} row {r['row_number']}: value {r['value']!r} is not its text "
                  f"{r['value_text']!r} (edited)" for r in bad]
-    return _result("imported results", problems, f"{n} import(s) match their results_imported events")
+    return check_result("imported results", problems, f"{n} import(s) match their results_imported events")
 
 
 def check_profiler_windows(store: Store, evs: list[dict[str, Any]]):
     """Each window matches the event of its last write; its start_seq/stop_seq are those events."""
-    from data.integrity import _rows_against_events
-
     first: dict[str, int] = {}
     for e in evs:
         if e["kind"] == "profiler_window":
@@ -71,11 +64,11 @@ def check_profiler_windows(store: Store, evs: list[dict[str, Any]]):
             out.append(f"stop_seq is {r['stop_seq']} but it was stopped at seq {seq}")
         return out
 
-    problems, n, _ = _rows_against_events(store, evs, table="profiler_windows", key="window_id", kind="profiler_window",
+    problems, n, _ = rows_against_events(store, evs, table="profiler_windows", key="window_id", kind="profiler_window",
                                           noun="profiler window", verb="recorded", fields=("engine", "tool", "status"),
                                           extra=seqs, order="start_seq", last=True)
     problems += unexcluded_overlaps(store)
-    return _result("profiler windows", problems, f"{n} profiler window(s) match their profiler_window events")
+    return check_result("profiler windows", problems, f"{n} profiler window(s) match their profiler_window events")
 
 
 def unexcluded_overlaps(store: Store) -> list[str]:
@@ -93,7 +86,7 @@ def unexcluded_overlaps(store: Store) -> list[str]:
 def check_rechecks(store: Store, evs: list[dict[str, Any]]):
     problems, n = _digested(store, evs, table="recheck_results", key="recheck_id",
                             order=("run_id", "request_index", "scorer_id"), kind="recheck_stored", noun="recheck")
-    return _result("rechecks", problems, f"{n} recheck(s) match their recheck_stored events")
+    return check_result("rechecks", problems, f"{n} recheck(s) match their recheck_stored events")
 
 
 CHECKS = (("imported results", check_imported), ("profiler windows", check_profiler_windows),

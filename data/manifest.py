@@ -21,7 +21,7 @@ from data.store import Store, utcnow
 from data.workload import Workload, load_workload, pool_error_message
 
 if TYPE_CHECKING:
-    from data.plans import Plan
+    from data.plan_model import Plan
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 ALL = "(all)"  # pool name used in manifests when a plan selects every utterance

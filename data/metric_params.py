@@ -2,7 +2,7 @@
 
 A run's metrics depend on three numbers besides its stored requests and chunks: the throughput
 scale (25 codec tokens per audio second), the stall threshold of the continuity figure and the
-playback pre-roll. A plan freezes them (`metrics` section, `data.plans.Plan.metrics` is this
+playback pre-roll. A plan freezes them (`metrics` section, `data.plan_model.Plan.metrics` is this
 type), a run records them in `runs.params_json`, and the stored per-run metrics
 (`run_metrics` table) are keyed by their hash, so a change of any of them recomputes.
 """

@@ -1,4 +1,4 @@
-"""The `schema` identifiers of plan and addendum documents (data/plans.py, docs/plans.md).
+"""The `schema` identifiers of plan and addendum documents (data/plan_validation.py, docs/plans.md).
 
 A module of their own, free of imports, so that `campaign plan --help` can name them without
 loading the plan machinery (jsonschema, the store)."""

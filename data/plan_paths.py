@@ -17,7 +17,7 @@ from data.errors import CampaignError
 from data.manifest import plan_pools_file, resolve_workload_root
 
 if TYPE_CHECKING:
-    from data.plans import Plan
+    from data.plan_model import Plan
 
 
 def named_paths(plan: Plan) -> list[tuple[str, Path]]:

@@ -22,7 +22,7 @@ from data.audit import events
 from data.store import Store
 
 if TYPE_CHECKING:
-    from data.plans import Plan
+    from data.plan_model import Plan
 
 RESERVED, REUSED, UNRESERVED, EXTERNAL = "reserved", "reused", "unreserved", "external"
 SHOWN_RUNS = 20  # earlier runs listed in the document (the count is always complete)

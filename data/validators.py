@@ -24,7 +24,7 @@ from data.hashing import sha256_bytes
 from data.secrets import redact_env, scrub
 
 if TYPE_CHECKING:
-    from data.plans import Plan, Validator
+    from data.plan_model import Plan, Validator
     from data.store import Store
 
 PASSED, FAILED, TIMED_OUT, NOT_STARTED, NOT_RUN = "passed", "failed", "timed_out", "not_started", "not_run"

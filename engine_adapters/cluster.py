@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator
 
-from data.plans import EngineSpec
+from data.plan_model import EngineSpec
 from data.records import AudioFileRecord, RequestRecord
 from data.writer import records_to_tables
 from engine_adapters.driver import DriveSpec, DriverProcess
@@ -48,7 +48,7 @@ LOG_BYTES = 16 << 20
 class NodeCell:
     """One cell as a node runs it: the engine to serve it and the drive (run id chosen by the console)."""
     cell_key: str
-    engine: EngineSpec  # adapter spec with the real environment (data/plans.py engine_environment)
+    engine: EngineSpec  # adapter spec with the real environment (data/plan_loading.py engine_environment)
     drive: DriveSpec
     concurrency: int
 
@@ -61,7 +61,7 @@ class NodeGroup:
     restart: str  # per_repeat, per_cell, never (console/runner.py)
     cells: list[NodeCell]
     telemetry: bool = True
-    plan: Any = None  # data.plans.Plan, to rebuild the workload manifest on the node
+    plan: Any = None  # data.plan_model.Plan, to rebuild the workload manifest on the node
     manifest_hash: str | None = None
     expected_checkpoints: dict[str, dict[str, str]] = field(default_factory=dict)  # engine -> path -> sha256
 

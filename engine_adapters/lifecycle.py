@@ -32,7 +32,7 @@ import httpx
 from data.checkpoints import checkpoint_files, launch_mismatch
 from data.errors import CampaignError, first_line, one_line
 from data.hashing import cached_sha256_files, sha256_file
-from data.plans import EngineSpec
+from data.plan_model import EngineSpec
 from data.secrets import redact_env, scrub
 from engine_adapters import ports
 from engine_adapters.identity import LAUNCH_ID_ENV, reported_identity

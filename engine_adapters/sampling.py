@@ -3,7 +3,7 @@
 An engine's effective sampling is what its request body carries under the keys that change
 sampling or output length (SAMPLING_KEYS, read from the engines' sources): the plan's `sampling`
 section, a bench preset's own values, then `request.extra_body`, merged as the dialect builds the
-body (engine_adapters/dialects). Compared engines (data.plans.Plan.compared_pairs) must send the
+body (engine_adapters/dialects). Compared engines (data.plan_model.Plan.compared_pairs) must send the
 same effective sampling, so a key set in one engine's `extra_body` or preset only, or to another
 value, is refused at freeze naming the engine and the key. `runs.params_json` stores the
 effective sampling of the run's engine, never the plan's default that a preset or `extra_body`
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from data.plans import EngineSpec, Plan
+from data.plan_model import EngineSpec, Plan
 from engine_adapters.dialects import get_dialect
 from engine_adapters.dialects.presets import PROTOCOL
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from data.hashing import sha256_bytes, sha256_file
-from data.plans import EngineSpec
+from data.plan_model import EngineSpec
 
 GIT_TIMEOUT_S = 120.0
 DIST_SCRIPT = (

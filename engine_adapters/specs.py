@@ -1,4 +1,4 @@
-"""Each adapter's launch command line for an engine spec (data.plans.EngineSpec: one plan
+"""Each adapter's launch command line for an engine spec (data.plan_model.EngineSpec: one plan
 `engines[]` entry). An explicit `argv` in the plan always wins; adapters only supply the documented
 default command line of each engine (docs/engines.md).
 """
@@ -9,7 +9,7 @@ import sys
 from typing import Callable
 
 from data.errors import CampaignError
-from data.plans import EngineSpec
+from data.plan_model import EngineSpec
 
 
 def launch_argv(spec: EngineSpec) -> list[str]:
@@ -40,3 +40,4 @@ def _reference(s: EngineSpec) -> list[str]:
 _DEFAULT_ARGV: dict[str, Callable[[EngineSpec], list[str]]] = {
     "vllm_omni": _vllm_omni, "sglang_omni": _sglang_omni, "peer": _peer, "reference": _reference,
 }
+ADAPTERS = tuple(_DEFAULT_ARGV)  # the plan's `engines[].adapter` values (data/plan_schema.json is tested equal)

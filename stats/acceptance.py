@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 if TYPE_CHECKING:
-    from data.plans import Plan
+    from data.plan_model import Plan
     from data.store import Store
 
 PASS, FAIL, INCONCLUSIVE, NOT_REQUIRED = "PASS", "FAIL", "INCONCLUSIVE", "not required"

@@ -27,7 +27,7 @@ from functools import lru_cache
 import numpy as np
 from scipy.special import ndtr, ndtri
 
-METHODS = ("percentile", "bca")
+from data.bootstrap_params import BOOTSTRAP_DEFAULTS, METHODS
 
 
 def index_matrix(seed: int, k: int, draws: int) -> np.ndarray:
@@ -185,7 +185,8 @@ def bca_upper(replicates: np.ndarray, theta_hat: float, jack: np.ndarray, confid
 
 
 def bounds_many(cells: list[CellArrays], metrics: list[tuple[str, ...]], *, draws: int, seed: int,
-                confidence: float = 0.95, method: str = "percentile") -> list[dict[str, BoundResult]]:
+                confidence: float = BOOTSTRAP_DEFAULTS.confidence,
+                method: str = BOOTSTRAP_DEFAULTS.method) -> list[dict[str, BoundResult]]:
     """Point estimate, one-sided upper bound and replicates of the given metrics of each cell."""
     if method not in METHODS:
         raise ValueError(f"bootstrap method {method!r}: expected one of {', '.join(METHODS)}")
@@ -204,7 +205,7 @@ def bounds_many(cells: list[CellArrays], metrics: list[tuple[str, ...]], *, draw
     return out
 
 
-def cell_bounds(cell: CellArrays, *, draws: int, seed: int, confidence: float = 0.95,
-                method: str = "percentile", metrics=("wer", "sim", "utmos")) -> dict[str, BoundResult]:
+def cell_bounds(cell: CellArrays, *, draws: int, seed: int, confidence: float = BOOTSTRAP_DEFAULTS.confidence,
+                method: str = BOOTSTRAP_DEFAULTS.method, metrics=("wer", "sim", "utmos")) -> dict[str, BoundResult]:
     """Point estimate, one-sided upper bound and replicates of each metric for one cell."""
     return bounds_many([cell], [tuple(metrics)], draws=draws, seed=seed, confidence=confidence, method=method)[0]

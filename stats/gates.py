@@ -21,9 +21,10 @@ from typing import Any, Mapping, cast
 import numpy as np
 import pandas as pd
 
+from data.bootstrap_params import BOOTSTRAP_DEFAULTS, METHODS
 from data.errors import CampaignError
-from data.plans import Plan
-from stats.bootstrap import METHODS, CellArrays, bounds_many, cell_bounds
+from data.plan_model import Plan
+from stats.bootstrap import CellArrays, bounds_many, cell_bounds
 
 ARMS = ("baseline", "candidate")
 METRICS = ("wer", "sim", "utmos")
@@ -48,10 +49,10 @@ class GateConfig:
     """Margins and bootstrap parameters: plan fields, or flags for `gate --scores`."""
 
     margins: Mapping[str, float]
-    draws: int = 20000
-    seed: int = 20261022
-    method: str = "percentile"
-    confidence: float = 0.95
+    draws: int = BOOTSTRAP_DEFAULTS.draws
+    seed: int = BOOTSTRAP_DEFAULTS.seed
+    method: str = BOOTSTRAP_DEFAULTS.method
+    confidence: float = BOOTSTRAP_DEFAULTS.confidence
     concurrencies: tuple[int, ...] | None = None
     repeats: tuple[int, ...] | None = None  # expected measured repeats (the plan's); None: as the table has them
 

@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from scipy import stats as sps
 
-from data.plans import DecisionRule, Plan
+from data.plan_model import DecisionRule, Plan
 from data.store import Store
 from stats.gates import FAIL, INCONCLUSIVE, PASS, combine
 

@@ -168,7 +168,7 @@ def engines_section(store: Store | None, plan) -> list[dict[str, Any]] | None:
 def plan_section(store: Store | None, plan) -> dict[str, Any] | None:
     if plan is None:
         return None
-    from data.plans import stored_document
+    from data.plan_loading import stored_document
 
     frozen = stored_document(store, plan.hash) if store is not None else None
     return {"hash": plan.hash, "name": plan.name, "kind": plan.kind, "parent_hash": plan.parent_hash,

@@ -83,8 +83,8 @@ def minimal_plan_doc(**sections) -> dict:
 
 
 def minimal_plan(**sections):
-    """minimal_plan_doc(**sections) as a typed Plan (data.plans.plan_from_dict)."""
-    from data.plans import plan_from_dict
+    """minimal_plan_doc(**sections) as a typed Plan (data.plan_model.plan_from_dict)."""
+    from data.plan_model import plan_from_dict
 
     return plan_from_dict(minimal_plan_doc(**sections))
 

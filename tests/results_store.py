@@ -19,7 +19,7 @@ from plans_helpers import make_workload, plan_dict
 
 from data.audit import append_event
 from data.digest import DIGEST_VERSION, RUN_TABLES, digestible_columns, run_digests
-from data.plans import freeze
+from data.plan_freeze import freeze
 from data.score_digest import announce
 from data.store import Store
 

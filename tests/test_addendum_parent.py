@@ -8,7 +8,8 @@ import pytest
 
 from data.audit import events
 from data.errors import CampaignError
-from data.plans import freeze, freeze_plan, plan_from_store
+from data.plan_freeze import freeze, freeze_plan
+from data.plan_loading import plan_from_store
 from plans_helpers import make_workload, plan_dict, write_json
 
 

@@ -30,7 +30,9 @@ from data.audit import events
 from data.errors import CampaignError
 from data.integrity import check_candidates
 from data.launches import store_launch
-from data.plans import frozen_plan_for_file, plan_from_dict, validate_plan_dict
+from data.plan_freeze import frozen_plan_for_file
+from data.plan_model import plan_from_dict
+from data.plan_validation import validate_plan_dict
 from data.store import Store, utcnow
 from data.validators import Precondition
 from plans_helpers import make_workload, plan_dict

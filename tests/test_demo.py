@@ -10,7 +10,7 @@ from plans_helpers import make_workload, plan_dict, write_json
 
 from console.runner import plan_cells
 from data.errors import CampaignError
-from data.plans import load_plan
+from data.plan_loading import load_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 

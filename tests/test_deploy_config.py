@@ -17,7 +17,7 @@ from stats.results.report import admission_limits, concurrency_label
 from console.recording import launch_engine, stop_engine
 from data.errors import CampaignError
 from engine_adapters.deploy_config import deploy_record, stage_options, vllm_deploy_summary
-from data.plans import EngineSpec
+from data.plan_model import EngineSpec
 
 DEPLOY = Path(__file__).resolve().parent / "data" / "vllm_omni_0_30_0_deploy"
 TALKER = {"temperature": 0.8, "top_p": 0.85, "top_k": 25, "repetition_penalty": 1.05, "min_tokens": 50,

@@ -14,7 +14,7 @@ from plans_helpers import free_port
 from console.recording import launch_engine, record_run, stop_engine
 from engine_adapters.driver import DriveSpec, RequestSpec
 from engine_adapters.driver.overhead import SCHEDSTAT
-from data.plans import EngineSpec
+from data.plan_model import EngineSpec
 from stats.metrics import run_metrics
 
 TEXTS = ["A short sentence for the engine.", "Another line of speech to render now.",

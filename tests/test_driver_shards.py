@@ -20,7 +20,7 @@ from plans_helpers import free_port
 from console.recording import launch_engine, record_run, stop_engine
 from engine_adapters.driver import DriverProcess, DriveSpec, RequestSpec
 from engine_adapters.driver.shards import check_shards, resolve_shards, shard_items
-from data.plans import EngineSpec
+from data.plan_model import EngineSpec
 
 TEXTS = ["A short sentence for the engine.", "Another line of speech to render now.",
          "Timing every chunk as it arrives.", "The fourth request says this.", "And a fifth, a little longer, to vary."]

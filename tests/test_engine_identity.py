@@ -18,7 +18,7 @@ import pytest
 
 from console.recording import launch_engine, stop_engine
 from data.hashing import sha256_bytes, sha256_file
-from data.plans import plan_from_dict
+from data.plan_model import plan_from_dict
 from data.store import Store
 from engine_adapters.lifecycle import EngineStartError
 from plans_helpers import free_port, inproc, make_workload, plan_dict, write_json
@@ -235,7 +235,7 @@ def test_a_patched_candidate_runs_and_every_view_says_what_ran(tmp_path, capsys)
     cand = next(line for line in out.splitlines() if ",ref-cand," in line)
     assert f"git {commit[:12]} + patch {sha256_file(patch)[:12]}" in cand and "CHANGED" in cand
 
-    from data.plans import plan_from_store
+    from data.plan_loading import plan_from_store
     from stats.verdict_doc import engines_section
     with Store(db) as s:
         engines = engines_section(s, plan_from_store(s, s.scalar("SELECT plan_hash FROM plans")))
@@ -295,7 +295,7 @@ def test_a_checkpoint_changed_after_freeze_fails_the_next_launch(tmp_path, capsy
 
 def test_source_entries_are_checked_with_one_line_each(tmp_path):
     from data.errors import CampaignError
-    from data.plans import validate_plan_dict
+    from data.plan_validation import validate_plan_dict
     from plans_helpers import minimal_plan_doc
 
     def problem(**entry) -> str:

@@ -15,7 +15,7 @@ import pytest
 from plans_helpers import free_port, inproc, make_workload, plan_dict, write_json
 
 from console.recording import launch_engine, record_run, stop_engine
-from data.plans import EngineSpec
+from data.plan_model import EngineSpec
 from data.store import Store
 from engine_adapters.driver import DriveSpec, RequestSpec
 

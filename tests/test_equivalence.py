@@ -170,7 +170,7 @@ def test_tensor_dumps_compared_missing_and_shape(campaign_db, tmp_path):
 def test_reuse_stored_outputs(campaign_db):
     """reuse_stored: the stored outputs of identical requests (the runs above) give the same rows."""
     from console.equivalence import compare_pair, reused_arm
-    from data.plans import frozen_plan_for_file
+    from data.plan_freeze import frozen_plan_for_file
 
     plan_path, db, _ = campaign_db
     with Store(db) as s:
@@ -221,7 +221,7 @@ def test_precision_change_precondition(campaign_db, tmp_path):
 
     from console.equivalence import (ArmOutputs, PairOutcome, apply_precondition, equivalence_precondition,
                                      issue_equivalence)
-    from data.plans import frozen_plan_for_file
+    from data.plan_freeze import frozen_plan_for_file
     from stats.equivalence import EquivalenceResult
     from stats.gates import GateConfig, GateResult
 

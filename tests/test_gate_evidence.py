@@ -19,7 +19,8 @@ import pytest
 
 from console.cli import main
 from data.audit import events
-from data.plans import freeze, plan_from_store
+from data.plan_freeze import freeze
+from data.plan_loading import plan_from_store
 from data.queries import exclude_run
 from data.store import Store
 from data.workload import load_workload

@@ -17,7 +17,8 @@ import pytest
 from console.recording import launch_engine, stop_engine
 from engine_adapters.lifecycle import EngineStartError, hash_checkpoints
 from data.errors import CampaignError
-from data.plans import DEFAULT_MODEL, EngineSpec, plan_from_dict, validate_plan_dict
+from data.plan_model import DEFAULT_MODEL, EngineSpec, plan_from_dict
+from data.plan_validation import validate_plan_dict
 from engine_adapters.specs import launch_argv
 from plans_helpers import minimal_plan_doc
 
@@ -114,7 +115,7 @@ def test_unrunnable_command_is_refused_before_launch(store, tmp_path, argv0, rea
 CONSOLE = r"""
 import sys
 from pathlib import Path
-from data.plans import EngineSpec
+from data.plan_model import EngineSpec
 from engine_adapters.lifecycle import EngineProcess
 spec = EngineSpec("sleeper", "peer", "pcm", argv=(sys.executable, "-c", "import time; time.sleep(600)"), port=1)
 eng = EngineProcess(spec, Path(sys.argv[1])).start()
@@ -186,7 +187,7 @@ def test_checkpoint_hash_cache(tmp_path):
 
 
 def test_adapter_default_argv_and_engine_entry_errors():
-    """An engine entry is parsed once, with the plan (data/plans.py); the adapter only supplies the
+    """An engine entry is parsed once, with the plan (data/plan_model.py); the adapter only supplies the
     default command line when the entry has no argv."""
     def engines(*entries):
         doc = minimal_plan_doc(engines=list(entries), model={"id": "m/x"})

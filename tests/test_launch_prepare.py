@@ -15,7 +15,7 @@ from plans_helpers import free_port, make_workload, plan_dict, write_json
 
 from console.recording import launch_engine
 from data.audit import verify_chain
-from data.plans import EngineSpec
+from data.plan_model import EngineSpec
 from data.store import Store
 from engine_adapters.lifecycle import EngineStartError
 

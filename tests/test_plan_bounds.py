@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from data.errors import CampaignError
-from data.plans import load_plan
+from data.plan_loading import load_plan
 from data.workload import load_workload
 from plans_helpers import inproc, make_workload, plan_dict, write_json
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from console.cli import main
-from data.plans import placeholder_paths
+from data.plan_validation import placeholder_paths
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "tests" / "data" / "vllm_omni_0_30_0_deploy" / "minicpmo_4_5_turn.yaml"

@@ -17,7 +17,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from data.plans import document_hash
+from data.plan_hashing import document_hash
 from plans_helpers import make_workload, plan_dict, write_json
 
 pytestmark = pytest.mark.timeout(240)
@@ -186,7 +186,8 @@ def test_env_passthrough_names_are_checked(tmp_path):
 def test_addendum_env_values_are_redacted_and_found_again(tmp_path, store):
     """An addendum that gives an engine a new env value stores its hash; the value is found by
     that hash in the addendum file, the parent's value in the parent's file."""
-    from data.plans import engine_environment, freeze, plan_from_store, plan_secrets
+    from data.plan_freeze import freeze
+    from data.plan_loading import engine_environment, plan_from_store, plan_secrets
 
     plan, doc = _secret_plan(tmp_path, "parent-value-123")
     parent = freeze(store, plan).hash
@@ -207,7 +208,7 @@ def test_row_frozen_before_redaction_still_loads_and_is_shown_redacted(tmp_path,
     """A store written by an earlier version holds a plan hashed over its env values: it still
     verifies and runs, and `plan show` / verdict exports show only the hashes."""
     from data.audit import canonical_json, sha256_text
-    from data.plans import plan_from_store, plan_secrets, stored_document
+    from data.plan_loading import plan_from_store, plan_secrets, stored_document
     from data.store import utcnow
 
     _, doc = _secret_plan(tmp_path, "legacy-value-789")
@@ -226,7 +227,7 @@ def test_a_secret_flag_with_a_value_on_a_command_line_is_refused(tmp_path, store
     the value in the store: the plan file is refused, one line naming the field and never the value
     (docs/plans.md). The flag without a value (`--hf-token` alone: use the login token) is fine, and
     so is a plan frozen before this rule (read back from the store, it is not refused)."""
-    from data.plans import plan_from_store
+    from data.plan_loading import plan_from_store
 
     plan, doc = _secret_plan(tmp_path, "x")
     base_argv = list(doc["engines"][1]["argv"])

@@ -1,4 +1,4 @@
-"""One typed Plan: every section the code reads is parsed once in data/plans.py; nothing else
+"""One typed Plan: every section the code reads is parsed once in data/plan_model.py; nothing else
 reads the document (`Plan.raw`), the plan hash of the shipped templates is what it always was, and
 what a plan leaves out reads the same as before the typing (the gate's defaults above all)."""
 
@@ -14,9 +14,9 @@ from console.commands.plan import real_template, template
 from console.demo import QUICK_CHANGES
 from console.runner import plan_cells, plan_sampling
 from data.errors import CampaignError
-from data.plans import (
-    DEFAULT_QUALITY_CONCURRENCIES, BootstrapSpec, Margins, document_hash, plan_from_dict, validate_plan_dict,
-)
+from data.plan_hashing import document_hash
+from data.plan_model import DEFAULT_QUALITY_CONCURRENCIES, BootstrapSpec, Margins, plan_from_dict
+from data.plan_validation import validate_plan_dict
 from plans_helpers import minimal_plan
 from stats.gates import GateConfig
 from stats.quality.registry import DEFAULT_SCORERS, plan_scorers
@@ -45,12 +45,13 @@ def _with_env() -> dict:
 
 
 # document_hash of each document computed by main's code before the plan was typed; the demo and
-# real-engine templates since issue 27 gave them their validators (`plan init` is unchanged)
+# real-engine templates since issue 27 gave them their validators (`plan init` is unchanged); the
+# real-engine template since issue 32 (admission-limit flags in argv, the peer's guidance, the GPU placeholder)
 SHIPPED = {
     "plan init --demo": (lambda: template(True), "bb457b86bf6c94e9dd98e4279c3d2761f37f3ae55add0a986b1f3844879333f6"),
     "plan init": (lambda: template(False), "dd6af72d15b1a65fedb8f4260ba6a0e46de6335d3dc64ece741bd66765cc4ee0"),
     "plan init --engines": (lambda: real_template(["vllm-omni", "sglang-omni", "peer"]),
-                            "ff252c6a090192d589d4d75f38ca448b4dd17f52fc0b9bf021ab276b42d6814c"),
+                            "1ce3f4c5a402cddf893eabb2915ddbed952d916adef01acf49cf30ad8e6a94c0"),
     "demo env values": (_with_env, "d2d45576597cee68f9e68e7fb4d3a7a2ac94f5426c4d046fc61b20b91a2cffd6"),
     "demo --quick": (lambda: _edited(template(True), {"workload.pools_file": "pools.json",
                                                       **{f"engines.{i}.port": 9001 + i for i in range(4)},
@@ -69,7 +70,7 @@ def test_plan_hash_of_shipped_plans_is_unchanged(name, tmp_path):
 
 
 def _attr_reads(path: Path) -> list[str]:
-    """Where a module reads `.raw` (or getattr(x, "raw")): only data/plans.py may read the document."""
+    """Where a module reads `.raw` (or getattr(x, "raw")): only data/plan_model.py may read the document."""
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     hits = []
     for node in ast.walk(tree):
@@ -81,10 +82,10 @@ def _attr_reads(path: Path) -> list[str]:
     return hits
 
 
-def test_no_module_outside_data_plans_reads_the_plan_document():
+def test_no_module_outside_the_plan_model_reads_the_plan_document():
     files = [p for d in ("console", "stats", "engine_adapters", "data", "bench", "scripts") for p in (ROOT / d).rglob("*.py")]
     assert len(files) > 50
-    hits = [h for p in files if p != ROOT / "data" / "plans.py" for h in _attr_reads(p)]
+    hits = [h for p in files if p != ROOT / "data" / "plan_model.py" for h in _attr_reads(p)]
     assert not hits, f"read the typed Plan, not .raw: {', '.join(hits)}"
 
 
@@ -92,7 +93,7 @@ def test_one_engine_spec():
     defined = [f"{p.relative_to(ROOT)}" for d in ("console", "stats", "engine_adapters", "data")
                for p in (ROOT / d).rglob("*.py")
                if any(isinstance(n, ast.ClassDef) and n.name == "EngineSpec" for n in ast.walk(ast.parse(p.read_text())))]
-    assert defined == ["data/plans.py"]
+    assert defined == ["data/plan_model.py"]
 
 
 def test_gate_defaults_for_a_plan_that_omits_them():

@@ -13,9 +13,10 @@ from console.commands.plan import template
 from data.audit import events, verify_chain
 from data.errors import CampaignError
 from data.manifest import open_holdout
-from data.plans import (
-    document_hash, flatten, freeze, freeze_plan, load_plan, plan_from_store, validate_plan_dict,
-)
+from data.plan_freeze import freeze, freeze_plan
+from data.plan_hashing import document_hash, flatten
+from data.plan_loading import load_plan, plan_from_store
+from data.plan_validation import validate_plan_dict
 from plans_helpers import inproc, insert_run, make_workload, plan_dict, write_json
 
 
@@ -192,7 +193,7 @@ def test_an_altered_file_is_compared_with_its_latest_freeze_in_the_chain_not_by_
     """Which frozen plan a file is compared with is the one frozen last in the audit chain: a
     `frozen_at` moved a day back (a host clock, a hand edit) does not make an older freeze the
     latest (issue 26, item 4)."""
-    from data.plans import verify_plan_file
+    from data.plan_freeze import verify_plan_file
 
     first = freeze(store, plan_file).hash
     doc = json.loads(plan_file.read_text())

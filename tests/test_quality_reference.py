@@ -10,10 +10,10 @@ import socket
 import pytest
 
 from console.recording import launch_engine, record_run, stop_engine
-from data.plans import plan_from_dict
+from data.plan_model import plan_from_dict
 from data.workload import load_workload
 from engine_adapters.driver import DriveSpec, RequestSpec
-from data.plans import EngineSpec
+from data.plan_model import EngineSpec
 from stats.quality.scoring import score_plan, scores_frame
 from stats.quality.summary import summarise
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from data.plans import QualitySpec
+from data.plan_model import QualitySpec
 from stats.quality.audio import load_audio
 from stats.quality.base import ScoreItem, ScorerUnavailable
 from stats.quality.registry import make_scorer, model_dir_for, scorer_status

@@ -21,7 +21,7 @@ import soundfile as sf
 import torch
 import torch.nn.functional as F
 
-from data.plans import QualitySpec
+from data.plan_model import QualitySpec
 from stats.controls import baseline_table, with_candidate
 from stats.gates import INCONCLUSIVE, PASS, GateConfig, evaluate_gates
 from stats.quality.base import ScoreItem, ScorerUnavailable

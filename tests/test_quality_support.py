@@ -13,7 +13,7 @@ import numpy as np
 import soundfile as sf
 
 from data.audit import append_event
-from data.plans import plan_from_dict
+from data.plan_model import plan_from_dict
 
 SPEAKERS = {  # speaker id -> espeak voice parameters (clearly different voices)
     "spk1": dict(voice="en-us+m3", pitch=35, rate=160),
@@ -67,7 +67,8 @@ def plan_for(workload_root: Path, *, baseline="ref-base", candidate="ref-cand", 
 
 def frozen_plan(store, path: Path, workload_root: Path, **kw):
     """Write the plan JSON to `path`, freeze it in `store` and return the frozen Plan."""
-    from data.plans import freeze, plan_from_store
+    from data.plan_freeze import freeze
+    from data.plan_loading import plan_from_store
 
     path.write_text(json.dumps(plan_for(workload_root, **kw).document(), indent=1))
     return plan_from_store(store, freeze(store, path).hash)

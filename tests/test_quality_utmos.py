@@ -19,7 +19,7 @@ import soundfile as sf
 import soxr
 import torch
 
-from data.plans import QualitySpec
+from data.plan_model import QualitySpec
 from stats.quality.audio import load_audio
 from stats.quality.base import ScoreItem
 from stats.quality.registry import make_scorer, scorer_status

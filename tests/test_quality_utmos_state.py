@@ -12,7 +12,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from data.plans import QualitySpec
+from data.plan_model import QualitySpec
 from stats.quality.base import ScoreItem, ScorerUnavailable
 from stats.quality.registry import make_scorer, scorer_status
 from stats.quality.tiny_checkpoints import build_tiny_utmos22

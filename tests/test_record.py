@@ -141,7 +141,7 @@ def test_runs_of_a_real_campaign_inside_a_window_leave_every_aggregate(tmp_path,
     assert r.returncode == 0, r.stdout + r.stderr
     stop = inproc(capsys, "profile", "stop", db=db)
     assert stop.returncode == 0, stop.stderr
-    from data.plans import plan_from_store
+    from data.plan_loading import plan_from_store
     from stats.verdict_doc import record_section
     with Store(db) as s:
         h = s.scalar("SELECT plan_hash FROM plans")

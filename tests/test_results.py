@@ -18,7 +18,7 @@ from results_store import build_campaign
 from console.cli import main
 from console.evidence import EvidenceMismatch, check_manifest, verify_bundle, write_manifest
 from data.metric_params import MetricParams
-from data.plans import plan_from_store
+from data.plan_loading import plan_from_store
 from data.store import Store
 from stats.metrics import METRICS_VERSION, metrics_for_runs, run_metrics
 from stats.results.plan_results import load_plan_results

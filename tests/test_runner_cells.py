@@ -8,7 +8,7 @@ import pytest
 
 from console.runner import measured_kind, plan_cells, select_requests
 from data.errors import CampaignError
-from data.plans import plan_from_dict
+from data.plan_model import plan_from_dict
 from data.workload import Utterance
 from plans_helpers import plan_dict
 

@@ -15,7 +15,7 @@ import pytest
 
 from console.server_scrape import ScrapeTarget, ServerScrape, parse_exposition
 from data.errors import CampaignError
-from data.plans import validate_plan_dict
+from data.plan_validation import validate_plan_dict
 from data.server_plan import SloSpec
 from data.store import Store
 from engine_adapters.reference import server_metrics as engine_side
@@ -116,7 +116,7 @@ def test_plan_scrape_and_slo_fields():
     validate_plan_dict(doc)
     p = minimal_plan(server_metrics={"interval_s": 0.2}, slo={"ttfa_ms": 250})
     assert (p.server_metrics.interval_s, p.slo) == (0.2, SloSpec(250.0, None))
-    from data.plans import plan_from_dict
+    from data.plan_model import plan_from_dict
     q = plan_from_dict(doc)
     assert (q.engines[0].metrics_path, q.server_metrics.enabled, q.slo) == (None, False, SloSpec(250.0, 1.0))
     for bad, needle in [({"slo": {"ttfa_ms": 0}}, "slo.ttfa_ms"), ({"slo": {"rtf": 1}}, "ttfa_ms"),

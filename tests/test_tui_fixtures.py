@@ -16,7 +16,7 @@ import pytest
 from plans_helpers import make_workload, plan_dict
 
 from data.audit import append_event
-from data.plans import freeze
+from data.plan_freeze import freeze
 from data.queries import exclude_run
 from data.store import Store
 from data.verdicts import VerdictRow, insert_verdict
@@ -78,7 +78,7 @@ def fixture_clock(start: datetime = FIXTURE_START) -> Iterator[None]:
     second after the one before it, from `start`; other stamps (plan freeze, exclusions) read
     the time of the last event. The audit chain hashes these times like any others."""
     import data.audit
-    import data.plans
+    import data.plan_freeze
     import data.store
 
     now = [start]
@@ -94,7 +94,7 @@ def fixture_clock(start: datetime = FIXTURE_START) -> Iterator[None]:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(data.audit, "datetime", Clock)
-        mp.setattr(data.plans, "utcnow", lambda: now[0])
+        mp.setattr(data.plan_freeze, "utcnow", lambda: now[0])
         mp.setattr(data.store, "utcnow", lambda: now[0])  # exclusions (data.queries imports it when called)
         yield
 

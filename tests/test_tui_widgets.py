@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from console.live import LiveInflight
 from console.tui.widgets import STALL_STYLE, inflight_state
-from data.plans import DecisionRule
+from data.plan_model import DecisionRule
 from stats.results.checks import CHECK_DEFS, CheckRow, check_rows
 from stats.throughput_rules import RepeatValue, evaluate_rule
 

@@ -20,7 +20,7 @@ from console.cli import main
 from data.anchor import anchor_path
 from data.hashing import sha256_text
 from data.launches import store_launch
-from data.plans import frozen_plan_for_file
+from data.plan_freeze import frozen_plan_for_file
 from data.store import Store, utcnow
 from data.validators import precondition
 from plans_helpers import make_workload, plan_dict
@@ -270,7 +270,8 @@ def test_a_run_recorded_before_its_plan_was_frozen_does_not_count(tmp_path):
     record_run `campaign validate` uses) before the plan's freeze event is older than the freeze by
     audit sequence, so the candidate still has no validated PASS; a run after it counts."""
     from console.validation import run_validator
-    from data.plans import freeze, load_plan
+    from data.plan_freeze import freeze
+    from data.plan_loading import load_plan
     from data.validators import record_run
 
     doc = plan_dict(make_workload(tmp_path / "wl"))

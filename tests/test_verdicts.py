@@ -19,7 +19,7 @@ import scipy.stats
 
 from console.cli import main
 from data.audit import verify_chain
-from data.plans import DecisionRule
+from data.plan_model import DecisionRule
 from data.store import Store
 from data.verdicts import VerdictExists, VerdictRow, get_verdict, insert_verdict
 from stats.throughput_rules import RepeatValue, evaluate_rule, lower_ratio_bound

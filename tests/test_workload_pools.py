@@ -13,7 +13,8 @@ import pytest
 from console.cli import main
 from data.errors import CampaignError
 from data.manifest import build_manifest
-from data.plans import freeze, load_plan
+from data.plan_freeze import freeze
+from data.plan_loading import load_plan
 from data.store import Store
 from plans_helpers import insert_run, make_workload, plan_dict, write_json
 

@@ -43,7 +43,8 @@ from console.runner import (
     run_params,
 )
 from data.errors import CampaignError, one_line
-from data.plans import Plan, engine_environment, plan_secrets
+from data.plan_loading import engine_environment, plan_secrets
+from data.plan_model import Plan
 from data.queries import launch_seq
 from data.store import Store
 from engine_adapters.cluster import NodeCell, NodeGroup, drive_group

@@ -3,6 +3,8 @@ reference campaign's settings, a plan's, or flags. Exit 0 iff every control give
 
 from __future__ import annotations
 
+from data.bootstrap_params import BOOTSTRAP_DEFAULTS, METHODS
+
 
 def register(sub) -> None:
     p = sub.add_parser("controls", help="synthetic controls: prove the gate on data with known answers")
@@ -10,9 +12,9 @@ def register(sub) -> None:
     p.add_argument("--wer-margin", type=float, default=0.20)
     p.add_argument("--sim-margin", type=float, default=0.50)
     p.add_argument("--utmos-margin", type=float, default=0.05)
-    p.add_argument("--draws", type=int, default=20000)
-    p.add_argument("--seed", type=int, default=20261022)
-    p.add_argument("--method", choices=("percentile", "bca"), default="percentile")
+    p.add_argument("--draws", type=int, default=BOOTSTRAP_DEFAULTS.draws)
+    p.add_argument("--seed", type=int, default=BOOTSTRAP_DEFAULTS.seed)
+    p.add_argument("--method", choices=METHODS, default=BOOTSTRAP_DEFAULTS.method)
     p.set_defaults(func=cmd_controls)
 
 
@@ -24,7 +26,7 @@ def cmd_controls(args) -> int:
     from stats.gates import GateConfig
 
     if args.plan:
-        from data.plans import load_plan
+        from data.plan_loading import load_plan
 
         cfg = GateConfig.from_plan(load_plan(args.plan))
     else:

@@ -100,7 +100,7 @@ def cmd_export_runs(args) -> int:
     import pyarrow.parquet as pq
 
     from data.anchor import PARQUET_KEY, anchor_path, current_head, write_anchor
-    from data.plans import resolve_hash
+    from data.plan_loading import resolve_hash
     from data.store import open_store
 
     with open_store(args.db, read_only=True) as store:

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 from console.flags import add_plan_hash
 from console.commands.db import add_db_arg
 from console.output import FORMATS, print_rows
+from data.bootstrap_params import BOOTSTRAP_DEFAULTS as BOOT
+from data.bootstrap_params import METHODS
 from data.errors import CampaignError, first_line
 
 if TYPE_CHECKING:
@@ -43,10 +45,10 @@ def register(sub) -> None:
     p.add_argument("--concurrencies", type=_concurrencies, default=None, metavar="C,C,...",
                    help="--scores: the concurrencies the verdict requires in both arms (default 1,16,32); "
                         "others in the table are shown as not part of the verdict")
-    p.add_argument("--draws", type=int, default=None, help="bootstrap draws B (--scores; default 20000)")
-    p.add_argument("--seed", type=int, default=None, help="bootstrap seed (--scores; default 20261022)")
-    p.add_argument("--method", choices=("percentile", "bca"), default=None, help="--scores; default percentile")
-    p.add_argument("--confidence", type=float, default=None, help="--scores; default 0.95")
+    p.add_argument("--draws", type=int, default=None, help=f"bootstrap draws B (--scores; default {BOOT.draws})")
+    p.add_argument("--seed", type=int, default=None, help=f"bootstrap seed (--scores; default {BOOT.seed})")
+    p.add_argument("--method", choices=METHODS, default=None, help=f"--scores; default {BOOT.method}")
+    p.add_argument("--confidence", type=float, default=None, help=f"--scores; default {BOOT.confidence}")
     p.add_argument("--dry-run", action="store_true", help="plan mode: compute and print, issue nothing")
     p.add_argument("--issue", action="store_true", help="--scores mode: also store the verdict (needs the store)")
     add_db_arg(p)
@@ -139,8 +141,8 @@ def gate_scores(args, console: Console) -> int:
     if missing:
         raise CampaignError(f"--scores needs explicit margins: {', '.join(missing)} missing")
     cfg = GateConfig(margins={"wer": args.wer_margin, "sim": args.sim_margin, "utmos": args.utmos_margin},
-                     draws=args.draws or 20000, seed=20261022 if args.seed is None else args.seed,
-                     method=args.method or "percentile", confidence=args.confidence or 0.95,
+                     draws=args.draws or BOOT.draws, seed=BOOT.seed if args.seed is None else args.seed,
+                     method=args.method or BOOT.method, confidence=args.confidence or BOOT.confidence,
                      concurrencies=args.concurrencies or DEFAULT_CONCURRENCIES)
     frame = validate_long_frame(read_scores(args.scores), args.scores)
     controls = require_controls(console, cfg, resolve_db_path(args.db))
@@ -161,7 +163,7 @@ def gate_scores(args, console: Console) -> int:
 def gate_plan(args, console: Console) -> int:
     from console.candidates import on_verdict
     from console.gate_tables import print_checks, print_rule, require_controls
-    from data.plans import frozen_plan_for_file
+    from data.plan_freeze import frozen_plan_for_file
     from data.pool_status import pool_status
     from data.store import open_store
     from data.validators import precondition
@@ -284,7 +286,7 @@ def print_earlier_verdicts(console: Console, db, plan) -> None:
 def cmd_verdicts(args) -> int:
     from rich.console import Console
 
-    from data.plans import resolve_hash
+    from data.plan_loading import resolve_hash
     from data.pool_status import verdict_evidence
     from data.store import open_store
     from data.verdicts import list_verdicts

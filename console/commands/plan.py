@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import asdict
 from pathlib import Path
 
 from console.commands.db import add_db_arg
 from console.flags import add_format
 from console.output import print_rows
+from data.bootstrap_params import BOOTSTRAP_DEFAULTS
 from data.errors import CampaignError
 from data.plan_ids import ADDENDUM_SCHEMA_ID, PLAN_SCHEMA_ID
 from data.plan_size import DEFAULT_REQUEST_S, DEFAULT_START_S
@@ -192,7 +194,7 @@ def template(demo: bool, real_engines: list[str] | None = None, gpu: str | None 
         "quality": {"baseline": base, "candidate": cand, **candidates, "concurrencies": [1, 16, 32], "pool": "holdout",
                     **_quality_scorers(demo),
                     "margins": {"wer_pp": 0.20, "sim": 0.50, "mos": 0.05}},
-        "bootstrap": {"draws": 20000, "seed": 20261022, "method": "percentile", "confidence": 0.95},
+        "bootstrap": asdict(BOOTSTRAP_DEFAULTS),
         "decision_rules": [{"name": "fast-exceeds-peer" if demo else "candidate-exceeds-baseline",
                             "kind": "throughput_exceeds", "candidate": cand,
                             "reference": reference, "concurrencies": [16, 32], "confidence": 0.95}],
@@ -300,7 +302,7 @@ def register(sub) -> None:
 
 def cmd_init(args) -> int:
     from data.plan_size import plan_size, size_lines
-    from data.plans import placeholder_paths, validate_plan_dict
+    from data.plan_validation import placeholder_paths, validate_plan_dict
 
     out = Path(args.output)
     if out.exists() and not args.force:
@@ -340,7 +342,7 @@ def local_gpu_name() -> str | None:
 
 def _pool_size(doc: dict) -> int | None:
     """The holdout pool's size when the template names a readable workload (the demo's), else None."""
-    from data.plans import placeholder_paths
+    from data.plan_validation import placeholder_paths
     from data.workload import load_workload
 
     w = doc.get("workload") or {}
@@ -354,7 +356,7 @@ def _pool_size(doc: dict) -> int | None:
 
 
 def cmd_freeze(args) -> int:
-    from data.plans import freeze
+    from data.plan_freeze import freeze
     from data.store import open_store
     from engine_adapters.sampling import sampling_errors
 
@@ -372,7 +374,7 @@ def cmd_freeze(args) -> int:
 def cmd_verify(args) -> int:
     from rich.console import Console
 
-    from data.plans import verify_plan_file
+    from data.plan_freeze import verify_plan_file
     from data.store import open_store
 
     with open_store(args.db) as store:
@@ -387,7 +389,7 @@ def cmd_verify(args) -> int:
 
 def cmd_addendum(args) -> int:
     from console.candidates import register_plan
-    from data.plans import freeze
+    from data.plan_freeze import freeze
     from data.store import open_store
     from engine_adapters.sampling import sampling_errors
 
@@ -401,7 +403,7 @@ def cmd_addendum(args) -> int:
 
 def cmd_show(args) -> int:
     from data.manifest import holdout_opened
-    from data.plans import plan_from_store, resolve_hash, stored_document
+    from data.plan_loading import plan_from_store, resolve_hash, stored_document
     from data.store import open_store
 
     with open_store(args.db, read_only=False) as store:
@@ -425,7 +427,8 @@ def cmd_show(args) -> int:
 
 def plan_for_arg(store, arg: str):
     """A frozen plan from a file path (must match its frozen hash) or a hash prefix."""
-    from data.plans import frozen_plan_for_file, plan_from_store
+    from data.plan_freeze import frozen_plan_for_file
+    from data.plan_loading import plan_from_store
 
     check_plan_arg(arg)
     if Path(arg).is_file():

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from data.errors import CampaignError
 from engine_adapters.dialects import DIALECTS, get_dialect
+from engine_adapters.dialects.base import AUDIO_FORMATS
 from engine_adapters.dialects.presets import PRESETS, PROTOCOL
 from engine_adapters.transport_names import DEFAULT_TRANSPORT, TRANSPORT_NAMES
 
@@ -42,7 +43,7 @@ def register(sub) -> None:
     p.add_argument("--timeout", type=float, default=120.0, help="per-request timeout in seconds")
     p.add_argument("--client", choices=TRANSPORT_NAMES, default=DEFAULT_TRANSPORT,
                    help=f"HTTP client (default {DEFAULT_TRANSPORT}: stamps each socket read in the protocol callback; measured in bench/bench_timing_fidelity.py)")
-    p.add_argument("--audio-format", choices=("wav", "pcm"), help="ask for WAV-per-delta or raw s16le deltas")
+    p.add_argument("--audio-format", choices=AUDIO_FORMATS, help="ask for WAV-per-delta or raw s16le deltas")
     p.add_argument("--preset", choices=tuple(PRESETS), default=PROTOCOL,
                    help="request body: protocol (default) or an engine's own benchmark body (docs/engines.md)")
     p.add_argument("--voice-prompt", help="voice placement (vllm-omni: ref_audio|audio_url|none; "

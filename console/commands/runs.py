@@ -27,7 +27,7 @@ def cmd_list(args) -> int:
     from rich.console import Console
 
     from data.launches import IDENTITY_SQL, identity_label
-    from data.plans import resolve_hash
+    from data.plan_loading import resolve_hash
     from data.store import open_store
 
     with open_store(args.db) as store:

@@ -43,7 +43,7 @@ def _artifacts(args, store) -> Path:
 
 
 def _plan(args, store):
-    from data.plans import frozen_plan_for_file
+    from data.plan_freeze import frozen_plan_for_file
     return frozen_plan_for_file(store, args.plan)
 
 

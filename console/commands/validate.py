@@ -40,7 +40,7 @@ def cmd_validate(args) -> int:
 
     from console.output import print_rows
     from console.validation import run_validator
-    from data.plans import plan_secrets, validator_environment
+    from data.plan_loading import plan_secrets, validator_environment
     from data.store import open_store
     from data.validators import PASSED, record_run
 

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 from data.audit import ChainResult, verify_chain
 from data.launches import IDENTITY_SQL, identity_label
 from data.metric_params import MetricParams
-from data.plans import plan_from_store
+from data.plan_loading import plan_from_store
 from data.queries import plan_seq
 from data.snapshot import open_reader
 from data.store import Store

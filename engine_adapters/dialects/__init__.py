@@ -9,6 +9,7 @@ from typing import Any, Callable
 from data.audio_rates import expected_rate
 from data.errors import CampaignError
 from data.hashing import sha256_json
+from data.plan_model import DEFAULT_MODEL
 from engine_adapters.dialects import pcm, sglang_omni, vllm_omni
 from engine_adapters.dialects.base import (MAX_EVENT_BYTES, Event, StreamParser, Unexpected, WholeJsonParser,
                                            prompt_data_uri, unexpected_response)
@@ -16,7 +17,6 @@ from engine_adapters.dialects.presets import PRESETS, PROTOCOL
 
 _MODULES: dict[str, ModuleType] = {m.NAME: m for m in (vllm_omni, sglang_omni, pcm)}
 DIALECTS = tuple(_MODULES)
-DEFAULT_MODEL = "openbmb/MiniCPM-o-4_5"
 SAMPLING_FIELDS = ("seed", "temperature", "top_p", "top_k", "max_tokens")
 # placeholders of the body template whose hash every run stores
 TEMPLATE_TEXT, TEMPLATE_PROMPT, TEMPLATE_PROMPT_TEXT = "{target_text}", "{prompt_wav_data_uri}", "{prompt_text}"

@@ -22,6 +22,7 @@ from data.errors import first_line
 
 MAX_EVENT_BYTES = 64 * 1024 * 1024  # one event larger than this ends the request (no memory blow-up)
 DEFAULT_SAMPLE_RATE = 24_000
+AUDIO_FORMATS = ("wav", "pcm")  # what decode_audio reads: WAV chunks or raw s16le (`request.audio_format`)
 INT64 = (-(1 << 63), (1 << 63) - 1)  # the BIGINT range an engine's emit_ns is stored in (chunks.server_emit_ns)
 
 

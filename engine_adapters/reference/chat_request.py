@@ -17,8 +17,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-DIALECTS = ("vllm-omni", "sglang-omni", "pcm")
+# the dialects the reference engine serves, with the audio formats of each (tests/test_plan_enums.py
+# checks they are the client's dialects, engine_adapters/dialects)
 _AUDIO_FORMATS = {"vllm-omni": ("wav", "pcm"), "sglang-omni": ("wav",), "pcm": ("pcm", "wav")}
+DIALECTS = tuple(_AUDIO_FORMATS)
 
 
 class RequestError(Exception):

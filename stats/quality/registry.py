@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from data.plans import Plan, QualitySpec
+from data.plan_model import Plan, QualitySpec
 from stats.quality.base import METRICS, Scorer
 from stats.quality.dnsmos import DnsmosScorer
 from stats.quality.pocketsphinx_asr import PocketsphinxScorer

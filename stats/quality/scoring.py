@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from data.errors import CampaignError
-from data.plans import Plan
+from data.plan_model import Plan
 from data.store import Store, utcnow
 from data.hashing import sha256_file
 from stats.quality.audio import prefetching

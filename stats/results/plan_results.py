@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from data.plans import Plan
+from data.plan_model import Plan
 from data.pool_status import evidence_of
 from data.store import Store
 from stats.results.checks import CheckRow, check_rows

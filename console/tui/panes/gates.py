@@ -131,7 +131,7 @@ def load_gates(store, plan_hash: str | None = None) -> GatesData | None:
     """The dry run for the newest frozen plan (or `plan_hash`), and the equivalence verdicts issued
     for it and its family; None when no plan is frozen."""
     from console.equivalence import equivalence_lines, family_equivalence
-    from data.plans import plan_from_store
+    from data.plan_loading import plan_from_store
     from data.pool_status import pool_status
     from data.validators import precondition
     from data.queries import plan_seq

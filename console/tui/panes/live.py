@@ -30,7 +30,7 @@ STATE_GLYPH = {"pending": ("·", "dim"), "running": ("▶", "bold"), "complete":
 HOLDOUT = "@holdout"
 
 if TYPE_CHECKING:
-    from data.plans import Plan
+    from data.plan_model import Plan
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def load_cells(db_path: Path, plan_hash: str, phase: str) -> list[GridCell]:
     """The plan's cells read from the store: only for a plan the console has not read yet, since
     while a campaign runs this costs the campaign's process a snapshot copy (data/snapshot.py)."""
     from console.tui.data import open_read_only
-    from data.plans import plan_from_store
+    from data.plan_loading import plan_from_store
 
     with open_read_only(db_path) as store:
         plan = plan_from_store(store, plan_hash)

@@ -44,7 +44,8 @@ class PlanView:
 def load_plan_view(store, plan_hash: str | None = None) -> PlanView | None:
     from data.audit import verify_chain
     from data.manifest import holdout_opened
-    from data.plans import plan_from_store, stored_document, verify_plan_file
+    from data.plan_freeze import verify_plan_file
+    from data.plan_loading import plan_from_store, stored_document
     from data.queries import plan_seq
 
     row = store.query("SELECT plan_hash, kind, strftime(frozen_at AT TIME ZONE 'UTC', '%Y-%m-%d %H:%M:%S') AS at, "
