@@ -78,7 +78,7 @@ def print_rule(console: Console, rr, noise: Sequence[NoiseNote] = ()) -> None:
     t = Table(title=f"decision rule {rr.name}: {rr.candidate} / {rr.reference} {rr.metric}")
     for col in ("C", "candidate repeats", "reference repeats", "cand median (CV)", "ref median (CV)",
                 "ratios", "geo-mean", f"lower {rr.confidence:g}", "result", "note"):
-        t.add_column(col)
+        t.add_column(col, no_wrap=col == "result")  # the test applied reads as one statement
     for c in rr.cells:
         rep = lambda vals: ", ".join("-" if v["value"] is None else f"{v['value']:.1f}" for v in vals)  # noqa: E731
         sp = lambda s: "-" if s["median"] is None else f"{s['median']:.1f} ({(s['cv'] or 0) * 100:.1f}%)"  # noqa: E731
