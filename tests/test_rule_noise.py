@@ -71,6 +71,11 @@ def test_gate_report_and_demo_ending_name_a_run_the_host_stole_from(campaign, tm
     out = capsys.readouterr().out
     assert "noise: host steal above the thresholds" in out
     assert re.search(r"C4 ref-fast: host steal 3000 ms of 30\.0 s on one CPU \(10% > 5%\); runs fast-c4-r1", out), out
+    assert main(["report", str(plan), "--db", str(db)]) == 0  # the text report: the rule, its test, its noise
+    report = capsys.readouterr().out
+    assert re.search(r"C4: ratio \d\.\d{3}, lower bound \d\.\d{3} [>≤] 1\.0 → (PASS|FAIL)", report), report
+    assert "noise: host steal" in report and "runs fast-c4-r1" in report
+    assert re.search(r"host \S+ .* · runs 2025-12-01 10:00:00 – 2025-12-01 \S+ UTC", report), report
     html = tmp_path / "r.html"
     assert main(["report", str(plan), "--db", str(db), "--html", str(html)]) == 0
     text = html.read_text(encoding="utf-8")
