@@ -287,10 +287,13 @@ def verdict_lines(lay: Layout) -> list[str]:
     """One line per verdict of the campaign; a failing quality verdict names its failing checks."""
     from data.store import Store
 
+    from stats.results.checks import CheckRow
+
     lines = []
     with Store(REPO / lay.db, read_only=True) as store:
-        rows = store.query("SELECT kind, name, verdict, checks_json, attribution_json FROM verdicts "
-                           "ORDER BY created_at, verdict_id")
+        rows = store.query("SELECT verdict_id, kind, name, verdict, checks_json, attribution_json, document_json "
+                           "FROM verdicts ORDER BY created_at, verdict_id")
+        noise = {r["verdict_id"]: rule_noise_lines(store, r) for r in rows if r["kind"] == "throughput"}
     for r in rows:
         checks = json.loads(r["checks_json"] or "[]")
         style = {"PASS": "bold green", "FAIL": "bold red"}.get(r["verdict"], "yellow")
@@ -303,12 +306,21 @@ def verdict_lines(lay: Layout) -> list[str]:
         if r["kind"] == "equivalence":
             line = f"[{style}]{_equivalence_label(r):<12}[/] {r['kind']:<10} {r['name']}\n{'':24}{_equivalence_detail(r)}"
         if r["kind"] == "throughput":
-            line += "\n" + "\n".join(
-                f"{'':24}C{c.get('concurrency')}: ratio {c.get('geo_mean_ratio') or float('nan'):.2f}, lower bound "
-                f"{c.get('lower_bound_ratio') or float('nan'):.2f} > {c.get('min_ratio')} -> {c.get('status')}"
-                for c in checks)
+            line += "\n" + "\n".join(f"{'':24}C{c.get('concurrency')}: ratio {c.get('geo_mean_ratio') or float('nan'):.2f}, "
+                                      + CheckRow.from_rule_cell(c).test for c in checks)
+            line += "".join(f"\n{'':24}{x}" for x in noise.get(r["verdict_id"], []))
         lines.append(line)
     return lines
+
+
+def rule_noise_lines(store, r: dict) -> list[str]:
+    """A throughput verdict's noise note (stats/rule_noise.py): its lead line and the runs it names."""
+    from stats.rule_noise import noise_summary, store_rule_noise
+
+    rule = (json.loads(r.get("document_json") or "{}") or {}).get("decision_rule") or {}
+    notes = store_rule_noise(store, json.loads(r["checks_json"] or "[]"), str(rule.get("candidate")),
+                             str(rule.get("reference")))
+    return [f"[yellow]{noise_summary(notes)}:[/]"] + [f"  {n.text()}" for n in notes] if notes else []
 
 
 def _equivalence_label(r: dict) -> str:

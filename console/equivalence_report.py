@@ -30,7 +30,11 @@ def equivalence_figure(verdicts: Sequence[VerdictResult]) -> F.FigureOut:
     eq = [v for v in verdicts if v.kind == "equivalence" and v.document]
     fig, axes = F._figure(title, ncols=len(PANELS), width=13.0, height=3.8)
     if not eq:
-        F._empty(axes[0][0], "no equivalence verdicts issued")
+        for ax, (measure, _, _) in zip(axes[0], PANELS):
+            F._empty(ax, "no equivalence verdicts issued")
+            ax.set_title(measure)
+        return F.FigureOut("equivalence", title, "No equivalence verdict was issued for this plan "
+                           "(docs/equivalence.md).", fig)
     names = [v.name or v.verdict_id for v in eq]
     for ax, (measure, label, upper) in zip(axes[0], PANELS):
         tol_drawn = False

@@ -11,6 +11,7 @@ matplotlib that add pandas-heavy dependencies for nothing this report needs.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -59,11 +60,66 @@ def _color(engines: Sequence[str], name: str) -> str:
     return PALETTE[list(engines).index(name) % len(PALETTE)] if name in engines else "#555555"
 
 
+EMPTY_NOTE = "empty-note"  # the gid of a panel's note on why it has no data (SVG: <g id="empty-note">)
+
+
 def _empty(ax, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#666666")
+    """A panel with nothing to draw says why, in its middle, and has no axes scale to misread."""
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#666666", wrap=True,
+            gid=EMPTY_NOTE)
     ax.set_xticks([])
     ax.set_yticks([])
     ax.grid(False)
+
+
+def _overlaps(boxes: list[Any], pad: float) -> bool:
+    boxes = sorted(boxes, key=lambda b: b.x0)
+    return any(b.x0 < a.x1 + pad and b.y0 < a.y1 + pad and a.y0 < b.y1 + pad for a, b in zip(boxes, boxes[1:]))
+
+
+def _label_boxes(fig: Figure, ax, axis: str) -> list[Any]:
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    labels = ax.get_xticklabels() if axis == "x" else ax.get_yticklabels()
+    return [t.get_window_extent(renderer) for t in labels if t.get_visible() and t.get_text()]
+
+
+def fit_labels(fig: Figure, pad: float = 2.0, min_size: float = 5.0) -> Figure:
+    """Tick labels that never overlap, at any number of cells (docs/results.md, "Figures"): lay the
+    figure out and measure every tick label's box (matplotlib's own text extents); where two on one
+    axis touch, x labels are put on one line and turned 90°, then the font shrinks down to
+    `min_size`, then only every k-th label is kept (y labels: shrink, then every k-th)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    if not isinstance(fig.canvas, FigureCanvasAgg):
+        FigureCanvasAgg(fig)
+    with matplotlib.rc_context(STYLE):
+        fig.canvas.draw()
+        for ax in fig.axes:
+            for axis in ("x", "y"):
+                labels = ax.get_xticklabels() if axis == "x" else ax.get_yticklabels()
+                if not labels or not _overlaps(_label_boxes(fig, ax, axis), pad):
+                    continue
+                if axis == "x":
+                    for t in labels:
+                        t.set_text(t.get_text().replace("\n", " "))
+                        t.set_rotation(90)
+                        t.set_horizontalalignment("center")
+                    ax.set_xticks(ax.get_xticks(), [t.get_text() for t in labels], rotation=90)
+                    fig.canvas.draw()
+                labels = ax.get_xticklabels() if axis == "x" else ax.get_yticklabels()
+                size = float(labels[0].get_fontsize())
+                while size > min_size and _overlaps(_label_boxes(fig, ax, axis), pad):
+                    size -= 0.5
+                    for t in labels:
+                        t.set_fontsize(size)
+                    fig.canvas.draw()
+                step = 1
+                while _overlaps(_label_boxes(fig, ax, axis), pad) and step < len(labels):
+                    step += 1
+                    for i, t in enumerate(labels):
+                        t.set_visible(i % step == 0)
+                    fig.canvas.draw()
+    return fig
 
 
 def _conc_axis(ax, concs: Sequence[int]) -> None:
@@ -178,10 +234,13 @@ def stalls_failures_figure(res: PlanResults) -> FigureOut:
     x = np.arange(len(res.cells))
     ax = axes[0][0]
     stalls = [sum(r.metrics.stall_count for r in c.runs) for c in res.cells]
-    ax.bar(x, stalls, color="#ff7f0e")
     ax.set_title("playback stalls (sum over repeats)")
-    ax.set_ylabel("stalls")
-    ax.set_xticks(x, labels, fontsize=7)
+    if any(stalls):
+        ax.bar(x, stalls, color="#ff7f0e")
+        ax.set_ylabel("stalls")
+        ax.set_xticks(x, labels, fontsize=7)
+    else:
+        _empty(ax, "no playback stalls in any aggregate run" if any(c.runs for c in res.cells) else "no aggregate runs")
     ax = axes[0][1]
     classes = sorted({k for c in res.cells for r in c.runs for k in r.metrics.failures_by_class})
     bottom = np.zeros(len(res.cells))
@@ -193,12 +252,12 @@ def stalls_failures_figure(res: PlanResults) -> FigureOut:
     if any(trunc):
         ax.bar(x, trunc, bottom=bottom, label="truncated (ok)", color="#bbbbbb", hatch="//")
     ax.set_title("failed requests by class (sum over repeats)")
-    ax.set_ylabel("requests")
-    ax.set_xticks(x, labels, fontsize=7)
     if classes or any(trunc):
+        ax.set_ylabel("requests")
+        ax.set_xticks(x, labels, fontsize=7)
         ax.legend(loc="upper left")
     else:
-        ax.text(0.5, 0.5, "no failed requests", ha="center", va="center", transform=ax.transAxes, color="#666666")
+        _empty(ax, "no failed requests" if any(c.runs for c in res.cells) else "no aggregate runs")
     return FigureOut("stalls_failures", title, "Playback stalls and failed requests (by failure class) of the "
                      "aggregate runs of each cell.", fig)
 
@@ -232,6 +291,12 @@ def gpu_figure(res: PlanResults, series: list[GpuRunSeries]) -> FigureOut:
                      + ("" if series else "; none were recorded") + ".", fig)
 
 
+def _candidate(v: VerdictResult) -> str:
+    """The candidate a quality verdict judged ('<plan>: <candidate> vs <baseline> ...'), for labels."""
+    m = re.search(r"(\S+) vs \S+", v.name or "")
+    return m.group(1) if m else v.verdict_id
+
+
 def _quality_checks(verdicts: Sequence[VerdictResult]) -> list[tuple[VerdictResult, Any]]:
     return [(v, c) for v in verdicts if v.kind == "quality" for c in v.checks]
 
@@ -263,7 +328,7 @@ def forest_figure(verdicts: Sequence[VerdictResult]) -> FigureOut:
         for mg in margins:
             ax.axvline(mg, color="#333333", ls="--", lw=0.9)
         ax.axvline(0.0, color="#999999", lw=0.6)
-        ax.set_yticks(range(len(rows)), [f"C{c.concurrency} {c.status}" for _, c in rows])
+        ax.set_yticks(range(len(rows)), [f"{_candidate(v)} C{c.concurrency} {c.status}" for v, c in rows])
         ax.set_ylim(-0.7, len(rows) - 0.3)
         ax.invert_yaxis()
         ax.set_title(f"{rows[0][1].label} ({rows[0][1].unit})")
@@ -273,16 +338,36 @@ def forest_figure(verdicts: Sequence[VerdictResult]) -> FigureOut:
                      "iff the bound is below the margin. Green PASS, red FAIL, olive INCONCLUSIVE.", fig)
 
 
+def _identical_line(flat: Sequence[tuple[VerdictResult, CheckReplicates]]) -> str:
+    """One line for the checks whose every replicate is one value (identical arms: nothing to draw)."""
+    by_cand: dict[str, list[str]] = {}
+    for v, r in flat:
+        check = next((c for c in v.checks if c.metric == r.metric and c.concurrency == r.concurrency), None)
+        by_cand.setdefault(_candidate(v), []).append(
+            f"C{r.concurrency} {check.label if check else r.metric}" + (f" {check.status}" if check else ""))
+    value = {float(r.replicates[0]) for _, r in flat}
+    shown = f"{value.pop():+.3f}" if len(value) == 1 else "one value per check"
+    return ("every bootstrap replicate equals the estimate (identical arms; bound = estimate = " + shown + "): "
+            + "; ".join(f"{cand} {', '.join(checks)}" for cand, checks in by_cand.items()))
+
+
 def replicates_figure(verdicts: Sequence[VerdictResult], reps: dict[str, list[CheckReplicates]]) -> FigureOut:
+    """One histogram per check whose replicates spread; the checks whose replicates are all one
+    value (a candidate identical to its baseline) are collapsed into one line, not a panel each."""
     title = "Quality checks: bootstrap replicate distributions"
-    items = [(v, r) for v in verdicts if v.kind == "quality" for r in reps.get(v.verdict_id, [])]
+    every = [(v, r) for v in verdicts if v.kind == "quality" for r in reps.get(v.verdict_id, [])]
+    flat = [(v, r) for v, r in every if r.replicates.size and float(r.replicates.min()) == float(r.replicates.max())]
+    items = [x for x in every if x not in flat]
     ncols = min(3, max(1, len(items)))
     nrows = max(1, -(-len(items) // ncols))
-    fig, axes = _figure(title, ncols=ncols, nrows=nrows, width=12.0, height=3.0)
-    flat = [ax for row in axes for ax in row]
+    fig, axes = _figure(title, ncols=ncols, nrows=nrows, width=12.0, height=3.0 if items else 1.6)
+    panels = [ax for row in axes for ax in row]
+    line = _identical_line(flat) if flat else ""
     if not items:
-        _empty(flat[0], "no full-coverage quality checks to resample")
-    for ax, (v, r) in zip(flat, items):
+        _empty(panels[0], line or "no full-coverage quality checks to resample")
+    elif line:
+        fig.supxlabel(line, fontsize=8, color="#444444", wrap=True)
+    for ax, (v, r) in zip(panels, items):
         check = next((c for c in v.checks if c.metric == r.metric and c.concurrency == r.concurrency), None)
         ax.hist(r.replicates, bins=50, color="#1f77b4", alpha=0.7)
         ax.axvline(r.point, color="#333333", lw=1.2, label=f"estimate {r.point:+.3f}")
@@ -291,13 +376,15 @@ def replicates_figure(verdicts: Sequence[VerdictResult], reps: dict[str, list[Ch
         if check is not None and check.margin is not None:
             ax.axvline(check.margin, color="#333333", ls="--", lw=1.0, label=f"margin {check.margin:g}")
         same = check is not None and check.bound == r.bound
-        ax.set_title(f"C{r.concurrency} {check.label if check else r.metric}" + ("" if same else " (bound differs!)"))
+        ax.set_title(f"{_candidate(v)} C{r.concurrency} {check.label if check else r.metric}"
+                     + ("" if same else " (bound differs!)"))
         ax.set_xlabel(f"replicate ({check.unit if check else ''}), B={r.replicates.size}")
         ax.legend(loc="upper right")
-    for ax in flat[len(items):] if items else flat[1:]:
+    for ax in panels[len(items):] if items else panels[1:]:
         ax.set_visible(False)
     return FigureOut("quality_replicates", title, "Bootstrap replicates redrawn from each verdict document's per-id "
-                     "aggregates with its recorded seed and draws; the solid coloured line is the bound.", fig)
+                     "aggregates with its recorded seed and draws; the solid coloured line is the bound."
+                     + (f" Not drawn, {len(flat)} check(s) where {line}." if line else ""), fig)
 
 
 def ratios_figure(verdicts: Sequence[VerdictResult]) -> FigureOut:
@@ -334,13 +421,14 @@ def ratios_figure(verdicts: Sequence[VerdictResult]) -> FigureOut:
 def coverage_figure(verdicts: Sequence[VerdictResult]) -> FigureOut:
     title = "Coverage gaps and WER attribution"
     fig, axes = _figure(title, ncols=2, width=12.0, height=3.8)
-    docs = [v.document for v in verdicts if v.kind == "quality" and v.document]
     ax = axes[0][0]
     bars: list[tuple[str, int, int]] = []
-    for d in docs:
-        for cell in (d.get("coverage") or {}).get("cells") or []:
+    for v in verdicts:
+        if v.kind != "quality" or not v.document:
+            continue
+        for cell in (v.document.get("coverage") or {}).get("cells") or []:
             for m, gaps in (cell.get("gaps") or {}).items():
-                bars.append((f"C{cell['concurrency']} {m}", len(gaps), int(cell.get("ids") or 0)))
+                bars.append((f"{_candidate(v)}\nC{cell['concurrency']} {m}", len(gaps), int(cell.get("ids") or 0)))
     if bars:
         x = np.arange(len(bars))
         ax.bar(x, [b[2] - b[1] for b in bars], color=PASS_COLOR, alpha=0.7, label="covered ids")
@@ -354,10 +442,11 @@ def coverage_figure(verdicts: Sequence[VerdictResult]) -> FigureOut:
         _empty(ax, "no quality verdicts issued")
         ax.set_title("coverage gaps")
     ax = axes[0][1]
-    contribs = [(a["concurrency"], c) for d in docs for a in d.get("attribution") or [] for c in a.get("contributions") or []]
+    contribs = [(_candidate(v), a["concurrency"], c) for v in verdicts if v.kind == "quality" and v.document
+                for a in v.document.get("attribution") or [] for c in a.get("contributions") or []]
     if contribs:
-        labels = [f"C{c} {x['utt_id']}" for c, x in contribs]
-        deltas = [x["delta"] for _, x in contribs]
+        labels = [f"{who} C{c} {x['utt_id']}" for who, c, x in contribs]
+        deltas = [x["delta"] for _, _, x in contribs]
         y = np.arange(len(contribs))
         ax.barh(y, deltas, color=[FAIL_COLOR if d > 0 else PASS_COLOR for d in deltas])
         ax.set_yticks(y, labels, fontsize=7)

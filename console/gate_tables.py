@@ -4,7 +4,9 @@ synthetic controls (`campaign gate`, `campaign controls`); imported when one of 
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 from pathlib import Path
+from typing import Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -13,6 +15,7 @@ from data.errors import CampaignError
 from stats.controls import all_ok, run_controls
 from stats.gates import FAIL, INCONCLUSIVE, PASS, GateConfig
 from stats.results.checks import CheckRow
+from stats.rule_noise import NoiseNote, noise_summary
 
 STYLE = {PASS: "green", FAIL: "bold red", INCONCLUSIVE: "yellow"}
 
@@ -69,21 +72,28 @@ def print_checks(console: Console, result, title: str, evidence=None) -> None:
     console.print(f"Quality verdict: [{STYLE[result.verdict]}]{result.verdict}[/]")
 
 
-def print_rule(console: Console, rr) -> None:
+def print_rule(console: Console, rr, noise: Sequence[NoiseNote] = ()) -> None:
+    """A decision rule's table, each cell's result phrased as the test applied, then the runs whose
+    host steal or spread is above the thresholds (`noise`, stats/rule_noise.py)."""
     t = Table(title=f"decision rule {rr.name}: {rr.candidate} / {rr.reference} {rr.metric}")
     for col in ("C", "candidate repeats", "reference repeats", "cand median (CV)", "ref median (CV)",
                 "ratios", "geo-mean", f"lower {rr.confidence:g}", "result", "note"):
-        t.add_column(col)
+        t.add_column(col, no_wrap=col == "result")  # the test applied reads as one statement
     for c in rr.cells:
         rep = lambda vals: ", ".join("-" if v["value"] is None else f"{v['value']:.1f}" for v in vals)  # noqa: E731
         sp = lambda s: "-" if s["median"] is None else f"{s['median']:.1f} ({(s['cv'] or 0) * 100:.1f}%)"  # noqa: E731
+        test = CheckRow.from_rule_cell(asdict(c)).test  # 'lower bound 0.660 ≤ 1.0 → FAIL'
         t.add_row(str(c.concurrency), rep(c.candidate), rep(c.reference), sp(c.candidate_spread),
                   sp(c.reference_spread), ", ".join(f"{p['ratio']:.3f}" for p in c.pairs),
                   _fmt(c.geo_mean_ratio, 3).lstrip("+"), _fmt(c.lower_bound_ratio, 3).lstrip("+"),
-                  f"[{STYLE[c.status]}]{c.status}[/]", c.reason)
+                  f"[{STYLE[c.status]}]{test}[/]", c.reason)
     console.print(t)
     console.print(f"bound: {rr.method}; pass iff lower bound > {rr.min_ratio:g}. "
                   f"Rule verdict: [{STYLE[rr.verdict]}]{rr.verdict}[/]")
+    if noise:
+        console.print(f"[yellow]{noise_summary(noise)}:[/]", highlight=False)
+        for n in noise:
+            console.print(f"  {n.text()}", highlight=False, soft_wrap=True, markup=False)
 
 
 def print_controls(console: Console, results) -> None:

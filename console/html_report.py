@@ -20,8 +20,10 @@ from data.errors import CampaignError, first_line
 from data.imported import MARK, imported_rows
 from data.store import Store
 from stats.metrics import METRICS, METRICS_VERSION
+from stats.rule_noise import noise_summary, store_rule_noise
 from console.equivalence_report import equivalence_figure, equivalence_tables, family_equivalence
 from stats.results.plan_results import PlanResults, VerdictResult, load_verdicts
+from stats.results.provenance import provenance
 from stats.results.replicates import CheckReplicates, document_replicates
 from stats.results.report import COLUMNS, column_label, concurrency_label
 from stats.results.series import gpu_series, request_rtfs
@@ -38,7 +40,7 @@ def build_figures(store: Store, res: PlanResults, verdicts: list[VerdictResult])
     reps: dict[str, list[CheckReplicates]] = {v.verdict_id: document_replicates(v.document)
                                               for v in verdicts if v.kind == "quality" and v.document}
     with matplotlib.rc_context(F.STYLE):
-        return [
+        figs = [
             F.throughput_figure(res, imported_rows(store)),
             F.latency_figure(res),
             F.rtf_figure(res, request_rtfs(store, run_ids)),
@@ -50,6 +52,9 @@ def build_figures(store: Store, res: PlanResults, verdicts: list[VerdictResult])
             F.coverage_figure(verdicts),
             equivalence_figure(verdicts),
         ]
+    for f in figs:
+        F.fit_labels(f.figure)  # no two tick labels overlap, at any engine count
+    return figs
 
 
 def _png(fig) -> bytes:
@@ -116,7 +121,20 @@ def imported_table(rows: list[dict]) -> str:
             + _table(["engine", "C", "metric", "value", "unit", "source", "reference", "import", "status"], body, "report"))
 
 
-def verdict_tables(verdicts: list[VerdictResult]) -> str:
+def noise_note(store: Store, v: VerdictResult) -> str:
+    """A throughput verdict's noise note (stats/rule_noise.py): the runs with host steal or a repeat
+    spread above the thresholds, named; empty when there is none."""
+    if v.kind != "throughput" or not v.document:
+        return ""
+    rule = v.document.get("decision_rule") or {}
+    notes = store_rule_noise(store, v.document.get("checks") or [], str(rule.get("candidate")), str(rule.get("reference")))
+    if not notes:
+        return ""
+    return (f'<p class="noise">{_e(noise_summary(notes))}:</p><ul class="noise">'
+            + "".join(f"<li>{_e(n.text())}</li>" for n in notes) + "</ul>")
+
+
+def verdict_tables(store: Store, verdicts: list[VerdictResult]) -> str:
     if not verdicts:
         return "<p>No verdicts issued for this plan.</p>"
     parts = []
@@ -127,13 +145,14 @@ def verdict_tables(verdicts: list[VerdictResult]) -> str:
         rows = [[_e(c.concurrency), _e(c.label), _e(c.unit), f'<b class="{_e(c.status)}">{_e(c.status)}</b>',
                  _e(c.formatted("n_ids")), _e(c.formatted("point")), _e(c.formatted("bound")),
                  _e(c.formatted("margin")), _e(c.formatted("base_value")), _e(c.formatted("cand_value")),
-                 _e(c.reason or c.rule)] for c in v.checks]
+                 _e(c.test + (f"; {c.reason}" if c.reason else ""))] for c in v.checks]
         parts.append(f'<h3>{_e(v.verdict_id)}: <b class="{_e(v.verdict)}">{_e(v.verdict)}</b></h3>'
                      f"<p>{_e(v.kind)} · {_e(v.name or '-')} · issued {_e(v.created)} UTC · {_e(v.method or '-')}"
                      + (f" · B={v.draws} seed={v.seed}" if v.draws else "")
                      + (f" · evidence: {_e(v.evidence)} ({_e(v.evidence_summary)})" if v.evidence_summary else "") + "</p>"
                      + _table(["C", "check", "unit", "status", "ids", "estimate", "bound", "margin", "baseline",
-                               "candidate", "note"], rows, "checks"))
+                               "candidate", "test applied; note"], rows, "checks")
+                     + noise_note(store, v))
     return "".join(parts)
 
 
@@ -177,7 +196,7 @@ th{background:#f4f4f4}table.defs td,table.checks td:last-child{text-align:left}.
 figure{margin:18px 0;border:1px solid #eee;padding:8px}figure img{max-width:100%;height:auto;display:block}
 figcaption{font-size:12px;color:#444;margin-top:4px}figcaption b{font-size:13px;color:#111}
 .PASS{color:#1a7f1a}.FAIL{color:#c62828}.INCONCLUSIVE{color:#9a8a00}code{font-size:11px}.meta td{text-align:left}
-.note{color:#666;font-size:12px}
+.note{color:#666;font-size:12px}.noise{color:#8a5a00;font-size:12px;margin:2px 0}
 """
 
 
@@ -185,20 +204,27 @@ def render_html(store: Store, res: PlanResults, verdicts: list[VerdictResult], f
                 pngs: dict[str, bytes]) -> str:
     plan = res.plan
     head = current_head(store)
+    where = provenance(store, plan)
     meta = _table(["field", "value"], [
         ["plan", _e(plan.name)], ["plan hash", f"<code>{_e(plan.hash)}</code>"], ["frozen", _e(res.frozen_at + " UTC")],
+        ["host", _e(where.host)], ["GPU", _e("; ".join(where.gpus))],
+        ["driver", _e(", ".join(where.drivers) or "not recorded")],
+        ["engines", "<br>".join(f"<b>{_e(name)}</b>: " + (", ".join(f"<code>{_e(x)}</code>" for x in ids)
+                                                          or "code identity not recorded (no source given)")
+                                for name, ids in where.engines.items())],
+        ["runs", _e(where.time_span())],
         ["audit head", f"seq {head.length}, <code>{_e(head.head_hash)}</code>"],
         ["metrics version", _e(METRICS_VERSION)],
         ["metric parameters", _e(", ".join(f"{k} = {v:g}" for k, v in plan.metrics.as_dict().items()))],
         ["aggregates", "measured, complete, not excluded runs of the sweep pool; median [min-max] cv across repeats"],
     ], "meta")
-    body = [f"<h1>{_e(plan.name)}: campaign report</h1>", meta, "<h2>Engines</h2>", engines_table(store, plan),
+    body = [f"<h1>{_e(plan.name)}: campaign report</h1>", f'<div id="report-header">{meta}</div>', "<h2>Engines</h2>", engines_table(store, plan),
             "<h2>Report</h2>", report_tables(res), imported_table(imported_rows(store)), "<h2>Figures</h2>"]
     for f in figs:
         data = base64.b64encode(pngs[f.key]).decode()
         body.append(f'<figure id="fig-{f.key}"><img alt="{_e(f.title)}" src="data:image/png;base64,{data}">'
                     f"<figcaption><b>{_e(f.title)}</b>. {_e(f.caption)}</figcaption></figure>")
-    body += ["<h2>Verdicts</h2>", verdict_tables(verdicts), "<h2>Candidates and attempts</h2>",
+    body += ["<h2>Verdicts</h2>", verdict_tables(store, verdicts), "<h2>Candidates and attempts</h2>",
              record_section(store, plan), "<h2>Metric definitions</h2>", definitions(),
              "<p class=note>Definitions: docs/results.md, docs/statistics.md and docs/timing.md of the console.</p>"]
     return ("<!DOCTYPE html><html lang=en><head><meta charset=utf-8>"

@@ -27,10 +27,19 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
+def copyable(column: str) -> bool:
+    """A column whose values a user copies into another command (`campaign export verdict ID`,
+    `runs exclude RUN`): an id, shown whole on one line at any terminal width (docs/results.md)."""
+    name = column.lower().replace(" ", "_")
+    return name in ("id", "run", "verdict", "launch") or name.endswith(("_id", "_hash"))
+
+
 def print_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str = "table",
                title: str | None = None, console: Console | None = None, turn: bool = False) -> None:
-    """Rows as a Rich table, CSV or JSON. `turn`: a table too wide for the terminal is turned on its
-    side rather than cut (`fitting_table`), for wide tables of few rows such as `campaign score`'s."""
+    """Rows as a Rich table, CSV or JSON. In the table nothing is cut with an ellipsis: a copyable
+    column (`copyable`) never wraps and keeps its full width, the other columns wrap or fold.
+    `turn`: a table too wide for the terminal is turned on its side rather than cut
+    (`fitting_table`), for wide tables of few rows such as `campaign score`'s."""
     if fmt == "csv":
         w = csv.writer(sys.stdout)
         w.writerow(columns)
@@ -51,8 +60,12 @@ def _table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: str | N
     from rich.table import Table
 
     table = Table(title=title, show_lines=False)
-    for c in columns:
-        table.add_column(c)
+    for i, c in enumerate(columns):
+        if copyable(str(c)):
+            widest = max([len(str(c))] + [len(r[i]) for r in rows if i < len(r)])
+            table.add_column(str(c), no_wrap=True, min_width=widest, overflow="fold")
+        else:
+            table.add_column(str(c), overflow="fold")
     for r in rows:
         table.add_row(*r)
     return table

@@ -272,3 +272,32 @@ def test_snapshot_sql(campaign_db, monkeypatch, snap_compare):
 
 def test_snapshot_gates_at_80x24(campaign_db, monkeypatch, snap_compare):
     assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=(80, 24), run_before=_snap_tab("4"))
+
+
+@sync
+async def test_runs_tab_shows_the_part_of_a_run_id_that_differs(quick_demo):
+    """Every plan run's id starts with its plan's hash prefix: the Runs tab shows what follows it
+    (issue 32), the filter still finds the full id, and the run detail shows it whole."""
+    from console.tui.screens import RunDetailScreen
+
+    _, db = quick_demo
+    with Store(db, read_only=True) as s:
+        plan_hash = s.scalar("SELECT plan_hash FROM plans WHERE kind = 'plan'")
+        full = s.scalar("SELECT run_id FROM runs WHERE plan_hash = ? AND kind = 'measured' ORDER BY run_id LIMIT 1",
+                        [plan_hash])
+    app = CampaignApp(db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        table = app.query_one("#runs-table", DataTable)
+        col = [str(c.label) for c in table.columns.values()].index("run id")
+        shown = [str(table.get_row_at(i)[col]) for i in range(table.row_count)]
+        keys = [str(k.value) for k in table.rows]
+        plan_rows = [(s, k) for s, k in zip(shown, keys) if k.startswith(plan_hash[:8] + "-")]
+        assert len(plan_rows) > 10 and len({s for s, _ in plan_rows}) == len(plan_rows)
+        assert all(k == f"{plan_hash[:8]}-{s}" for s, k in plan_rows)
+        row = keys.index(full)
+        table.move_cursor(row=row)
+        await pilot.press("enter")
+        await settle(pilot, app)
+        assert isinstance(app.screen, RunDetailScreen)
+        assert full in str(app.screen.query_one("#detail-title", Static).render())

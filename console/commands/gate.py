@@ -171,6 +171,7 @@ def gate_plan(args, console: Console) -> int:
     from stats.metrics import METRICS_VERSION
     from stats.quality.registry import scorer_status
     from stats.quality.scoring import scores_frame
+    from stats.rule_noise import store_rule_noise
     from stats.throughput_rules import collect_values, evaluate_rule, missing_runs
     from stats.verdict_doc import issue_quality, issue_rule
 
@@ -238,7 +239,7 @@ def gate_plan(args, console: Console) -> int:
             rr = evaluate_rule(rule, values)
             validators = precondition(store, plan, rule.candidate)
             rr.verdict = validators.verdict(rr.verdict)
-            print_rule(console, rr)
+            print_rule(console, rr, store_rule_noise(store, rr.checks_dicts(), rr.candidate, rr.reference))
             if validators.reason:
                 console.print(validators.reason, highlight=False)
             verdicts.append(rr.verdict)

@@ -47,6 +47,26 @@ def table_rows(res: PlanResults) -> tuple[list[str], list[list[Any]]]:
     return cols, rows
 
 
+def rule_lines(store, plan_hash: str) -> list[str]:
+    """The plan's throughput verdicts, each cell as the test it applied, then its noise note
+    (stats/rule_noise.py) naming the runs with host steal or repeat spread above the thresholds."""
+    from stats.results.plan_results import load_verdicts
+    from stats.rule_noise import noise_summary, store_rule_noise
+
+    out = []
+    for v in load_verdicts(store, plan_hash, documents=True):
+        if v.kind != "throughput":
+            continue
+        out.append(f"throughput rule {v.name}: {v.verdict} ({v.verdict_id})")
+        out += [f"  C{c.concurrency}: ratio {c.formatted('point')}, {c.test}" for c in v.checks]
+        rule = (v.document or {}).get("decision_rule") or {}
+        notes = store_rule_noise(store, (v.document or {}).get("checks") or [], str(rule.get("candidate")),
+                                 str(rule.get("reference")))
+        if notes:
+            out += [f"  {noise_summary(notes)}:"] + [f"    {n.text()}" for n in notes]
+    return out
+
+
 def cmd_report(args) -> int:
     if args.figures and not args.html:
         from data.errors import CampaignError
@@ -63,6 +83,7 @@ def cmd_report(args) -> int:
     from data.manifest import plan_lineage
     from stats.metrics import METRICS_VERSION
     from stats.results.plan_results import load_plan_results
+    from stats.results.provenance import provenance
     from stats.results.report import COLUMNS, column_label, concurrency_label
 
     with open_or_snapshot(resolve_db_path(args.db)) as store:  # a snapshot while a campaign runs
@@ -71,6 +92,8 @@ def cmd_report(args) -> int:
         identities = engine_identities(store, plan.hash)  # what code each engine ran (docs/engines.md)
         imported = imported_rows(store)  # outside figures: shown marked, never aggregated (data/imported.py)
         cands, attempts = plan_record(store, plan_lineage(store, plan.hash))  # docs/results.md, "Candidates"
+        where = provenance(store, plan)  # host, GPU, driver, time span (docs/results.md, "The report's header")
+        rules = rule_lines(store, plan.hash)
         if args.html:
             from console.html_report import write_report
             out = write_report(store, res, Path(args.html), Path(args.figures) if args.figures else None)
@@ -85,6 +108,8 @@ def cmd_report(args) -> int:
     console.print(f"[bold]{plan.name}[/bold] plan {plan.hash[:12]}  metrics v{METRICS_VERSION}  "
                   f"audio tok/s = {plan.metrics.throughput_scale:g} x audio s / wall s (codec tokens, not text)  "
                   f"(median \\[min-max] cv across measured repeats)", highlight=False)
+    console.print(f"host {where.host} · GPU {'; '.join(where.gpus)} · driver {', '.join(where.drivers) or 'not recorded'}"
+                  f" · runs {where.time_span()}", highlight=False, markup=False)
     for engine in plan.engines:
         limit = res.limits.get(engine.name)
         rows = [[concurrency_label(c.concurrency, limit), c.n] + [c.text(f).one_line() for f, _ in COLUMNS]
@@ -106,6 +131,8 @@ def cmd_report(args) -> int:
                [[c["name"], c["config_sha256"][:12], c["status"], c["reason"] or "-", c["launches"],
                  len(c["startup_failures"]), len(c["runs"]), "; ".join(c["verdicts"]) or "-"] for c in cands],
                console=console, title="Candidates and attempts (`campaign candidates` for every configuration)")
+    for line in rules:
+        console.print(line, highlight=False, markup=False)
     if plan.claims is not None:  # docs/plans.md, "Claims"
         c = plan.claims
         console.print(f"claim ({c.status}): {c.scope}" + (f"; not claimed: {'; '.join(c.non_claims)}" if c.non_claims

@@ -50,6 +50,7 @@ from console.tui.widgets import (
     fmt,
     header,
     num,
+    run_label,
     spread_cell,
     stalls_cell,
     status_text,
@@ -245,9 +246,10 @@ class CampaignApp(App):
                 num(fmt("throughput", m.throughput)), num(fmt("ttfa_p50_s", m.ttfa_p50_s)),
                 num(fmt("ttfa_p95_s", m.ttfa_p95_s)), num(fmt("e2e_p50_s", m.e2e_p50_s)), num(fmt("rtf_mean", m.rtf_mean)),
                 stalls_cell(m.stall_count), failed_cell(m.failed), truncated_cell(m.truncated), r.started,
-                r.plan_name or "ad-hoc", r.run_id,
+                r.plan_name or "ad-hoc", run_label(r.run_id, r.plan_hash),  # full id: run detail
             )
-            text = " ".join(str(c) for c in cells).lower() + f" c{r.concurrency} " + (r.excluded or "").lower()
+            text = (" ".join(str(c) for c in cells).lower() + f" c{r.concurrency} " + (r.excluded or "").lower()
+                    + f" {r.run_id.lower()}")
             rows.append((r.run_id, cells, text))
         self.tables["runs-table"] = TableRows(rows)
         self._fill("runs-table")

@@ -44,6 +44,14 @@ def display_path(path: str | Path) -> str:
         return str(path)
 
 
+def run_label(run_id: str, plan_hash: str | None) -> str:
+    """A run id without the plan-hash prefix every run of its plan shares (console/runner.py names
+    runs '<plan hash[:8]>-<engine>-c<C>-<kind><repeat>-<random>'): the part that tells rows apart.
+    The run detail screen shows the full id."""
+    prefix = f"{plan_hash[:8]}-" if plan_hash else ""
+    return run_id[len(prefix):] if prefix and run_id.startswith(prefix) and len(run_id) > len(prefix) else run_id
+
+
 def fmt(name: str, value: Any) -> str:
     """A run metric formatted by the registry."""
     return METRICS_BY_NAME[name].format(value)

@@ -60,6 +60,11 @@ class CheckRow:
     def rule(self) -> str:
         return "pass iff upper bound < margin" if self.upper else "pass iff lower bound > margin"
 
+    @property
+    def test(self) -> str:
+        """The test applied, as a true statement: 'lower bound 0.660 ≤ 1.0 → FAIL'."""
+        return test_text(self.status, self.bound, self.margin, upper=self.upper, n=self.n_ids)
+
     def formatted(self, name: str) -> str:
         return CHECK_DEFS[name].format(getattr(self, name))
 
@@ -81,6 +86,25 @@ class CheckRow:
                    _num(c.get("lower_bound_ratio")), _num(c.get("min_ratio")), median("reference_spread"),
                    median("candidate_spread"), str(c.get("reason") or ""), False, False,
                    tuple(float(p["ratio"]) for p in pairs))
+
+
+def _margin_text(m: float) -> str:
+    text = f"{m:g}"
+    return text if any(ch in text for ch in ".en") else text + ".0"  # 1 -> '1.0': reads as a bound, not a count
+
+
+def test_text(status: str, bound: float | None, margin: float | None, *, upper: bool, n: int | None = None) -> str:
+    """A check's result phrased as the comparison it made (docs/results.md, "Reading a check"): the
+    one-sided bound against the margin with the operator that holds, then the status. When the
+    status is not that comparison's outcome (a coverage gap, a scorer that did not run) the
+    comparison is still stated, then the status after a semicolon; with no bound, why."""
+    if bound is None or margin is None:
+        why = f"{n} paired repeat(s), a bound needs 2" if not upper and n is not None and n < 2 else "no bound"
+        return f"{why} → {status}"
+    passed = bound < margin if upper else bound > margin
+    op = ("<" if passed else "≥") if upper else (">" if passed else "≤")
+    text = f"{'upper' if upper else 'lower'} bound {bound:.3f} {op} {_margin_text(margin)}"
+    return f"{text} → {status}" if status == ("PASS" if passed else "FAIL") else f"{text}; {status}"
 
 
 def check_rows(kind: str, checks: Any) -> list[CheckRow]:
