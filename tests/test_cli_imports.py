@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 # "stats" covers stats.gates, stats.bootstrap and every other statistics module
 HEAVY = ("pandas", "scipy", "numpy", "pyarrow", "aiohttp", "torch", "duckdb", "textual", "jsonschema", "rich",
          "engine_adapters.reference.server", "engine_adapters.driver", "stats", "data.integrity", "data.store",
-         "data.plans", "console.runner", "console.tui", "asyncio", "ssl", "engine_adapters.transport")
+         "data.plans", "console.runner", "console.cell_executor", "console.tui", "asyncio", "ssl", "engine_adapters.transport")
 
 PROBE = r"""
 import argparse, json, sys
