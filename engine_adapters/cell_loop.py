@@ -3,7 +3,7 @@
 The same loop runs a local campaign (console/runner.py, in the console process) and each pair
 group of a cluster campaign (engine_adapters/cluster.py, on the node Ray placed it on); they
 differ only in how a launch is made and recorded (a `Launcher`: the store locally, messages
-streamed back to the console from a node) and in how a cell is driven. The rules (docs/plans.md,
+streamed back to the console from a node) and in how a cell is driven. The rules (docs/plans.md, "Restarts",
 `sweep.restart`):
 
 - `per_repeat`: a fresh launch for every cell; `per_cell`: a fresh launch when the engine is not
