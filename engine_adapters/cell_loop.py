@@ -101,29 +101,38 @@ def run_cells(cells: Sequence[C], restart: str, engines: EngineManager, *, engin
     (its launch included). Yields what the launcher and the callbacks return, in order."""
     failed: set[str] = set()
     served: dict[str, int] = {}
+    # every message is yielded by a plain `for`: `yield from` would pass on what a consumer
+    # send()s (a Ray streaming task does) to lists, which have no send()
     try:
         for cell in cells:
             engine = engine_of(cell)
             if engine.name in failed:
-                yield from skip(cell, SKIPPED)
+                for m in skip(cell, SKIPPED):
+                    yield m
                 continue
             if before is not None:
                 before(cell)
             if fresh_launch(restart, engine.name, engines.up, served, cell.concurrency):
                 if restart != "never":
-                    yield from engines.stop_all()  # one engine at a time on the GPU
+                    for m in engines.stop_all():  # one engine at a time on the GPU
+                        yield m
                 launch, messages = engines.launch(engine)
-                yield from messages
+                for m in messages:
+                    yield m
                 if launch is None:
                     failed.add(engine.name)
-                    yield from skip(cell, NOT_STARTED)
+                    for m in skip(cell, NOT_STARTED):
+                        yield m
                     continue
             launch = engines.up[engine.name]
             served[engine.name] = cell.concurrency
-            yield from drive(cell, launch)
+            for m in drive(cell, launch):
+                yield m
             if launch.process.exit_cause():  # a crashed launch; the engine's next cell gets a fresh one
-                yield from engines.stop(engine.name)
-        yield from engines.stop_all()
+                for m in engines.stop(engine.name):
+                    yield m
+        for m in engines.stop_all():
+            yield m
     except BaseException:  # Ctrl-C, a driver error, or the consumer went away (GeneratorExit)
         engines.stop_all("interrupted")
         raise

@@ -124,6 +124,22 @@ def test_an_interrupt_stops_every_engine_as_interrupted_and_goes_on():
     assert launches.log[-2:] == [("stop", "a", "interrupted", ("a-c1-0",)), ("stop", "b", "interrupted", ("b-c1-1",))]
 
 
+def test_a_consumer_that_sends_values_gets_every_message():
+    """A Ray streaming task send()s into the node's generator (engine_adapters/cluster.py
+    drive_group); the loop must not hand that on to a launcher's or callback's plain list."""
+    launches = Launches()
+    gen = run_cells(AB[:2], "per_cell", EngineManager(launches), engine_of=lambda c: engine(c.engine),
+                    drive=lambda c, launch: [("ran", c.engine)], skip=lambda c, why: [])
+    got = [next(gen)]
+    while True:
+        try:
+            got.append(gen.send(object()))
+        except StopIteration:
+            break
+    assert got == [("launch", "a"), ("ran", "a"), ("launch_ended", "a"), ("launch", "b"), ("ran", "b"),
+                   ("launch_ended", "b")]
+
+
 def test_the_cluster_package_imports_nothing_from_the_runner():
     """console/cluster/ shares the runner's code through console/cell_executor.py and the cell loop."""
     for path in sorted((REPO / "console" / "cluster").glob("*.py")):
