@@ -28,12 +28,12 @@ def _file_sha256(path: str | None) -> str | None:
 
 
 def engine_config(engine: EngineSpec, sampling: dict[str, Any] | None) -> dict[str, Any]:
-    from console.runner import _argv_or_reason
+    from console.cell_executor import argv_or_reason
     from engine_adapters.dialects import get_dialect
 
     return {
         "kind": "engine", "adapter": engine.adapter, "revision": engine.revision, "profile": engine.profile,
-        "argv": _argv_or_reason(engine), "env_names": sorted(engine.env), "env_passthrough": sorted(engine.env_passthrough),
+        "argv": argv_or_reason(engine), "env_names": sorted(engine.env), "env_passthrough": sorted(engine.env_passthrough),
         "deploy": {"path": engine.config_path, "sha256": _file_sha256(engine.config_path)},
         "source": engine.source, "patch": {"path": engine.patch, "sha256": _file_sha256(engine.patch)},
         "precision_change": engine.precision_change, "dialect": engine.dialect,

@@ -139,7 +139,8 @@ def drive_arm(store: Store, plan: Plan, engine_name: str, utts: list[Any], artif
     """Launch the engine (with `--dump-tensors` when the section asks for tensors), send the
     identical requests `repeats` times at the section's concurrency, stop it."""
     from console.recording import record_run
-    from console.runner import EngineManager, EngineStartupFailed, plan_sampling
+    from console.cell_executor import StoreLaunches, plan_sampling
+    from engine_adapters.cell_loop import EngineManager
     from engine_adapters.driver import DriveSpec, RequestSpec
     from engine_adapters.specs import launch_argv
 
@@ -147,13 +148,13 @@ def drive_arm(store: Store, plan: Plan, engine_name: str, utts: list[Any], artif
     engine = plan.engine(engine_name)
     if spec.tensors:
         engine = replace(engine, argv=(*launch_argv(engine), "--dump-tensors", str(artifacts_dir / TENSOR_DIR)))
-    manager = EngineManager(store, plan, artifacts_dir / "logs", log, env)
+    launches = StoreLaunches(store, plan, artifacts_dir / "logs", log, env)
+    manager = EngineManager(launches)
     arm = ArmOutputs(engine_name)
     try:
-        try:
-            launch = manager.launch(engine)
-        except EngineStartupFailed as exc:
-            log(f"engine {engine_name}: {exc}")
+        launch, _ = manager.launch(engine)
+        if launch is None:  # recorded and logged as a startup failure (console/cell_executor.py StoreLaunches)
+            exc = launches.failures[engine_name]
             arm.outputs = {(u.utt_id, r): (Output(None, None, None, error=f"engine did not start: {exc}"), None, None)
                            for u in utts for r in range(spec.repeats)}
             return arm
@@ -189,7 +190,7 @@ def reused_arm(store: Store, plan: Plan, engine_name: str, utts: list[Any], arti
     request body is the same; repeat r takes the r-th such request of each utterance in audit
     order (run_started seq)."""
     from engine_adapters.dialects import get_dialect
-    from console.runner import plan_sampling
+    from console.cell_executor import plan_sampling
 
     spec = spec_of(plan)
     engine = plan.engine(engine_name)
@@ -290,7 +291,7 @@ def issue_equivalence(store: Store, plan: Plan, outcome: PairOutcome, arms: dict
 def run_equivalence(store: Store, plan: Plan, artifacts_dir: Path, log: Callable[[str], None] = print,
                     issue: bool = True, only: list[str] | None = None) -> list[PairOutcome]:
     """Every pair of the section (or those named in `only`: a pair name or its candidate)."""
-    from console.runner import check_preconditions
+    from console.cell_executor import check_preconditions
     from data.plan_loading import engine_environment, plan_secrets
     from engine_adapters.driver import discard_warm
 

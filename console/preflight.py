@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from console.runner import _pid_matches, check_preconditions, plan_cells, refuse_rerun
+from console.cell_executor import check_preconditions, pid_matches, plan_cells, refuse_rerun
 from data.errors import CampaignError
 from data.plan_loading import engine_environment, plan_secrets
 from data.plan_model import Plan
@@ -22,7 +22,7 @@ def _orphan_ports(store: Store, plan: Plan) -> set[tuple[str, int]]:
     """Ports held by engines an interrupted runner left up: `--resume` stops them first."""
     rows = store.query("SELECT engine, pid, argv_json FROM engine_launches WHERE plan_hash = ? "
                        "AND status IN ('starting', 'ready')", [plan.hash])
-    names = {r["engine"] for r in rows if r["pid"] and _pid_matches(r["pid"], json.loads(r["argv_json"]))}
+    names = {r["engine"] for r in rows if r["pid"] and pid_matches(r["pid"], json.loads(r["argv_json"]))}
     return {(e.host, e.port) for e in plan.engines if e.name in names}
 
 

@@ -35,6 +35,7 @@ from typing import Any, Iterator
 from data.plan_model import EngineSpec
 from data.records import AudioFileRecord, RequestRecord
 from data.writer import records_to_tables
+from engine_adapters.cell_loop import EngineManager, Launch, run_cells
 from engine_adapters.driver import DriveSpec, DriverProcess
 from engine_adapters.lifecycle import EngineProcess, EngineStartError, port_in_use
 from engine_adapters.placement import assigned_gpu, slot_port, with_port
@@ -58,7 +59,7 @@ class NodeGroup:
     """Cells a paired comparison compares, run back to back on one GPU (console/cluster/groups.py)."""
     group_id: str
     plan_hash: str
-    restart: str  # per_repeat, per_cell, never (console/runner.py)
+    restart: str  # per_repeat, per_cell, never (engine_adapters/cell_loop.py)
     cells: list[NodeCell]
     telemetry: bool = True
     plan: Any = None  # data.plan_model.Plan, to rebuild the workload manifest on the node
@@ -121,13 +122,12 @@ def wait_port_free(host: str, port: int, timeout_s: float = PORT_WAIT_S) -> None
 
 
 # -- the group --------------------------------------------------------------------------------
-class _Engines:
-    """The engines up on this GPU, as console/runner.py EngineManager keeps them locally."""
+class NodeLaunches:
+    """Launches on this GPU slot (engine_adapters/cell_loop.py Launcher): made here, reported to
+    the console as `launch` / `launch_ended` messages, which it records as a local run does."""
 
     def __init__(self, group: NodeGroup, slot: int, scratch: Path):
         self.group, self.slot, self.scratch = group, slot, scratch
-        self.up: dict[str, EngineProcess] = {}
-        self.run_ids: dict[str, list[str]] = {}
 
     def spec_for(self, engine: EngineSpec) -> EngineSpec:
         """The engine on this GPU slot's port (slot 0: the plan's port; engine_adapters/placement.py)."""
@@ -136,7 +136,7 @@ class _Engines:
             return engine
         return replace(engine, port=port, argv=tuple(with_port(engine.argv, engine.port, port)))
 
-    def launch(self, engine: EngineSpec) -> tuple[EngineProcess | None, dict[str, Any]]:
+    def start(self, engine: EngineSpec) -> tuple[EngineProcess | None, list[Message]]:
         spec = self.spec_for(engine)
         wait_port_free(spec.host, spec.port)
         eng = EngineProcess(spec, self.scratch / "logs", plan_hash=self.group.plan_hash)
@@ -146,26 +146,19 @@ class _Engines:
             if problem:
                 eng.stop()
                 eng.row.update(status="startup_failed", failure_reason=problem)
-                return None, with_log(eng)
+                return None, [("launch", with_log(eng))]
             eng.wait_healthy()
         except EngineStartError:
-            return None, with_log(eng)
+            return None, [("launch", with_log(eng))]
         except BaseException:
             eng.stop()
             raise
-        self.up[engine.name] = eng
-        self.run_ids[engine.name] = []
-        return eng, dict(eng.row)
+        return eng, [("launch", dict(eng.row))]
 
-    def stop(self, name: str) -> dict[str, Any] | None:
-        eng = self.up.pop(name, None)
-        if eng is None:
-            return None
-        eng.stop()
-        return {**with_log(eng), "run_ids": self.run_ids.pop(name, [])}
-
-    def stop_all(self) -> list[dict[str, Any]]:
-        return [row for name in list(self.up) if (row := self.stop(name))]
+    def stop(self, launch: Launch, outcome: str) -> list[Message]:
+        """Stop the engine; the console records the outcome from the launch row it gets."""
+        launch.process.stop()
+        return [("launch_ended", {**with_log(launch.process), "run_ids": list(launch.run_ids)})]
 
 
 def with_log(eng: EngineProcess) -> dict[str, Any]:
@@ -225,7 +218,8 @@ def drive_cell(cell: NodeCell, eng: EngineProcess, scratch: Path, telemetry: boo
 
 
 def drive_group(group: NodeGroup) -> Iterator[Message]:
-    """Run the group's cells in order with the plan's restart policy; see the module docstring."""
+    """Run the group's cells in order with the plan's restart policy (engine_adapters/cell_loop.py,
+    the loop a local run uses); see the module docstring for the messages."""
     where = node_placement(group.telemetry)
     yield "placed", where
     refused = verify_workload(group)
@@ -233,37 +227,16 @@ def drive_group(group: NodeGroup) -> Iterator[Message]:
         yield "refused", {"reason": refused}
         return
     scratch = Path(tempfile.mkdtemp(prefix=f"campaign-{group.group_id}-"))
-    engines = _Engines(group, where["slot"], scratch)
-    failed: set[str] = set()
-    current: dict[str, int] = {}
+
+    def drive(cell: NodeCell, launch: Launch) -> Iterator[Message]:
+        launch.run_ids.append(cell.drive.run_id)
+        return drive_cell(cell, launch.process, scratch, group.telemetry, where["telemetry_status"])
+
+    def skip(cell: NodeCell, reason: str) -> list[Message]:
+        return [("skipped", {"cell_key": cell.cell_key, "reason": reason})]
+
     try:
-        for cell in group.cells:
-            name = cell.engine.name
-            if name in failed:
-                yield "skipped", {"cell_key": cell.cell_key, "reason": "skipped: its engine did not start"}
-                continue
-            fresh = (group.restart == "per_repeat" or name not in engines.up
-                     or (group.restart == "per_cell" and current.get(name) != cell.concurrency))
-            if fresh:
-                if group.restart != "never":
-                    for row in engines.stop_all():
-                        yield "launch_ended", row
-                eng, row = engines.launch(cell.engine)
-                yield "launch", row
-                if eng is None:
-                    failed.add(name)
-                    yield "skipped", {"cell_key": cell.cell_key, "reason": "its engine did not start"}
-                    continue
-            eng = engines.up[name]
-            current[name] = cell.concurrency
-            engines.run_ids[name].append(cell.drive.run_id)
-            yield from drive_cell(cell, eng, scratch, group.telemetry, where["telemetry_status"])
-            if eng.exit_cause():  # a crashed launch; the engine's next cell gets a fresh one
-                if (ended := engines.stop(name)):
-                    yield "launch_ended", ended
-        rows = engines.stop_all()
-        for row in rows:
-            yield "launch_ended", row
+        yield from run_cells(group.cells, group.restart, EngineManager(NodeLaunches(group, where["slot"], scratch)),
+                             engine_of=lambda c: c.engine, drive=drive, skip=skip)
     finally:
-        engines.stop_all()  # only does something when the console went away mid-group
         shutil.rmtree(scratch, ignore_errors=True)

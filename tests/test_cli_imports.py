@@ -24,7 +24,8 @@ REPO = Path(__file__).resolve().parent.parent
 # "stats" covers stats.gates, stats.bootstrap and every other statistics module
 HEAVY = ("pandas", "scipy", "numpy", "pyarrow", "aiohttp", "torch", "duckdb", "textual", "jsonschema", "rich",
          "engine_adapters.reference.server", "engine_adapters.driver", "stats", "data.integrity", "data.store",
-         "data.plan_validation", "data.plan_loading", "data.plan_freeze", "console.runner", "console.tui", "asyncio", "ssl", "engine_adapters.transport")
+         "data.plan_validation", "data.plan_loading", "data.plan_freeze", "console.runner", "console.cell_executor", "console.tui",
+         "asyncio", "ssl", "engine_adapters.transport")
 
 PROBE = r"""
 import argparse, json, sys

@@ -1,8 +1,11 @@
 """`campaign run PLAN --cluster ...`: the plan's cells as Ray tasks, one GPU each (docs/cluster.md).
 
-The same rules as a local run (console/runner.py): only a frozen plan whose workload still
-matches runs; a phase with runs continues only with --resume, which marks runs a dead runner
-left 'running' as 'incomplete' and runs their cells again; every cell has a `cell_key`. On top:
+The same rules as a local run (console/runner.py), from the same code: the preamble is
+console/cell_executor.py's (only a frozen plan whose workload still matches runs; a phase with
+runs continues only with --resume, which marks runs a dead runner left 'running' as 'incomplete'
+and runs their cells again; every cell has a `cell_key`), and each group runs on its node through
+the cell loop a local run uses (engine_adapters/cell_loop.py: the restart rule, the engine
+manager). Ray only decides where a group runs. On top:
 
 - the cluster must have the shape the plan states (shape.py), checked before anything runs;
 - each pair group (groups.py) is one Ray task reserving `num_gpus=1`; the engine and the driver
@@ -27,23 +30,17 @@ from console.cluster.connect import connect
 from console.cluster.groups import pair_groups
 from console.cluster.recorder import Recorder
 from console.cluster.shape import check_shape, probe
-from console.runner import (
+from console.cell_executor import (
     Cell,
-    EngineManager,
     RunnerOptions,
     RunnerResult,
-    check_preconditions,
-    completed_cells,
+    adapter_spec,
     drive_spec,
     new_cell_run_id,
-    plan_cells,
-    plan_requests,
-    recover_interrupted,
-    refuse_rerun,
-    run_params,
+    prepare_phase,
 )
 from data.errors import CampaignError, one_line
-from data.plan_loading import engine_environment, plan_secrets
+from data.checkpoints import frozen_digests
 from data.plan_model import Plan
 from data.queries import launch_seq
 from data.store import Store
@@ -82,20 +79,12 @@ def run_plan_on_cluster(store: Store, plan: Plan, opts: RunnerOptions) -> Runner
     ray = connect(opts.cluster)
     shape = probe(ray)
     check_shape(plan, shape)
-    manifest_hash = check_preconditions(store, plan, opts.phase, local_gpu=False)
-    cells = plan_cells(plan, opts.phase)
-    env = engine_environment(plan, plan_secrets(store, plan), {c.engine for c in cells})
-    refuse_rerun(store, plan, {c.key for c in cells}, opts.resume)
-    recovered = recover_interrupted(store, plan, log) if opts.resume else []
-    done = completed_cells(store, plan.hash)
-    todo = [c for c in cells if c.key not in done]
-    requests = plan_requests(plan, cells, opts.phase)
-    manager = EngineManager(store, plan, opts.artifacts_dir / "logs", log, env)  # adapter specs only
+    phase = prepare_phase(store, plan, opts, local_gpu=False, where=f" on {shape.describe()}")
+    todo, requests = phase.todo, phase.requests
+    frozen = frozen_digests(store, plan.hash)  # each launch must find these (data/checkpoints.py)
     checkpoints = expected_checkpoints(store, plan)
-    log(f"plan {plan.hash[:12]} ({plan.name}): {len(cells)} cells, {len(cells) - len(todo)} already complete, "
-        f"{len(todo)} to run on {shape.describe()}; restart={plan.sweep.restart} interleave={plan.sweep.interleave}")
 
-    recorder = Recorder(store, plan, artifacts_dir=opts.artifacts_dir, params=run_params(plan, manifest_hash, opts.phase),
+    recorder = Recorder(store, plan, artifacts_dir=opts.artifacts_dir, params=phase.params,
                         shape=shape, index={c.key: i for i, c in enumerate(todo)}, total=len(todo), log=log,
                         on_cell=opts.on_cell, on_progress=opts.on_progress, on_node=opts.on_node, live=opts.live)
     ids = (f"g{i}" for i in itertools.count(1))
@@ -110,12 +99,12 @@ def run_plan_on_cluster(store: Store, plan: Plan, opts: RunnerOptions) -> Runner
             return None
         gid = next(ids)
         specs = {new_cell_run_id(plan, c): c for c in keep}
-        node_cells = [NodeCell(c.key, manager.adapter_spec(plan.engine(c.engine)),
+        node_cells = [NodeCell(c.key, adapter_spec(plan.engine(c.engine), phase.env, frozen),
                                drive_spec(plan, c, rid, requests[c.concurrency], opts.artifacts_dir), c.concurrency)
                       for rid, c in specs.items()]
         recorder.register(gid, keep, {rid: n.drive for rid, n in zip(specs, node_cells)})
         return NodeGroup(gid, plan.hash, plan.sweep.restart, node_cells, telemetry=opts.telemetry, plan=plan,
-                         manifest_hash=manifest_hash, expected_checkpoints=checkpoints)
+                         manifest_hash=phase.manifest_hash, expected_checkpoints=checkpoints)
 
     task = group_task(ray)
     work: queue.Queue = queue.Queue()
@@ -187,5 +176,4 @@ def run_plan_on_cluster(store: Store, plan: Plan, opts: RunnerOptions) -> Runner
             work.put(None)
     for t in threads:
         t.join(timeout=30)
-    return RunnerResult(plan.hash, len(cells), len(cells) - len(todo), recorder.run_ids, dict(recorder.failed),
-                        recovered, len(todo), recorder.problems)
+    return phase.result(plan.hash, recorder.run_ids, dict(recorder.failed), recorder.problems)

@@ -1,7 +1,7 @@
 """Storing what cluster nodes stream back (engine_adapters/cluster.py messages), in the console
 process, the store's only writer. The rows are the ones a local run writes, through the same
 hooks (console/recording.py begin_run / finish_run, data/launches.py update_launch, data/writer.py write_tables,
-console/runner.py record_attempt), plus each run's placement (runs.node_id, gpu_uuid, gpu_name).
+console/cell_executor.py record_attempt), plus each run's placement (runs.node_id, gpu_uuid, gpu_name).
 
 A group whose task is lost (worker or node died, docs/cluster.md) has its open run finished as
 'incomplete' with the reason and its open launch marked crashed; `lost` returns the cells that
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from console.recording import begin_run, finish_run
-from console.runner import EXPLORATORY_NOTE, Cell, cell_problem, record_attempt
+from console.cell_executor import EXPLORATORY_NOTE, Cell, cell_problem, record_attempt
 from data.hashing import sha256_bytes
 from data.launches import store_launch, update_launch
 from data.store import Store

@@ -2,28 +2,30 @@
 read: an opt-in for hosts whose sleeping CPUs wake late (`DriveSpec.busy_poll_us`; docs/timing.md,
 "Busy polling").
 
-On the H200 VM a driver process that slept in epoll was sometimes woken 3-7 ms after the engine's
-write had handed the bytes to the kernel, while the other processes read on; the stall trace
-showed it neither on a CPU nor waiting for one (docs/performance.md, "Who was late"). A loop with
+A driver process that sleeps in epoll can be woken late, after the engine's write has handed the
+bytes to the kernel, while the other processes read on (what was measured: docs/timing.md, "Busy
+polling"; docs/performance.md, "Who was late at 1,024 live streams"). A loop with
 a ready callback polls epoll with a zero timeout and never sleeps, so its CPU never idles and no
 wake-up is needed. `BusyPoll` keeps one such callback re-arming itself until `window_ns` has passed
-since the last read, then lets the loop sleep; the next read starts it again. The price is a
-core per driver process while it polls.
+since the last read (and while the drive's requests last), then lets the loop sleep; the next
+read starts it again. The price is a core per driver process while it polls.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from typing import Callable
 
 
 class BusyPoll:
     """Made on the loop's thread once the drive starts; `read(t)` at every body read."""
 
-    __slots__ = ("_loop", "window_ns", "_last", "_spinning", "_stopped", "passes")
+    __slots__ = ("_loop", "window_ns", "_driving", "_last", "_spinning", "_stopped", "passes")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, window_us: int):
+    def __init__(self, loop: asyncio.AbstractEventLoop, window_us: int, driving: Callable[[], bool] = lambda: True):
         self._loop = loop
+        self._driving = driving  # false once the drive's requests have all ended: its teardown is not polled
         self.window_ns = window_us * 1000
         self._last = time.perf_counter_ns()
         self._spinning = False
@@ -36,7 +38,7 @@ class BusyPoll:
         self._loop.call_soon(self._spin)
 
     def _spin(self) -> None:
-        if not self._stopped and time.perf_counter_ns() - self._last < self.window_ns:
+        if not self._stopped and time.perf_counter_ns() - self._last < self.window_ns and self._driving():
             self.passes += 1
             self._loop.call_soon(self._spin)
         else:

@@ -7,25 +7,22 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import os
 import re
-import resource
 import time
 from typing import Any, Callable
 
 from engine_adapters.dialects import get_dialect
 from engine_adapters.dialects.base import MAX_EVENT_BYTES
 from engine_adapters.driver.answers import error_text, what_arrived
-from engine_adapters.driver.busy_poll import BusyPoll
 from engine_adapters.driver.decode import decode_batch
-from engine_adapters.driver.heap import prepare_heap, reserve_for
-from engine_adapters.driver.overhead import GcPauses, HostSteal, RunqueueWait, loop_lag_summary, summarise_ns
+from engine_adapters.driver.instruments import Instruments
+from engine_adapters.driver.instruments import instruments as driver_instruments
+from engine_adapters.driver.overhead import loop_lag_summary, summarise_ns
 from engine_adapters.driver.pacing import SendPacer
 from engine_adapters.driver.periodic import Periodic
 from engine_adapters.driver.results import DriveSummary, RawResult
-from engine_adapters.driver.shards import PEER_STOPPED, ShardRole
+from engine_adapters.driver.shards import Meetings, PeerStopped, ShardRole
 from engine_adapters.driver.spec import DriveSpec, RequestSpec
-from engine_adapters.driver.stall_trace import ReadGaps
 from engine_adapters.transport import TRANSPORTS, TransportError
 from engine_adapters.transport_names import DEFAULT_TRANSPORT
 
@@ -62,8 +59,7 @@ class DriveLoop:
         self.teardown_lag_ns: list[int] = []  # probes that ran after the drive's last request ended
         self.sent = 0
         self.pacer = SendPacer(spec.sends_per_pass)
-        self.gaps: ReadGaps | None = None  # made on the loop thread when the drive starts (trace_stalls)
-        self.poll: BusyPoll | None = None  # made when the drive starts (busy_poll_us)
+        self.read_hooks: tuple[Callable[[int], None], ...] = ()  # instruments told every read (instruments.py)
         self.cancelled = False
         self.max_event_bytes = int(opts.get("max_event_bytes", MAX_EVENT_BYTES))
         self.sse = self.dialect.name != "pcm" and self.dialect.request_config(opts).stream
@@ -123,14 +119,15 @@ class DriveLoop:
             # `tail` ends with the last 64 bytes read: a long read is its own tail (a reference, no
             # copy per read); only a short one is joined to what came before
             tail = data if len(data) >= 64 else tail[-64:] + data
-            # the endswith pre-check (C, ~0.1 us) keeps the regex (~1.3 us) to the few reads that
-            # could end with the marker: an audio event ends with "}" then the blank line
+            # a C endswith pre-check keeps the regex to the few reads that could end with the marker
+            # (an audio event ends with "}" then the blank line; docs/performance.md, "Per-event CPU")
             return tail.endswith(_DONE_ENDS) and _DONE_TAIL.search(tail[-64:]) is not None
         return sink
 
     def _traced(self, sink: Callable[[int, bytes], bool]) -> Callable[[int, bytes], bool]:
-        """`sink`, with every read also told to the busy poll and the stall trace when they are on."""
-        hooks = tuple(h for h in (self.poll and self.poll.read, self.gaps and self.gaps.mark) if h)
+        """`sink`, with every read also told to the instruments that watch reads (the busy poll and
+        the stall trace, when they are on)."""
+        hooks = self.read_hooks
         if not hooks:  # the measured default: the sink itself, nothing added per read
             return sink
 
@@ -258,54 +255,31 @@ class DriveLoop:
             self.emit_inflight(list(self.inflight.values()))  # a C-speed copy; the sender builds the rows
 
     async def main(self, cancel: Callable[[], bool], freeze_gc: bool = False) -> DriveSummary:
+        """The drive: both phases over one client pool, the ticker beside it, the instruments
+        (instruments.py) around it; `freeze_gc` in the driver process."""
         spec = self.spec
         anchor_perf = time.perf_counter_ns()
         anchor_wall = time.time_ns()
         transport_cls = TRANSPORTS[spec.request_options.get("client", DEFAULT_TRANSPORT)]
-        shard = self.shard
-        slots = spec.concurrency if shard is None else shard.slots(spec.concurrency)
+        slots = spec.concurrency if self.shard is None else self.shard.slots(spec.concurrency)
         transport: Any = transport_cls(slots, spec.request_options.get("headers"))
         (warm, warm_workers), (measured, measured_workers) = self.phases()
         # every shard of a sharded drive runs the warmup phase: they all meet between the phases
-        meet = shard is not None and spec.warmup_requests > 0 and bool(spec.requests)
-        passed = False
-        heap = None
-        if freeze_gc:  # the driver process: its heap keeps and pre-touches what the reads will use (heap.py)
-            heap = prepare_heap(reserve_for(slots))
-            # Everything built so far (modules, client, request bodies) lives to the end. Collected
-            # and frozen here, no collection walks it again: unfrozen, one full pass walked every
-            # imported object and paused the loop for 15-30 ms mid-run (gc.callbacks in the driver
-            # process; p99 5-13 ms at C=8). Then the automatic collector is off for the drive: its
-            # young-generation passes walk every in-flight request's read lists, so their pauses grow
-            # with the streams live (3 ms at C=256 on the 2-core box), and the drive makes almost no
-            # cyclic garbage to collect (~1,000 objects per drive, whatever its length:
-            # docs/performance.md). GC_VALVE bounds what a leak could pile up.
-            gc.collect()
-            gc.freeze()
-            gc.disable()
-        steal = HostSteal()  # read before the start barrier: /proc/stat is not read inside the drive
-        ready = shard.wait_ready() if shard is not None else True  # the run's shared start instant
+        meetings = Meetings(self.shard, spec.warmup_requests > 0 and bool(spec.requests))
+        task: asyncio.Future | None = None
+        instruments = Instruments(driver_instruments(spec, slots, freeze_gc=freeze_gc,
+                                                     driving=lambda: task is None or not task.done()))
+        instruments.start(before_barrier=True)
+        meetings.start()  # the run's shared start instant
         started_ns = time.perf_counter_ns()
-        pauses = GcPauses()
-        gc.callbacks.append(pauses)
-        cpu0 = time.process_time()
-        faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        runqueue = RunqueueWait()
-        if spec.trace_stalls:
-            self.gaps = ReadGaps()
-        if spec.busy_poll_us:
-            self.poll = BusyPoll(asyncio.get_running_loop(), spec.busy_poll_us)
+        instruments.start(before_barrier=False)
+        self.read_hooks = instruments.read_hooks()
 
         async def drive() -> None:
-            nonlocal passed
-            if not ready:
-                raise PeerStopped(f"{PEER_STOPPED} before the start")
+            meetings.check_start()
             if warm:
                 await self.phase(transport, warm, warm_workers)
-            if meet and shard is not None:
-                if not await shard.wait_phase():
-                    raise PeerStopped(f"{PEER_STOPPED} during the warmup")
-                passed = True
+            await meetings.between_phases()
             await self.phase(transport, measured, measured_workers)
 
         task = asyncio.ensure_future(drive())
@@ -327,42 +301,23 @@ class DriveLoop:
         except Exception as exc:  # a driver bug must still ship the records it has
             error = f"{type(exc).__name__}: {exc}"
         finally:
-            if meet and not passed and shard is not None:  # leaving before the phases met: no peer waits for it
-                shard.abort()
+            meetings.leave()
             ticker.cancel()
-            if self.poll is not None:
-                self.poll.stop()
             await transport.close()
             self.flush()
-            cpu_s = time.process_time() - cpu0
-            waited = runqueue.summary()
-            stolen = steal.summary()
-            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
-            gc.callbacks.remove(pauses)
-            if freeze_gc:
-                gc.enable()
-            if self.gaps is not None:
-                self.gaps.close()
+            instruments.stop()
         return DriveSummary(
             loop_impl=loop_impl(), client_impl=transport.version,
             anchor_wall_ns=anchor_wall, anchor_perf_ns=anchor_perf, sent=self.sent, cancelled=self.cancelled,
             overhead={"send_lag": summarise_ns(self.send_lag_ns),
                       "sends_per_pass": self.pacer.per_pass, "deferred_sends": self.pacer.deferred,
-                      "busy_poll_us": spec.busy_poll_us, "busy_poll_passes": self.poll.passes if self.poll else 0,
                       "loop_lag": loop_lag_summary(self.loop_lag_ns, self.loop_lag_at_ns, self.teardown_lag_ns),
-                      "tick_ms": TICK_S * 1000, "cpu_s": round(cpu_s, 4), "gc": pauses.summary(),
-                      "page_faults": faults, "runqueue": waited, "host_steal": stolen, **({"heap": heap.summary()} if heap else {}),
-                      **({"cpus": sorted(os.sched_getaffinity(0))} if spec.cpus else {}),
-                      **({"trace": {"gaps": self.gaps.gaps, "sender": []}} if self.gaps is not None else {})},
+                      "tick_ms": TICK_S * 1000, **instruments.summary()},
             error=error,
-            samples_ns={} if shard is None else {"send_lag": self.send_lag_ns, "loop_lag": self.loop_lag_ns,
-                                                 "loop_lag_at": self.loop_lag_at_ns, "teardown_lag": self.teardown_lag_ns,
-                                                 "start": [started_ns]},
+            samples_ns={} if self.shard is None else {"send_lag": self.send_lag_ns, "loop_lag": self.loop_lag_ns,
+                                                      "loop_lag_at": self.loop_lag_at_ns,
+                                                      "teardown_lag": self.teardown_lag_ns, "start": [started_ns]},
         )
-
-
-class PeerStopped(Exception):
-    """Another shard of the drive stopped (its cause reaches the parent from that shard)."""
 
 
 def loop_impl() -> str:

@@ -1,10 +1,10 @@
 """The driver process's heap, made ready before the drive so keeping body reads costs no page faults.
 
 Every body read the driver keeps is a new bytes object (~13 KB for a 0.2 s audio event) that lives
-until its request ends. On fresh memory each one first-touches about four pages, and on the
-2-core dev box (a VM) that cost about 6 us per read against under 1 us on memory the heap already
-holds (docs/performance.md, "Per-event CPU"). glibc also gives memory back to the kernel as soon
-as the freed top of the heap exceeds 128 KB, so every wave of requests faulted its pages in again.
+until its request ends. On fresh memory each one first-touches about four pages, several times
+the cost of a read on memory the heap already holds (measured: docs/performance.md, "Per-event
+CPU"). glibc also gives memory back to the kernel as soon as the freed top of the heap exceeds
+128 KB, so every wave of requests faulted its pages in again.
 `prepare_heap` (driver process only, before the clock starts) turns that trimming off, serves
 large allocations from the heap instead of mmap, and touches `reserve_bytes` once so the first
 wave's reads land on pages that are already mapped. Outside glibc it does nothing."""

@@ -109,6 +109,42 @@ class ShardRole:
         self.barrier.abort()
 
 
+class PeerStopped(Exception):
+    """Another shard of the drive stopped (its cause reaches the parent from that shard)."""
+
+
+class Meetings:
+    """One drive's meeting points with its peer shards: the shared start instant, then, when the
+    drive has a warmup phase, the end of every shard's warmup (see the module docstring). For a
+    drive run whole (`shard` None) every meeting passes at once."""
+
+    def __init__(self, shard: ShardRole | None, has_warmup: bool) -> None:
+        self.shard = shard
+        self.meet = shard is not None and has_warmup  # the shards meet between the phases
+        self.ready = True
+        self.passed = False
+
+    def start(self) -> None:
+        """Block until every shard is ready to send (outside the event loop's drive)."""
+        if self.shard is not None:
+            self.ready = self.shard.wait_ready()
+
+    def check_start(self) -> None:
+        if not self.ready:
+            raise PeerStopped(f"{PEER_STOPPED} before the start")
+
+    async def between_phases(self) -> None:
+        if self.meet and self.shard is not None:
+            if not await self.shard.wait_phase():
+                raise PeerStopped(f"{PEER_STOPPED} during the warmup")
+            self.passed = True
+
+    def leave(self) -> None:
+        """Leaving before the phases met: break the barrier, so no peer waits for this shard."""
+        if self.meet and not self.passed and self.shard is not None:
+            self.shard.abort()
+
+
 def merge_summaries(parts: Sequence[DriveSummary], *, cancelled: bool) -> DriveSummary:
     """One DriveSummary from the shards' (in shard order; `cancelled` as the parent decided)."""
     first = parts[0]
