@@ -12,6 +12,10 @@ Bounded cost: one GET per interval (>= 0.1 s, 1 s by default) with a timeout of
 min(interval, 2 s); at most `MAX_SAMPLES_PER_SCRAPE` samples kept per scrape (the rest dropped,
 counted in the scrape's row) and at most `MAX_ROWS_PER_RUN` rows held per run: past it, only the last
 scrape is still kept (the one the per-run figures read). `_created` samples are not kept.
+
+The scrape after the run settles: an engine counts a request after it has written the stream's
+end, so the client can be done before the server's counters are. The last scrape is repeated
+every `SETTLE_S` until two in a row read the same samples, at most `SETTLE_TRIES` times.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ KEPT_PREFIXES = ("vllm_omni:", "vllm:omni_", "sglang_omni:")
 MAX_SAMPLES_PER_SCRAPE = 5_000
 MAX_ROWS_PER_RUN = 1_000_000
 MAX_TIMEOUT_S = 2.0
+SETTLE_S = 0.1
+SETTLE_TRIES = 10
 
 
 @dataclass(frozen=True)
@@ -97,8 +103,9 @@ class ServerScrape:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
-    def scrape(self, client: httpx.Client, last: bool = False) -> None:
-        """One GET and parse; a failure becomes an error row."""
+    def scrape(self, client: httpx.Client, last: bool = False) -> tuple[tuple[Any, ...], ...] | None:
+        """One GET and parse; a failure becomes an error row. Returns the samples read (None on a
+        failure), for the settling of the last scrape."""
         seq, self._seq = self._seq, self._seq + 1
         try:
             resp = client.get(self.target.url)
@@ -109,6 +116,21 @@ class ServerScrape:
             rows = [Row(seq, time.perf_counter_ns(), sample=SCRAPE_SAMPLE, labels_json="{}", error=_one_line(exc))]
         if last or len(self.rows) + len(rows) <= MAX_ROWS_PER_RUN:
             self.rows.extend(rows)
+        if rows[0].error is not None:
+            return None
+        return tuple((r.sample, r.labels_json, r.value) for r in rows[1:])
+
+    def settle(self, client: httpx.Client) -> None:
+        """The scrape after the run, repeated until two in a row agree (module docstring)."""
+        seen = self.scrape(client, last=True)
+        for _ in range(SETTLE_TRIES):
+            if seen is None:
+                return
+            time.sleep(SETTLE_S)
+            again = self.scrape(client, last=True)
+            if again == seen:
+                return
+            seen = again
 
     def _loop(self, client: httpx.Client) -> None:
         while not self._stop.wait(self.target.interval_s):
@@ -127,7 +149,7 @@ class ServerScrape:
         if self._thread is not None:
             self._thread.join()
         try:
-            self.scrape(self._client, last=True)
+            self.settle(self._client)
         finally:
             self._client.close()
             try:
