@@ -102,8 +102,11 @@ def coverage_section(frame, result) -> dict[str, Any]:
 
 
 def throughput_table(store: Store, plan) -> list[dict[str, Any]]:
-    """Every engine × every sweep concurrency: per-repeat metrics of the aggregate runs + spreads."""
+    """Every engine × every sweep concurrency: per-repeat metrics of the aggregate runs (the
+    registry's `verdict` surface, with the request count and failures by class) and the spread of
+    its `verdict_spread` metrics."""
     from stats.metrics import cell_runs, spread
+    from stats.metrics.registry import VERDICT, VERDICT_SPREAD, names_on
 
     rows: list[dict[str, Any]] = []
     for engine in [e.name for e in plan.engines]:
@@ -111,23 +114,35 @@ def throughput_table(store: Store, plan) -> list[dict[str, Any]]:
             repeats: list[dict[str, Any]] = []
             for x in cell_runs(store, plan, engine, int(c)):
                 rm = x.metrics
-                repeats.append({
-                    "run_id": x.run_id, "repeat": x.repeat, "throughput": rm.throughput,
-                    "ttfa_p50_s": rm.ttfa_p50_s, "ttfa_p95_s": rm.ttfa_p95_s, "rtf_mean": rm.rtf_mean,
-                    "e2e_p50_s": rm.e2e_p50_s, "e2e_p95_s": rm.e2e_p95_s, "truncated": rm.truncated,
-                    "requests": rm.requests, "completed": rm.completed, "failed": rm.failed,
-                    "failures_by_class": dict(rm.failures_by_class), "stall_count": rm.stall_count,
-                    "stall_total_s": rm.stall_total_s, "stall_longest_s": rm.stall_longest_s,
-                    "stall_max_deficit_s": rm.stall_max_deficit_s, "continuity_ok_rate": rm.continuity_ok_rate,
-                    "chunks_mean": rm.chunks_mean, "chunks_min": rm.chunks_min, "chunks_max": rm.chunks_max,
-                    "audio_s_ok": rm.audio_s_ok, "audio_s_failed": rm.audio_s_failed, "wall_s": rm.wall_s,
-                })
+                repeats.append({"run_id": x.run_id, "repeat": x.repeat, "requests": rm.requests,
+                                "failures_by_class": dict(rm.failures_by_class),
+                                **{name: rm.get(name) for name in names_on(VERDICT)}})
             spreads: dict[str, dict[str, Any]] = {}
-            for key in ("throughput", "ttfa_p50_s", "ttfa_p95_s", "e2e_p50_s", "e2e_p95_s", "rtf_mean"):
+            for key in names_on(VERDICT_SPREAD):
                 s = spread([r[key] for r in repeats])
                 spreads[key] = {"min": s.min, "median": s.median, "max": s.max, "cv": s.cv, "n": s.n}
             rows.append({"engine": engine, "concurrency": int(c), "repeats": repeats, "spread": spreads})
     return finite(rows)
+
+
+# What every throughput-table repeat of a stored document has carried since schema version 1; a
+# metric added to the registry later is an optional property, so documents issued before it still
+# validate (docs/verdict.schema.json is tested equal to `throughput_repeat_schema`).
+V1_REPEAT_REQUIRED = ("run_id", "repeat", "throughput", "ttfa_p50_s", "ttfa_p95_s", "rtf_mean", "failed",
+                      "failures_by_class", "stall_count", "chunks_mean", "chunks_min", "chunks_max")
+
+
+def throughput_repeat_schema() -> dict[str, Any]:
+    """The JSON schema of one repeat of the throughput table, from the registry's `verdict` surface."""
+    from stats.metrics.registry import VERDICT, metrics_on
+
+    props: dict[str, Any] = {"run_id": {"type": "string"}, "repeat": {"type": "integer"},
+                             "requests": {"type": "integer"}, "failures_by_class": {"type": "object"}}
+    for d in metrics_on(VERDICT):
+        never_null = d.reduce in ("count", "sum") and d.integer
+        props[d.name] = {"type": "integer" if never_null else ["integer" if d.integer else "number", "null"],
+                         "description": f"{d.label}: {d.doc}"}
+    return {"type": "object", "required": list(V1_REPEAT_REQUIRED), "properties": props}
 
 
 def runs_section(store: Store, plan_hash: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
