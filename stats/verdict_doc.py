@@ -23,6 +23,7 @@ import numpy as np
 
 from data.store import Store, utcnow
 from data.verdicts import VerdictRow, insert_verdict, new_verdict_id
+from stats.quality.metrics import QUALITY_METRICS
 
 SCHEMA_VERSION = "omni-campaign-verdict/1"
 COVERAGE_RULE = (
@@ -46,8 +47,8 @@ for cell in doc["cells"]:
     idx = np.random.default_rng(b["seed"]).integers(0, K, (b["draws"], K))
     wer = 100 * (a["e_cand"][idx].sum(1) - a["e_base"][idx].sum(1)) / a["n_base"][idx].sum(1)
     sim = a["sim_base"][idx].mean(1) - a["sim_cand"][idx].mean(1)
-    utmos = a["utmos_base"][idx].mean(1) - a["utmos_cand"][idx].mean(1)
-    print(cell["concurrency"], [float(np.quantile(r, b["confidence"])) for r in (wer, sim, utmos)])
+    mos = a["mos_base"][idx].mean(1) - a["mos_cand"][idx].mean(1)
+    print(cell["concurrency"], [float(np.quantile(r, b["confidence"])) for r in (wer, sim, mos)])
 '''
 
 
@@ -231,7 +232,7 @@ def reproduce_section(verdict_id: str, plan, source: str | None, config) -> dict
     if source:
         m = config.margins
         cmds.append(f"campaign gate --scores {source} --wer-margin {m['wer']:g} --sim-margin {m['sim']:g} "
-                    f"--utmos-margin {m['utmos']:g} --draws {config.draws} --seed {config.seed} "
+                    f"--mos-margin {m['mos']:g} --draws {config.draws} --seed {config.seed} "
                     f"--method {config.method}"
                     + (f" --concurrencies {','.join(map(str, config.concurrencies))}" if config.concurrencies else ""))
     cmds.append(f"campaign export verdict {verdict_id} -o verdict.json")
@@ -276,14 +277,12 @@ def quality_document(*, verdict_id: str, created_at, result, frame, plan=None, s
             "bound": "numpy.quantile(replicates, confidence) (linear)" if cfg.method == "percentile"
                      else "BCa (scipy.stats.bootstrap's formulas), one-sided upper",
             "statistics": {
-                "wer": "100 * (sum E_cand - sum E_base) / sum N_base over resampled ids (pp)",
-                "sim": "mean(SIM_base) - mean(SIM_cand) over resampled ids (x100 scale)",
-                "utmos": "mean(UTMOS_base) - mean(UTMOS_cand) over resampled ids",
+                **{q.name: f"{q.degradation} ({q.unit})" for q in QUALITY_METRICS},
             },
             "aggregation": "within each utterance id over measured repeats: WER errors and words summed, "
-                           "SIM and UTMOS averaged",
+                           "SIM and MOS averaged",
         },
-        "margins": {m: float(cfg.margins[m]) for m in ("wer", "sim", "utmos")},
+        "margins": {q.name: float(cfg.margins[q.name]) for q in QUALITY_METRICS},
         "units": UNITS, "labels": result.labels,
         "checks": finite(result.checks_dicts()),
         "attribution": finite(result.attribution),

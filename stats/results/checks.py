@@ -40,7 +40,7 @@ def _num(v: Any) -> float | None:
 class CheckRow:
     kind: str  # quality | throughput
     concurrency: int | None
-    metric: str  # wer / sim / utmos, or the rule's metric (throughput)
+    metric: str  # wer / sim / mos (utmos in an older document), or the rule's metric (throughput)
     label: str
     unit: str
     status: str  # PASS / FAIL / INCONCLUSIVE
