@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # A hand-made long table: 4 ids, 2 repeats, one concurrency. Per id (summed over repeats):
 #   base errors 1,0,2,0 words 20,20,10,10 -> ΣE_b=3, ΣN=60; cand errors 1,1,2,0 -> ΣE_c=4
 #   WER point = 100*(4-3)/60 = 1.6667 pp; SIM base 70 everywhere, cand 69.9 -> drop 0.1;
-#   UTMOS identical -> 0.
+#   MOS identical -> 0.
 HAND = """arm,concurrency,repeat,utt_id,wer_errors,wer_words,sim,mos
 baseline,1,0,a-1,1,10,70,3.5
 baseline,1,1,a-1,0,10,70,3.5
