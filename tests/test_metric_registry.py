@@ -177,3 +177,9 @@ def test_run_summary_answers_the_readme_query(campaign):
         row = next(x for x in rows if x["engine"] == c.engine and x["concurrency"] == c.concurrency)
         assert row["tput"] == pytest.approx(c.spreads["throughput"].median)
         assert row["ttfa"] == pytest.approx(c.spreads["ttfa_p50_s"].median * 1000)
+    # the TUI's SQL tab (its own reader) has the same views
+    from console.tui.panes.sql import run_query
+
+    res_tui = run_query(db, q)
+    assert [dict(zip(res_tui.columns, r)) for r in res_tui.rows] == rows
+    assert run_query(db, "SELECT count(*) FROM quality_summary WHERE metric = 'mos'").rows[0][0] > 0
