@@ -31,7 +31,7 @@ SEED = 20261022
 
 def core(cells, draws):
     bs._counts_cached.cache_clear()
-    return bs.bounds_many(cells, [("wer", "sim", "utmos")] * len(cells), draws=draws, seed=SEED)
+    return bs.bounds_many(cells, [("wer", "sim", "mos")] * len(cells), draws=draws, seed=SEED)
 
 
 def scipy_nine(cells, draws):
@@ -40,7 +40,7 @@ def scipy_nine(cells, draws):
         r = {}
         for m, data, stat in (("wer", (c.e_base, c.e_cand, c.n_base), bs.wer_degradation),
                               ("sim", (c.sim_base, c.sim_cand), bs.mean_drop),
-                              ("utmos", (c.utmos_base, c.utmos_cand), bs.mean_drop)):
+                              ("mos", (c.mos_base, c.mos_cand), bs.mean_drop)):
             res = scipy.stats.bootstrap(data, stat, paired=True, vectorized=True, method="percentile",
                                         alternative="less", n_resamples=draws,
                                         rng=np.random.default_rng(SEED), confidence_level=0.95)
@@ -67,8 +67,8 @@ def main() -> int:
     a = ap.parse_args()
     frame = with_candidate(baseline_table(n_ids=a.ids, repeats=a.repeats),
                            extra_errors=lambda ids: (np.arange(len(ids)) % 5 == 0).astype(int),
-                           sim_shift=0.1, sim_noise=0.4, utmos_shift=0.01, utmos_noise=0.03)
-    cfg = GateConfig(margins={"wer": 0.2, "sim": 0.5, "utmos": 0.05}, draws=a.draws, seed=SEED)
+                           sim_shift=0.1, sim_noise=0.4, mos_shift=0.01, mos_noise=0.03)
+    cfg = GateConfig(margins={"wer": 0.2, "sim": 0.5, "mos": 0.05}, draws=a.draws, seed=SEED)
     cells = [aggregate_cell(frame[frame.concurrency == c], c).cell() for c in (1, 16, 32)]
 
     def gate():
@@ -78,7 +78,7 @@ def main() -> int:
     t_core, t_core_min, ours = timed(lambda: core(cells, a.draws), a.runs)
     t_gate, t_gate_min, _ = timed(gate, a.runs)
     t_sp, t_sp_min, theirs = timed(lambda: scipy_nine(cells, a.draws), max(1, min(a.runs, 3)))
-    diff = max(abs(o[m].bound - t[m]) for o, t in zip(ours, theirs) for m in ("wer", "sim", "utmos"))
+    diff = max(abs(o[m].bound - t[m]) for o, t in zip(ours, theirs) for m in ("wer", "sim", "mos"))
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs (figures are noisy on a shared box; compare the ratio)")
     print(f"data: {a.ids} ids x {a.repeats} repeats x 3 concurrencies x 2 arms = {len(frame)} rows; B={a.draws}")
     print(f"ours  core (aggregates -> 9 bounds): median {t_core * 1e3:7.1f} ms  (min {t_core_min * 1e3:.1f})")

@@ -566,7 +566,9 @@ def _frame(root: Path, vid: str):
         t = pq.read_table(p)
     except Exception as exc:  # pyarrow raises several error types for a damaged file
         raise EvidenceMismatch(f"verdicts/{p.name}: cannot be read ({first_line(exc)})") from None
-    frame = t.to_pandas()
+    from stats.gates import current_names
+
+    frame = current_names(t.to_pandas())  # a bundle written before the MOS column was `mos` says `utmos`
     attrs = json.loads((t.schema.metadata or {}).get(b"omni_campaign.frame_attrs", b"{}"))
     frame.attrs.update(attrs)
     return frame
@@ -581,11 +583,11 @@ def _scores_agree(store: Store, frame, doc: dict[str, Any], vid: str) -> None:
     for rec in frame.itertuples(index=False):
         if rec.run_id is None:
             continue
-        for col, metric in (("wer_errors", "wer"), ("sim", "sim"), ("utmos", "utmos")):
+        for col, metric in (("wer_errors", "wer"), ("sim", "sim"), ("mos", "mos")):
             v = getattr(rec, col)
             if v is None or (isinstance(v, float) and math.isnan(v)):
                 continue
-            sid = ids.get(metric) or (ids.get("mos") if metric == "utmos" else None)  # the MOS slot: scoring's 'mos'
+            sid = ids.get(metric) or (ids.get("utmos") if metric == "mos" else None)  # an older document's name
             s = by.get((rec.run_id, rec.utt_id, sid))
             want = None if s is None or s["status"] != "ok" else (s["errors"] if metric == "wer" else s["value"])
             words_differ = s is not None and metric == "wer" and float(s["wer_ref_words"]) != float(rec.wer_words)

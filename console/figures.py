@@ -22,7 +22,7 @@ matplotlib.use("Agg")  # no display; before anything imports pyplot
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from stats.metrics import METRICS_BY_NAME  # noqa: E402
+from stats.metrics.registry import metrics_in_figure  # noqa: E402
 from stats.results.plan_results import PlanResults, VerdictResult  # noqa: E402
 from stats.results.replicates import CheckReplicates  # noqa: E402
 from stats.results.series import GpuRunSeries  # noqa: E402
@@ -138,7 +138,7 @@ def _metric_vs_c(ax, res: PlanResults, name: str, scale: float, ylabel: str) -> 
         col = _color(engines, e)
         xs, ys, mx, my = [], [], [], []
         for cell in res.cells_of(e):
-            vals = [getattr(x.metrics, name) for x in cell.runs]
+            vals = [x.metrics.get(name) for x in cell.runs]
             vals = [v * scale for v in vals if v is not None]
             xs += [cell.concurrency] * len(vals)
             ys += vals
@@ -189,15 +189,15 @@ def throughput_figure(res: PlanResults, imported: Sequence[dict[str, Any]] = ())
 
 
 def latency_figure(res: PlanResults) -> FigureOut:
+    """One panel per registry metric whose figure is "latency" (stats/metrics/registry.py)."""
     title = "Latency vs concurrency"
-    fig, axes = _figure(title, ncols=3, width=12.0, height=3.8)
-    for ax, (name, sub) in zip(axes[0], (("ttfa_p50_s", "TTFA p50"), ("ttfa_p95_s", "TTFA p95"),
-                                         ("e2e_p50_s", "end-to-end latency p50"))):
-        d = METRICS_BY_NAME[name]
-        _metric_vs_c(ax, res, name, d.scale, f"{sub} ({d.unit})")
-        ax.set_title(sub)
-    return FigureOut("latency", title, "Time to first audio (p50, p95) and end-to-end request latency (p50) per run "
-                     "(points) and their medians across repeats (lines).", fig)
+    panels = metrics_in_figure("latency")
+    fig, axes = _figure(title, ncols=len(panels), width=4.0 * len(panels), height=3.8)
+    for ax, d in zip(axes[0], panels):
+        _metric_vs_c(ax, res, d.name, d.scale, d.header())
+        ax.set_title(d.label)
+    return FigureOut("latency", title, "Per run (points) and median across repeats (lines): "
+                     + "; ".join(f"{d.label}: {d.doc}" for d in panels) + ".", fig)
 
 
 def rtf_figure(res: PlanResults, rtfs: dict[str, list[float]]) -> FigureOut:

@@ -19,13 +19,13 @@ from data.anchor import current_head
 from data.errors import CampaignError, first_line
 from data.imported import MARK, imported_rows
 from data.store import Store
-from stats.metrics import METRICS, METRICS_VERSION
+from stats.metrics import METRICS_VERSION, registry
 from stats.rule_noise import noise_summary, store_rule_noise
 from console.equivalence_report import equivalence_figure, equivalence_tables, family_equivalence
 from stats.results.plan_results import PlanResults, VerdictResult, load_verdicts
 from stats.results.provenance import provenance
 from stats.results.replicates import CheckReplicates, document_replicates
-from stats.results.report import COLUMNS, column_label, concurrency_label
+from stats.results.report import column_label, columns, concurrency_label
 from stats.results.series import gpu_series, request_rtfs
 
 
@@ -78,13 +78,13 @@ def _table(head: list[str], rows: list[list[str]], cls: str = "") -> str:
 def report_tables(res: PlanResults) -> str:
     plan = res.plan
     parts = []
-    head = ["C", "n"] + [column_label(f, lbl, plan.metrics.throughput_scale) for f, lbl in COLUMNS]
+    head = ["C", "n"] + [column_label(f, plan.metrics.throughput_scale) for f in columns()]
     for e in plan.engines:
         limit = res.limits.get(e.name)
         rows = []
         for c in res.cells_of(e.name):
             cells = [_e(concurrency_label(c.concurrency, limit)), str(c.n)]
-            for f, _ in COLUMNS:
+            for f in columns():
                 t = c.text(f)
                 cells.append(f'<span class="med">{_e(t.median)}</span>'
                              + (f'<br><span class="rng">{_e(t.range)}</span>' if t.range else ""))
@@ -184,8 +184,10 @@ def record_section(store: Store, plan) -> str:
 
 
 def definitions() -> str:
-    rows = [[_e(m.label), f"<code>{_e(m.name)}</code>", _e(m.unit), _e(m.doc)] for m in METRICS]
-    return _table(["metric", "field", "unit", "definition"], rows, "defs")
+    """The registry's definitions (stats/metrics/registry.py), one row per metric."""
+    rows = [[_e(m.label), f"<code>{_e(m.name)}</code>", f"<code>{_e(m.sql_column)}</code>", _e(m.unit), _e(m.doc)]
+            for m in registry.METRICS]
+    return _table(["metric", "field", "run_summary column", "unit", "definition"], rows, "defs")
 
 
 CSS = """

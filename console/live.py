@@ -32,13 +32,16 @@ from data.records import ChunkRecord, GpuSample, RequestRecord
 from engine_adapters.dialects import get_dialect
 from engine_adapters.driver import idle_priority
 from stats.metrics import metrics_from_records, request_metrics
+from stats.metrics.registry import LIVE, names_on
 
 SNAPSHOT_SCHEMA = "omni-campaign-live/1"
 LIVE_SUFFIX = ".live.json"
 NS = 1e9
-# run metrics shown live (RunMetrics field names; labels and formats come from the registry)
-LIVE_METRICS = ("throughput", "ttfa_p50_s", "ttfa_p95_s", "e2e_p50_s", "rtf_mean", "stall_count", "truncated",
-                "continuity_ok_rate")
+
+
+def live_metrics() -> tuple[str, ...]:
+    """Run metrics shown live: the registry's `live` surface (stats/metrics/registry.py)."""
+    return names_on(LIVE)
 
 
 def live_path(db_path: str | os.PathLike) -> Path:
@@ -104,7 +107,7 @@ class LiveRun:
     started_wall: float = 0.0  # time.time() at run start
     completed: int = 0  # ok requests (warmups included; they are requests too)
     failed: dict[str, int] = field(default_factory=dict)  # failure class -> count
-    metrics: dict[str, float | int | None] = field(default_factory=dict)  # LIVE_METRICS, measured requests
+    metrics: dict[str, float | int | None] = field(default_factory=dict)  # live_metrics(), measured requests
 
     @property
     def done(self) -> int:
@@ -400,7 +403,7 @@ class LiveFeed:
         if run is None or not self._run_requests:
             return
         m = metrics_from_records(run.run_id, self._run_requests, self._run_chunks, MetricParams(**self.metric_params))
-        run.metrics = {name: getattr(m, name) for name in LIVE_METRICS}
+        run.metrics = {name: m.get(name) for name in live_metrics()}
 
     def _add_gpu(self, samples: Iterable[GpuSample]) -> None:
         for s in samples:

@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from typing import Sequence
+
+from data.views import VIEWS, View
+from data.views import markdown as views_markdown
 
 
 @dataclass(frozen=True)
@@ -586,8 +590,8 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 
-def markdown() -> str:
-    """docs/schema.md, one line per column."""
+def markdown(views: Sequence[View] = ()) -> str:
+    """docs/schema.md, one line per column of every table, then the `views` (data/views.py)."""
     out = [
         "# Run store schema",
         "",
@@ -604,8 +608,19 @@ def markdown() -> str:
         out += ["| column | type | meaning |", "|---|---|---|"]
         out += [f"| `{c.name}` | {c.type} | {c.doc} |" for c in t.columns]
         out.append("")
+    if views:
+        out += ["# Views", "",
+                "Created on every connection as TEMP views, from the definitions of the console that opened the "
+                "store (nothing to migrate; read-only readers and `campaign sql` have them). Query them like tables.",
+                ""]
+        out += views_markdown(list(views))
     return "\n".join(out)
 
 
 if __name__ == "__main__":
-    sys.stdout.write(markdown())
+    # The statistics layer registers the views it defines when imported (data/views.py); this
+    # generator is a tool run from the repository, not a module the data layer depends on.
+    import importlib
+
+    importlib.import_module("stats.metrics.views")
+    sys.stdout.write(markdown(list(VIEWS.values())))

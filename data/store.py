@@ -19,6 +19,7 @@ import duckdb
 
 from data.errors import StoreCorrupt, StoreError, StoreLocked, first_line
 from data.schema import MIGRATIONS, SCHEMA_VERSION, TABLES, TABLES_BY_NAME
+from data.views import create_views
 
 DEFAULT_DB = "campaign.duckdb"
 ENV_DB = "CAMPAIGN_DB"
@@ -118,6 +119,7 @@ class Store:
         try:
             self.check_file_size()
             self._migrate()
+            create_views(self.con)  # run_summary, quality_summary ... (data/views.py)
         except duckdb.Error as exc:
             self.con.close()
             raise open_error(self.path, exc) from None

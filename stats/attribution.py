@@ -22,7 +22,7 @@ def _without(cell: CellArrays, drop: int) -> CellArrays:
     return CellArrays(
         tuple(i for i, k in zip(cell.ids, keep) if k),
         cell.e_base[keep], cell.e_cand[keep], cell.n_base[keep],
-        cell.sim_base[keep], cell.sim_cand[keep], cell.utmos_base[keep], cell.utmos_cand[keep],
+        cell.sim_base[keep], cell.sim_cand[keep], cell.mos_base[keep], cell.mos_cand[keep],
     )
 
 

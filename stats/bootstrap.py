@@ -5,7 +5,7 @@ Protocol for one concurrency cell with K utterance ids (ascending string order):
     idx = numpy.random.default_rng(seed).integers(0, K, (B, K))      # one matrix, shared by metrics
     WER pp    = 100 * (sum(E_cand[idx]) - sum(E_base[idx])) / sum(N_base[idx])
     SIM drop  = mean(SIM_base[idx]) - mean(SIM_cand[idx])
-    UTMOS drop= mean(UTMOS_base[idx]) - mean(UTMOS_cand[idx])
+    MOS drop  = mean(MOS_base[idx]) - mean(MOS_cand[idx])
     bound     = numpy.quantile(replicates, 0.95)                       # linear, one-sided upper
 
 `scipy.stats.bootstrap((arrays...), statistic, paired=True, vectorized=True, method="percentile",
@@ -79,8 +79,8 @@ class CellArrays:
     n_base: np.ndarray
     sim_base: np.ndarray
     sim_cand: np.ndarray
-    utmos_base: np.ndarray
-    utmos_cand: np.ndarray
+    mos_base: np.ndarray
+    mos_cand: np.ndarray
 
     @property
     def k(self) -> int:
@@ -98,7 +98,7 @@ def point_estimates(cell: CellArrays) -> dict[str, float]:
     return {
         "wer": float(wer_degradation(cell.e_base, cell.e_cand, cell.n_base)),
         "sim": float(mean_drop(cell.sim_base, cell.sim_cand)),
-        "utmos": float(mean_drop(cell.utmos_base, cell.utmos_cand)),
+        "mos": float(mean_drop(cell.mos_base, cell.mos_cand)),
     }
 
 
@@ -108,7 +108,7 @@ def _columns(cell: CellArrays, metrics) -> tuple[list[np.ndarray], dict[str, int
     if "wer" in metrics:
         layout["wer"] = len(cols)
         cols += [cell.e_cand, cell.e_base, cell.n_base]
-    for m, (b, c) in (("sim", (cell.sim_base, cell.sim_cand)), ("utmos", (cell.utmos_base, cell.utmos_cand))):
+    for m, (b, c) in (("sim", (cell.sim_base, cell.sim_cand)), ("mos", (cell.mos_base, cell.mos_cand))):
         if m in metrics:
             layout[m] = len(cols)
             cols += [b, c]
@@ -157,7 +157,7 @@ def jackknife(cell: CellArrays, metric: str) -> np.ndarray:
         eb = np.sum(cell.e_base) - cell.e_base
         nb = np.sum(cell.n_base) - cell.n_base
         return 100.0 * (ec - eb) / nb
-    base, cand = (cell.sim_base, cell.sim_cand) if metric == "sim" else (cell.utmos_base, cell.utmos_cand)
+    base, cand = (cell.sim_base, cell.sim_cand) if metric == "sim" else (cell.mos_base, cell.mos_cand)
     return (np.sum(base) - base) / (k - 1) - (np.sum(cand) - cand) / (k - 1)
 
 
@@ -206,6 +206,6 @@ def bounds_many(cells: list[CellArrays], metrics: list[tuple[str, ...]], *, draw
 
 
 def cell_bounds(cell: CellArrays, *, draws: int, seed: int, confidence: float = BOOTSTRAP_DEFAULTS.confidence,
-                method: str = BOOTSTRAP_DEFAULTS.method, metrics=("wer", "sim", "utmos")) -> dict[str, BoundResult]:
+                method: str = BOOTSTRAP_DEFAULTS.method, metrics=("wer", "sim", "mos")) -> dict[str, BoundResult]:
     """Point estimate, one-sided upper bound and replicates of each metric for one cell."""
     return bounds_many([cell], [tuple(metrics)], draws=draws, seed=seed, confidence=confidence, method=method)[0]

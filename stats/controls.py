@@ -41,7 +41,7 @@ class ControlResult:
 
 def baseline_table(n_ids: int = N_IDS, repeats: int | Sequence[int] = REPEATS, concurrencies=CONCURRENCIES,
                    data_seed: int = DATA_SEED) -> pd.DataFrame:
-    """A plausible baseline arm: ~3 % WER, SIM ≈ 65 ± 3, UTMOS ≈ 3.5 ± 0.3, per-repeat jitter.
+    """A plausible baseline arm: ~3 % WER, SIM ≈ 65 ± 3, MOS ≈ 3.5 ± 0.3, per-repeat jitter.
     `repeats`: a count (repeats 0..n-1) or the repeat indices themselves."""
     repeats = range(repeats) if isinstance(repeats, int) else tuple(repeats)
     rng = np.random.default_rng(data_seed)
@@ -57,12 +57,12 @@ def baseline_table(n_ids: int = N_IDS, repeats: int | Sequence[int] = REPEATS, c
             mos = mos_id + rng.normal(0, 0.02, n_ids)
             for i, uid in enumerate(ids):
                 rows.append(("baseline", c, r, uid, int(errs[i]), int(words[i]), float(sim[i]), float(mos[i])))
-    return pd.DataFrame(rows, columns=["arm", "concurrency", "repeat", "utt_id", "wer_errors", "wer_words", "sim", "utmos"])
+    return pd.DataFrame(rows, columns=["arm", "concurrency", "repeat", "utt_id", "wer_errors", "wer_words", "sim", "mos"])
 
 
 def with_candidate(base: pd.DataFrame, *, extra_errors: Callable[[np.ndarray], np.ndarray] | None = None,
-                   sim_shift: float = 0.0, utmos_shift: float = 0.0, sim_noise: float = 0.0,
-                   utmos_noise: float = 0.0, data_seed: int = DATA_SEED + 1) -> pd.DataFrame:
+                   sim_shift: float = 0.0, mos_shift: float = 0.0, sim_noise: float = 0.0,
+                   mos_noise: float = 0.0, data_seed: int = DATA_SEED + 1) -> pd.DataFrame:
     """Candidate arm = baseline rows plus the injected change (shifts are drops when positive)."""
     rng = np.random.default_rng(data_seed)
     cand = base.copy()
@@ -70,8 +70,8 @@ def with_candidate(base: pd.DataFrame, *, extra_errors: Callable[[np.ndarray], n
     if extra_errors is not None:
         cand["wer_errors"] = cand["wer_errors"] + extra_errors(cand["utt_id"].to_numpy())
     cand["sim"] = cand["sim"] - sim_shift + rng.normal(0, sim_noise, len(cand)) if sim_noise else cand["sim"] - sim_shift
-    cand["utmos"] = (cand["utmos"] - utmos_shift + rng.normal(0, utmos_noise, len(cand))
-                     if utmos_noise else cand["utmos"] - utmos_shift)
+    cand["mos"] = (cand["mos"] - mos_shift + rng.normal(0, mos_noise, len(cand))
+                   if mos_noise else cand["mos"] - mos_shift)
     return pd.concat([base, cand], ignore_index=True)
 
 
@@ -142,19 +142,19 @@ def run_controls(config: GateConfig) -> list[ControlResult]:
     control("sim-beyond-margin", f"SIM lowered by {2 * m['sim']:g} on every output", FAIL,
             with_candidate(base, sim_shift=2 * float(m["sim"]), sim_noise=0.2),
             extra=lambda r: _failed_metrics(r, {"sim"}))
-    control("utmos-beyond-margin", f"UTMOS lowered by {2 * m['utmos']:g} on every output", FAIL,
-            with_candidate(base, utmos_shift=2 * float(m["utmos"]), utmos_noise=0.01),
-            extra=lambda r: _failed_metrics(r, {"utmos"}))
-    control("inside-margins", "small SIM/UTMOS drops (a tenth of each margin), WER unchanged, 64 ids", PASS,
-            with_candidate(base, sim_shift=0.1 * float(m["sim"]), utmos_shift=0.1 * float(m["utmos"]),
-                           sim_noise=0.2, utmos_noise=0.005))
+    control("mos-beyond-margin", f"MOS lowered by {2 * m['mos']:g} on every output", FAIL,
+            with_candidate(base, mos_shift=2 * float(m["mos"]), mos_noise=0.01),
+            extra=lambda r: _failed_metrics(r, {"mos"}))
+    control("inside-margins", "small SIM/MOS drops (a tenth of each margin), WER unchanged, 64 ids", PASS,
+            with_candidate(base, sim_shift=0.1 * float(m["sim"]), mos_shift=0.1 * float(m["mos"]),
+                           sim_noise=0.2, mos_noise=0.005))
     missing = identical[~((identical["arm"] == "candidate") & (identical["concurrency"] == last_c)
                           & (identical["utt_id"] == "spk01-utt0008"))]
     control("missing-id", f"one utterance missing from the candidate at C{last_c}", INCONCLUSIVE, missing,
             extra=lambda r: (any("spk01-utt0008" in c.reason for c in r.checks), "gap names spk01-utt0008"))
     _repeat_controls(control, config, concs, reps)
-    no_mos = identical.assign(utmos=np.nan)
-    control("scorer-unavailable", "UTMOS scorer unavailable (no local model)", INCONCLUSIVE, no_mos,
+    no_mos = identical.assign(mos=np.nan)
+    control("scorer-unavailable", "MOS scorer unavailable (no local model)", INCONCLUSIVE, no_mos,
             status={"wer": "ok", "sim": "ok", "mos": "unavailable: model directory not found"})
     control("single-outlier", f"one utterance ({OUTLIER_ID}) carries the whole WER change", FAIL,
             with_candidate(base, extra_errors=lambda ids: _outlier(ids, k)), extra=_names_outlier)
@@ -171,7 +171,7 @@ def run_controls(config: GateConfig) -> list[ControlResult]:
             extra=lambda r: _failed_metrics(r, {"sim"}, only_c=first_c))
 
     # Same seed -> identical bounds; another seed -> different bounds (the seed is really used).
-    data = with_candidate(base, extra_errors=lambda ids: _every_third(ids, k), sim_shift=0.1, sim_noise=0.3, utmos_noise=0.01)
+    data = with_candidate(base, extra_errors=lambda ids: _every_third(ids, k), sim_shift=0.1, sim_noise=0.3, mos_noise=0.01)
     a = _bounds(evaluate_gates(data, config, attribution=False))
     b = _bounds(evaluate_gates(data, config, attribution=False))
     c = _bounds(evaluate_gates(data, replace(config, seed=config.seed + 1), attribution=False))

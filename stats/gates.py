@@ -2,7 +2,7 @@
 
 Input is the quality long table (one row per arm, concurrency, repeat, utterance id) — either
 `stats.quality.scores_frame` or a user's own CSV/Parquet. Within each id the measured repeats are
-aggregated first (WER error and word counts summed, SIM and UTMOS averaged); ids are then the
+aggregated first (WER error and word counts summed, SIM and MOS averaged); ids are then the
 bootstrap's clusters. A check is computed only over full coverage: every id must have exactly one
 usable value at every expected measured repeat in both arms (the plan's `sweep.measured_repeats`
 in plan mode; in `--scores` mode every repeat either arm has at that concurrency). Any id that
@@ -25,22 +25,31 @@ from data.bootstrap_params import BOOTSTRAP_DEFAULTS, METHODS
 from data.errors import CampaignError
 from data.plan_model import Plan
 from stats.bootstrap import CellArrays, bounds_many, cell_bounds
+from stats.quality.metrics import LEGACY, NAMES as QUALITY_NAMES, QUALITY_METRICS, canonical, check_labels
 
 ARMS = ("baseline", "candidate")
-METRICS = ("wer", "sim", "utmos")
-COLUMNS = ("arm", "concurrency", "repeat", "utt_id", "wer_errors", "wer_words", "sim", "utmos")
-UNITS = {"wer": "pp", "sim": "x100", "utmos": "MOS"}
-LABELS = {"wer": "WER degradation", "sim": "SIM drop", "utmos": "UTMOS drop"}
+METRICS = QUALITY_NAMES  # wer, sim, mos (stats/quality/metrics.py)
+VALUE_COLUMNS = ("wer_errors", "wer_words", "sim", "mos")  # the input table's value columns, in hash order
+COLUMNS = ("arm", "concurrency", "repeat", "utt_id", *VALUE_COLUMNS)
+UNITS = {m.name: m.unit for m in QUALITY_METRICS}
+LABELS = {m.name: m.label for m in QUALITY_METRICS}
 
 
 def metric_labels(scorer_labels: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Check labels that name what filled each slot: the MOS slot may hold DNSMOS scores (the bundled
-    scorer), which must never be reported as UTMOS."""
-    labels = dict(LABELS)
-    mos = (scorer_labels or {}).get("utmos")
-    if mos and "UTMOS" not in mos.upper():
-        labels["utmos"] = f"MOS drop ({mos})"
-    return labels
+    """Check labels that name what filled each slot: the MOS slot says whether DNSMOS or UTMOS22
+    scored it, so DNSMOS scores are never reported as UTMOS."""
+    return check_labels(scorer_labels)
+
+
+def current_names(df: pd.DataFrame) -> pd.DataFrame:
+    """A score table with this console's column names: an older table's (or a stored bundle's)
+    `utmos` column is the `mos` column (stats/quality/metrics.py, LEGACY). Values untouched."""
+    rename = {old: new for old, new in LEGACY.items() if old in df.columns and new not in df.columns}
+    if not rename:
+        return df
+    out = df.rename(columns=rename)
+    out.attrs = dict(df.attrs)
+    return out
 PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
 
 
@@ -57,6 +66,8 @@ class GateConfig:
     repeats: tuple[int, ...] | None = None  # expected measured repeats (the plan's); None: as the table has them
 
     def __post_init__(self) -> None:
+        if any(k in LEGACY for k in self.margins):  # an older caller's 'utmos' margin is the MOS margin
+            object.__setattr__(self, "margins", {canonical(k): v for k, v in self.margins.items()})
         for m in METRICS:
             v = self.margins.get(m)
             if v is None or not math.isfinite(float(v)):
@@ -76,7 +87,7 @@ class GateConfig:
         or its default) and the sweep's measured repeats."""
         q, b, m = plan.quality, plan.bootstrap, plan.quality.margins
         concs = q.scored_concurrencies
-        margins: dict[str, Any] = {"wer": m.wer_pp, "sim": m.sim, "utmos": m.mos}  # None: __post_init__ refuses it
+        margins: dict[str, Any] = {q.name: getattr(m, q.margin_key) for q in QUALITY_METRICS}  # None: refused
         return cls(
             margins=margins,
             draws=int(b.draws),
@@ -105,7 +116,7 @@ class Check:
     n_expected: int  # ids expected at this concurrency (union over both arms)
     point: float | None
     bound: float | None
-    base_value: float | None  # baseline corpus WER % / mean SIM / mean UTMOS
+    base_value: float | None  # baseline corpus WER % / mean SIM / mean MOS
     cand_value: float | None
     reason: str = ""
     diagnostic_only: bool = False  # True when the figures cover fewer ids than expected
@@ -142,7 +153,7 @@ class GateResult:
 
 def validate_long_frame(df: pd.DataFrame, source: str = "scores") -> pd.DataFrame:
     """Check a user's long table and return it normalised; bad input -> one-line CampaignError."""
-    df = df.reset_index(drop=True)
+    df = current_names(df).reset_index(drop=True)
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
         raise CampaignError(f"{source}: missing column(s) {', '.join(missing)} (need {', '.join(COLUMNS)})")
@@ -160,7 +171,7 @@ def validate_long_frame(df: pd.DataFrame, source: str = "scores") -> pd.DataFram
     out["utt_id"] = ids.astype(str).str.strip()
     out["wer_errors"] = _int_column(df, "wer_errors", source, allow_nan=True, minimum=0)
     out["wer_words"] = _int_column(df, "wer_words", source, allow_nan=True, minimum=1)
-    for col in ("sim", "utmos"):
+    for col in ("sim", "mos"):
         vals = pd.to_numeric(df[col], errors="coerce")
         bad = (vals.isna() & df[col].notna() & (df[col].astype(str).str.strip() != "")) | np.isinf(vals)
         if bad.any():
@@ -222,11 +233,12 @@ def _int_column(df: pd.DataFrame, col: str, source: str, *, allow_nan: bool, min
 
 def canonical_table(df: pd.DataFrame) -> pd.DataFrame:
     """The eight input columns with fixed types, rows sorted by (arm, concurrency, repeat, utt_id)."""
+    df = current_names(df)
     t = pd.DataFrame({
         "arm": df["arm"].astype(str), "concurrency": df["concurrency"].astype(np.int64),
         "repeat": df["repeat"].astype(np.int64),
         "utt_id": df["utt_id"].map(lambda u: "" if u is None or (isinstance(u, float) and math.isnan(u)) else str(u)),
-        **{c: df[c].astype(np.float64) for c in ("wer_errors", "wer_words", "sim", "utmos")},
+        **{c: df[c].astype(np.float64) for c in VALUE_COLUMNS},
     })
     return t.sort_values(["arm", "concurrency", "repeat", "utt_id"], kind="mergesort").reset_index(drop=True)
 
@@ -234,7 +246,7 @@ def canonical_table(df: pd.DataFrame) -> pd.DataFrame:
 HASH_RECIPE = (
     "sha256 over: b'omni-campaign-scores/1\\n'; then for arm and utt_id the values joined by "
     "'\\x1f' plus '\\n' (UTF-8); then concurrency and repeat as little-endian int64 bytes; then "
-    "wer_errors, wer_words, sim, utmos as little-endian float64 bytes (NaN as numpy.nan) — rows "
+    "wer_errors, wer_words, sim, mos (an older table's utmos) as little-endian float64 bytes (NaN as numpy.nan) — rows "
     "sorted by (arm, concurrency, repeat, utt_id); a missing utt_id (a missing run whose ids are unknown) "
     "hashes as ''"
 )
@@ -248,7 +260,7 @@ def frame_sha256(df: pd.DataFrame) -> str:
         h.update(("\x1f".join(t[c].tolist()) + "\n").encode())
     for c in ("concurrency", "repeat"):
         h.update(t[c].to_numpy(dtype="<i8").tobytes())
-    for c in ("wer_errors", "wer_words", "sim", "utmos"):
+    for c in VALUE_COLUMNS:
         v = t[c].to_numpy(dtype="<f8")
         h.update(np.where(np.isnan(v), np.nan, v).astype("<f8").tobytes())
     return h.hexdigest()
@@ -261,7 +273,7 @@ def frame_sha256(df: pd.DataFrame) -> str:
 METRIC_COLUMNS: dict[str, dict[str, tuple[str, ...]]] = {
     "wer": {"baseline": ("wer_errors", "wer_words"), "candidate": ("wer_errors",)},
     "sim": {"baseline": ("sim",), "candidate": ("sim",)},
-    "utmos": {"baseline": ("utmos",), "candidate": ("utmos",)},
+    "mos": {"baseline": ("mos",), "candidate": ("mos",)},
 }
 
 
@@ -326,6 +338,7 @@ def aggregate_cell(df_c: pd.DataFrame, concurrency: int, repeats: tuple[int, ...
     """Aggregate one concurrency's rows within each utterance id (numpy bincounts: this runs on
     every gate, so it is kept as cheap as the bootstrap itself). `repeats`: the expected measured
     repeats (the plan's); None takes every repeat present at this concurrency in either arm."""
+    df_c = current_names(df_c)
     df_c = df_c[df_c["utt_id"].notna()]  # a missing run of an unknowable pool: `repeats` finds the gap
     utt = df_c["utt_id"].astype(str).to_numpy(dtype=object)
     uniq, codes = np.unique(utt, return_inverse=True)  # ascending string order: column k = k-th id
@@ -344,7 +357,7 @@ def aggregate_cell(df_c: pd.DataFrame, concurrency: int, repeats: tuple[int, ...
     for arm_name, short in (("baseline", "base"), ("candidate", "cand")):
         sel = arm == arm_name
         cs = codes[sel]
-        for col, key in (("wer_errors", "e"), ("wer_words", "n"), ("sim", "sim"), ("utmos", "utmos")):
+        for col, key in (("wer_errors", "e"), ("wer_words", "n"), ("sim", "sim"), ("mos", "mos")):
             v = df_c[col].to_numpy(dtype=np.float64)[sel]
             ok = ~np.isnan(v)
             per_rep = np.bincount(slot[sel][ok], minlength=k * width).reshape(k, width)
@@ -370,7 +383,7 @@ def _arm_values(cell: CellArrays, metric: str) -> tuple[float, float]:
     if metric == "wer":
         n = float(np.sum(cell.n_base))
         return 100.0 * float(np.sum(cell.e_base)) / n, 100.0 * float(np.sum(cell.e_cand)) / n
-    b, c = (cell.sim_base, cell.sim_cand) if metric == "sim" else (cell.utmos_base, cell.utmos_cand)
+    b, c = (cell.sim_base, cell.sim_cand) if metric == "sim" else (cell.mos_base, cell.mos_cand)
     return float(np.mean(b)), float(np.mean(c))
 
 
@@ -393,7 +406,7 @@ def missing_evidence(frame: pd.DataFrame, arms: Mapping[str, str], shown_max: in
     judge"): an arm with no usable value of any metric at any concurrency (not run, or not scored
     yet). A verdict issued then would be a permanent INCONCLUSIVE about evidence never gathered.
     `arms`: arm -> engine name. Repeated gap causes are summarised, never listed once per id."""
-    values = frame[["wer_errors", "sim", "utmos"]].notna().any(axis=1) if len(frame) else pd.Series(dtype=bool)
+    values = current_names(frame)[["wer_errors", "sim", "mos"]].notna().any(axis=1) if len(frame) else pd.Series(dtype=bool)
     empty = [a for a in ARMS if not bool(values[frame["arm"] == a].any())] if len(frame) else list(ARMS)
     if not empty:
         return None
@@ -432,9 +445,9 @@ def decide(bound: float | None, margin: float) -> str:
 
 
 def scorer_problems(status: Mapping[str, str] | None) -> dict[str, str]:
-    """metric -> why unavailable, from `scorer_status(plan)` (keys wer/sim/mos or utmos)."""
+    """metric -> why unavailable, from `scorer_status(plan)` (keys wer/sim/mos, or an older utmos)."""
     out: dict[str, str] = {}
-    for metric, keys in (("wer", ("wer",)), ("sim", ("sim",)), ("utmos", ("mos", "utmos"))):
+    for metric, keys in (("wer", ("wer",)), ("sim", ("sim",)), ("mos", ("mos", "utmos"))):
         for k in keys:
             v = (status or {}).get(k)
             if v is not None and str(v) != "ok":
@@ -447,7 +460,7 @@ def evaluate_gates(frame: pd.DataFrame, config: GateConfig, *, scorer_status: Ma
     """Run every check of every quality concurrency and combine them into one verdict."""
     from stats.attribution import wer_attribution  # attribution builds on this module
 
-    df = frame
+    df = current_names(frame)
     concs = config.concurrencies or tuple(sorted(int(c) for c in df["concurrency"].unique()))
     unavailable = scorer_problems(scorer_status)
     checks: list[Check] = []
@@ -506,7 +519,7 @@ def evaluate_gates(frame: pd.DataFrame, config: GateConfig, *, scorer_status: Ma
         "rows": int(len(df)),
         "rows_by_arm": {a: int((df["arm"] == a).sum()) for a in ARMS},
         "sha256": frame_sha256(df),
-        "table": "long table: arm, concurrency, repeat, utt_id, wer_errors, wer_words, sim, utmos",
+        "table": "long table: arm, concurrency, repeat, utt_id, wer_errors, wer_words, sim, mos",
         "source": source,
     }
     verdict = combine([ch.status for ch in checks])

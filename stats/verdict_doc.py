@@ -23,6 +23,7 @@ import numpy as np
 
 from data.store import Store, utcnow
 from data.verdicts import VerdictRow, insert_verdict, new_verdict_id
+from stats.quality.metrics import QUALITY_METRICS
 
 SCHEMA_VERSION = "omni-campaign-verdict/1"
 COVERAGE_RULE = (
@@ -46,8 +47,8 @@ for cell in doc["cells"]:
     idx = np.random.default_rng(b["seed"]).integers(0, K, (b["draws"], K))
     wer = 100 * (a["e_cand"][idx].sum(1) - a["e_base"][idx].sum(1)) / a["n_base"][idx].sum(1)
     sim = a["sim_base"][idx].mean(1) - a["sim_cand"][idx].mean(1)
-    utmos = a["utmos_base"][idx].mean(1) - a["utmos_cand"][idx].mean(1)
-    print(cell["concurrency"], [float(np.quantile(r, b["confidence"])) for r in (wer, sim, utmos)])
+    mos = a["mos_base"][idx].mean(1) - a["mos_cand"][idx].mean(1)
+    print(cell["concurrency"], [float(np.quantile(r, b["confidence"])) for r in (wer, sim, mos)])
 '''
 
 
@@ -102,8 +103,11 @@ def coverage_section(frame, result) -> dict[str, Any]:
 
 
 def throughput_table(store: Store, plan) -> list[dict[str, Any]]:
-    """Every engine × every sweep concurrency: per-repeat metrics of the aggregate runs + spreads."""
+    """Every engine × every sweep concurrency: per-repeat metrics of the aggregate runs (the
+    registry's `verdict` surface, with the request count and failures by class) and the spread of
+    its `verdict_spread` metrics."""
     from stats.metrics import cell_runs, spread
+    from stats.metrics.registry import VERDICT, VERDICT_SPREAD, names_on
 
     rows: list[dict[str, Any]] = []
     for engine in [e.name for e in plan.engines]:
@@ -111,23 +115,35 @@ def throughput_table(store: Store, plan) -> list[dict[str, Any]]:
             repeats: list[dict[str, Any]] = []
             for x in cell_runs(store, plan, engine, int(c)):
                 rm = x.metrics
-                repeats.append({
-                    "run_id": x.run_id, "repeat": x.repeat, "throughput": rm.throughput,
-                    "ttfa_p50_s": rm.ttfa_p50_s, "ttfa_p95_s": rm.ttfa_p95_s, "rtf_mean": rm.rtf_mean,
-                    "e2e_p50_s": rm.e2e_p50_s, "e2e_p95_s": rm.e2e_p95_s, "truncated": rm.truncated,
-                    "requests": rm.requests, "completed": rm.completed, "failed": rm.failed,
-                    "failures_by_class": dict(rm.failures_by_class), "stall_count": rm.stall_count,
-                    "stall_total_s": rm.stall_total_s, "stall_longest_s": rm.stall_longest_s,
-                    "stall_max_deficit_s": rm.stall_max_deficit_s, "continuity_ok_rate": rm.continuity_ok_rate,
-                    "chunks_mean": rm.chunks_mean, "chunks_min": rm.chunks_min, "chunks_max": rm.chunks_max,
-                    "audio_s_ok": rm.audio_s_ok, "audio_s_failed": rm.audio_s_failed, "wall_s": rm.wall_s,
-                })
+                repeats.append({"run_id": x.run_id, "repeat": x.repeat, "requests": rm.requests,
+                                "failures_by_class": dict(rm.failures_by_class),
+                                **{name: rm.get(name) for name in names_on(VERDICT)}})
             spreads: dict[str, dict[str, Any]] = {}
-            for key in ("throughput", "ttfa_p50_s", "ttfa_p95_s", "e2e_p50_s", "e2e_p95_s", "rtf_mean"):
+            for key in names_on(VERDICT_SPREAD):
                 s = spread([r[key] for r in repeats])
                 spreads[key] = {"min": s.min, "median": s.median, "max": s.max, "cv": s.cv, "n": s.n}
             rows.append({"engine": engine, "concurrency": int(c), "repeats": repeats, "spread": spreads})
     return finite(rows)
+
+
+# What every throughput-table repeat of a stored document has carried since schema version 1; a
+# metric added to the registry later is an optional property, so documents issued before it still
+# validate (docs/verdict.schema.json is tested equal to `throughput_repeat_schema`).
+V1_REPEAT_REQUIRED = ("run_id", "repeat", "throughput", "ttfa_p50_s", "ttfa_p95_s", "rtf_mean", "failed",
+                      "failures_by_class", "stall_count", "chunks_mean", "chunks_min", "chunks_max")
+
+
+def throughput_repeat_schema() -> dict[str, Any]:
+    """The JSON schema of one repeat of the throughput table, from the registry's `verdict` surface."""
+    from stats.metrics.registry import VERDICT, metrics_on
+
+    props: dict[str, Any] = {"run_id": {"type": "string"}, "repeat": {"type": "integer"},
+                             "requests": {"type": "integer"}, "failures_by_class": {"type": "object"}}
+    for d in metrics_on(VERDICT):
+        never_null = d.reduce in ("count", "sum") and d.integer
+        props[d.name] = {"type": "integer" if never_null else ["integer" if d.integer else "number", "null"],
+                         "description": f"{d.label}: {d.doc}"}
+    return {"type": "object", "required": list(V1_REPEAT_REQUIRED), "properties": props}
 
 
 def runs_section(store: Store, plan_hash: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -216,7 +232,7 @@ def reproduce_section(verdict_id: str, plan, source: str | None, config) -> dict
     if source:
         m = config.margins
         cmds.append(f"campaign gate --scores {source} --wer-margin {m['wer']:g} --sim-margin {m['sim']:g} "
-                    f"--utmos-margin {m['utmos']:g} --draws {config.draws} --seed {config.seed} "
+                    f"--mos-margin {m['mos']:g} --draws {config.draws} --seed {config.seed} "
                     f"--method {config.method}"
                     + (f" --concurrencies {','.join(map(str, config.concurrencies))}" if config.concurrencies else ""))
     cmds.append(f"campaign export verdict {verdict_id} -o verdict.json")
@@ -261,14 +277,12 @@ def quality_document(*, verdict_id: str, created_at, result, frame, plan=None, s
             "bound": "numpy.quantile(replicates, confidence) (linear)" if cfg.method == "percentile"
                      else "BCa (scipy.stats.bootstrap's formulas), one-sided upper",
             "statistics": {
-                "wer": "100 * (sum E_cand - sum E_base) / sum N_base over resampled ids (pp)",
-                "sim": "mean(SIM_base) - mean(SIM_cand) over resampled ids (x100 scale)",
-                "utmos": "mean(UTMOS_base) - mean(UTMOS_cand) over resampled ids",
+                **{q.name: f"{q.degradation} ({q.unit})" for q in QUALITY_METRICS},
             },
             "aggregation": "within each utterance id over measured repeats: WER errors and words summed, "
-                           "SIM and UTMOS averaged",
+                           "SIM and MOS averaged",
         },
-        "margins": {m: float(cfg.margins[m]) for m in ("wer", "sim", "utmos")},
+        "margins": {q.name: float(cfg.margins[q.name]) for q in QUALITY_METRICS},
         "units": UNITS, "labels": result.labels,
         "checks": finite(result.checks_dicts()),
         "attribution": finite(result.attribution),

@@ -26,17 +26,17 @@ def make_cell(k: int, seed: int = 3, sim_scale: float = 65.0) -> CellArrays:
 def loop_reference(cell: CellArrays, draws: int, seed: int, q: float = 0.95) -> dict[str, float]:
     """Plain Python loops over the protocol's index matrix (no vectorisation, no counts)."""
     idx = np.random.default_rng(seed).integers(0, cell.k, (draws, cell.k))
-    reps = {"wer": [], "sim": [], "utmos": []}
+    reps = {"wer": [], "sim": [], "mos": []}
     for row in idx:
         ec = eb = nb = 0.0
         sb = sc = ub = uc = 0.0
         for i in row:
             ec += cell.e_cand[i]; eb += cell.e_base[i]; nb += cell.n_base[i]
             sb += cell.sim_base[i]; sc += cell.sim_cand[i]
-            ub += cell.utmos_base[i]; uc += cell.utmos_cand[i]
+            ub += cell.mos_base[i]; uc += cell.mos_cand[i]
         reps["wer"].append(100.0 * (ec - eb) / nb)
         reps["sim"].append(sb / cell.k - sc / cell.k)
-        reps["utmos"].append(ub / cell.k - uc / cell.k)
+        reps["mos"].append(ub / cell.k - uc / cell.k)
     return {m: float(np.quantile(np.array(v), q)) for m, v in reps.items()}
 
 
@@ -61,7 +61,7 @@ def test_matches_plain_loop_reference(k, draws, seed):
     got = cell_bounds(cell, draws=draws, seed=seed)
     # WER sums are integers: exact in float64 whatever the order -> bit-identical bounds.
     assert got["wer"].bound == ref["wer"]
-    for m in ("sim", "utmos"):
+    for m in ("sim", "mos"):
         assert got[m].bound == pytest.approx(ref[m], abs=1e-12, rel=0)
 
 
@@ -74,7 +74,7 @@ def test_matches_scipy_bootstrap(method, k):
     for m, data, stat in (
         ("wer", (cell.e_base, cell.e_cand, cell.n_base), wer_degradation),
         ("sim", (cell.sim_base, cell.sim_cand), mean_drop),
-        ("utmos", (cell.utmos_base, cell.utmos_cand), mean_drop),
+        ("mos", (cell.mos_base, cell.mos_cand), mean_drop),
     ):
         res = scipy.stats.bootstrap(
             data, stat, paired=True, vectorized=True, method=method, alternative="less",
@@ -89,7 +89,7 @@ def test_matches_scipy_bootstrap(method, k):
 def test_identical_arms_bound_zero_and_bca_degenerate():
     cell = make_cell(30)
     same = CellArrays(cell.ids, cell.e_base, cell.e_base, cell.n_base, cell.sim_base, cell.sim_base,
-                      cell.utmos_base, cell.utmos_base)
+                      cell.mos_base, cell.mos_base)
     for method in ("percentile", "bca"):
         r = cell_bounds(same, draws=1000, seed=1, method=method)
         assert all(r[m].bound == 0.0 and r[m].point == 0.0 for m in r)

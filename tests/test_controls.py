@@ -10,10 +10,10 @@ from stats.gates import GateConfig
 
 
 def test_all_controls_pass_with_reference_campaign_settings():
-    results = run_controls(GateConfig(margins={"wer": 0.2, "sim": 0.5, "utmos": 0.05}, draws=20000, seed=20261022))
+    results = run_controls(GateConfig(margins={"wer": 0.2, "sim": 0.5, "mos": 0.05}, draws=20000, seed=20261022))
     names = [r.name for r in results]
     assert len(results) >= 8 and len(set(names)) == len(names)
-    assert {"identical-arms", "wer-beyond-margin", "sim-beyond-margin", "utmos-beyond-margin", "inside-margins",
+    assert {"identical-arms", "wer-beyond-margin", "sim-beyond-margin", "mos-beyond-margin", "inside-margins",
             "missing-id", "scorer-unavailable", "single-outlier", "same-seed"} <= set(names)
     bad = [(r.name, r.detail) for r in results if not r.ok]
     assert not bad
@@ -21,19 +21,19 @@ def test_all_controls_pass_with_reference_campaign_settings():
 
 
 def test_controls_bca_and_wide_margins():
-    assert all_ok(run_controls(GateConfig(margins={"wer": 0.2, "sim": 0.5, "utmos": 0.05}, draws=2000, seed=1, method="bca")))
-    assert all_ok(run_controls(GateConfig(margins={"wer": 5.0, "sim": 2.0, "utmos": 0.3}, draws=2000, seed=1)))
+    assert all_ok(run_controls(GateConfig(margins={"wer": 0.2, "sim": 0.5, "mos": 0.05}, draws=2000, seed=1, method="bca")))
+    assert all_ok(run_controls(GateConfig(margins={"wer": 5.0, "sim": 2.0, "mos": 0.3}, draws=2000, seed=1)))
 
 
 @pytest.mark.parametrize("broken,expect_failing", [
     (lambda bound, margin: gates.PASS if bound <= margin else gates.FAIL, {"bound-equals-margin"}),
-    (lambda bound, margin: gates.PASS, {"wer-beyond-margin", "sim-beyond-margin", "utmos-beyond-margin",
+    (lambda bound, margin: gates.PASS, {"wer-beyond-margin", "sim-beyond-margin", "mos-beyond-margin",
                                         "single-outlier", "bound-equals-margin"}),
 ])
 def test_controls_catch_a_broken_gate(monkeypatch, broken, expect_failing):
     """Fault injection: a gate with a wrong decision rule must not get past the controls."""
     monkeypatch.setattr(gates, "decide", lambda bound, margin: gates.INCONCLUSIVE if bound is None else broken(bound, margin))
-    results = run_controls(GateConfig(margins={"wer": 0.2, "sim": 0.5, "utmos": 0.05}, draws=1000, seed=1))
+    results = run_controls(GateConfig(margins={"wer": 0.2, "sim": 0.5, "mos": 0.05}, draws=1000, seed=1))
     assert {r.name for r in results if not r.ok} == expect_failing
 
 
@@ -45,7 +45,7 @@ def test_gate_refuses_when_controls_fail(monkeypatch, tmp_path, capsys):
     with_candidate(baseline_table(n_ids=10)).to_csv(csv, index=False)
     monkeypatch.setattr(gates, "decide", lambda bound, margin: gates.PASS)
     db = tmp_path / "c.duckdb"
-    code = main(["gate", "--scores", str(csv), "--wer-margin", "0.2", "--sim-margin", "0.5", "--utmos-margin", "0.05",
+    code = main(["gate", "--scores", str(csv), "--wer-margin", "0.2", "--sim-margin", "0.5", "--mos-margin", "0.05",
                  "--draws", "500", "--issue", "--db", str(db)])
     err = capsys.readouterr().err
     assert code == 2 and "synthetic controls failed" in err and "refuses to issue" in err
@@ -57,7 +57,7 @@ REPEAT_CONTROLS = ("candidate-missing-repeats", "baseline-missing-repeats", "one
 
 @pytest.fixture(scope="module")
 def reference_results():
-    return {r.name: r for r in run_controls(GateConfig(margins={"wer": 0.2, "sim": 0.5, "utmos": 0.05}, draws=2000,
+    return {r.name: r for r in run_controls(GateConfig(margins={"wer": 0.2, "sim": 0.5, "mos": 0.05}, draws=2000,
                                                        seed=20261022))}
 
 
@@ -94,13 +94,13 @@ def test_unequal_repeat_controls_catch_a_gate_that_checks_each_arm_on_its_own(mo
                                   cov.seen_repeats, cov.counts)
 
     monkeypatch.setattr(gates, "aggregate_cell", per_arm)
-    results = run_controls(GateConfig(margins={"wer": 0.2, "sim": 0.5, "utmos": 0.05}, draws=1000, seed=1))
+    results = run_controls(GateConfig(margins={"wer": 0.2, "sim": 0.5, "mos": 0.05}, draws=1000, seed=1))
     assert {"candidate-missing-repeats", "baseline-missing-repeats"} <= {r.name for r in results if not r.ok}
 
 
 @pytest.mark.parametrize("concurrencies,repeats", [((1, 4), (0, 1, 2)), ((1,), (0, 1)), ((1,), (0,))])
 def test_controls_follow_the_plans_concurrencies_and_repeats(concurrencies, repeats):
-    cfg = GateConfig(margins={"wer": 0.2, "sim": 0.5, "utmos": 0.05}, draws=2000, seed=20261022,
+    cfg = GateConfig(margins={"wer": 0.2, "sim": 0.5, "mos": 0.05}, draws=2000, seed=20261022,
                      concurrencies=concurrencies, repeats=repeats)
     results = run_controls(cfg)
     assert all_ok(results), [(r.name, r.detail) for r in results if not r.ok]
@@ -132,7 +132,7 @@ def test_gate_reuses_the_controls_of_the_same_settings_and_reruns_on_any_change(
 
     def gate(*extra: str) -> str:
         r = subprocess.run([sys.executable, "-m", "console.cli", "gate", "--scores", str(csv), "--wer-margin", "0.2",
-                            "--sim-margin", "0.5", "--utmos-margin", "0.05", "--draws", "500", *extra, "--db", str(db)],
+                            "--sim-margin", "0.5", "--mos-margin", "0.05", "--draws", "500", *extra, "--db", str(db)],
                            capture_output=True, text=True, cwd=tmp_path, timeout=300,
                            env={**os.environ, "PYTHONPATH": str(root), "COLUMNS": "200"})
         assert r.returncode == 0, r.stdout + r.stderr
@@ -146,7 +146,7 @@ def test_gate_reuses_the_controls_of_the_same_settings_and_reruns_on_any_change(
     assert "reused: the same settings and code ran them at" in second and second.endswith(first[-18:])
     assert cache_path(db).read_bytes() == kept  # nothing ran, nothing rewritten
     for changed in (["--seed", "7"], ["--draws", "501"], ["--concurrencies", "1,16"],
-                    ["--utmos-margin", "0.06"]):
+                    ["--mos-margin", "0.06"]):
         assert "ran now" in gate(*changed), changed
     assert "reused" in gate()  # the original settings' entry is still there
     doc = json.loads(cache_path(db).read_text())

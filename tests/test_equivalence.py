@@ -227,7 +227,7 @@ def test_precision_change_precondition(campaign_db, tmp_path):
 
     db = tmp_path / "copy.duckdb"
     shutil.copy(campaign_db[1], db)
-    passing = GateResult("PASS", [], GateConfig(margins={"wer": 0.2, "sim": 0.5, "utmos": 0.05}), {})
+    passing = GateResult("PASS", [], GateConfig(margins={"wer": 0.2, "sim": 0.5, "mos": 0.05}), {})
     with Store(db) as s:
         plan = frozen_plan_for_file(s, campaign_db[0])
         assert equivalence_precondition(s, plan, "ref-lossy", False) is None

@@ -15,8 +15,8 @@ from plans_helpers import minimal_plan
 from stats.controls import baseline_table, with_candidate
 from stats.gates import FAIL, INCONCLUSIVE, GateConfig, evaluate_gates
 
-CFG = GateConfig(margins={"wer": 0.2, "sim": 0.5, "utmos": 0.05}, draws=1000, seed=20261022)
-MARGINS = ["--wer-margin", "0.2", "--sim-margin", "0.5", "--utmos-margin", "0.05", "--draws", "1000",
+CFG = GateConfig(margins={"wer": 0.2, "sim": 0.5, "mos": 0.05}, draws=1000, seed=20261022)
+MARGINS = ["--wer-margin", "0.2", "--sim-margin", "0.5", "--mos-margin", "0.05", "--draws", "1000",
            "--concurrencies", "1"]  # the tables below are at C1
 
 
@@ -95,6 +95,6 @@ def test_a_nan_value_at_one_repeat_names_that_repeat():
     data.loc[(data.arm == "candidate") & (data.utt_id == uid) & (data.repeat == 1), "sim"] = np.nan
     res = evaluate_gates(data, replace(CFG, concurrencies=(1,)))
     status = {c.metric: c for c in res.checks}
-    assert status["wer"].status != INCONCLUSIVE and status["utmos"].status != INCONCLUSIVE
+    assert status["wer"].status != INCONCLUSIVE and status["mos"].status != INCONCLUSIVE
     assert status["sim"].status == INCONCLUSIVE and f"{uid} (candidate lacks repeat 1)" in status["sim"].reason
     assert FAIL not in {c.status for c in res.checks}

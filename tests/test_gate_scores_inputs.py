@@ -18,7 +18,7 @@ import pytest
 from stats.controls import baseline_table, with_candidate
 
 ROOT = Path(__file__).resolve().parents[1]
-MARGINS = ["--wer-margin", "0.2", "--sim-margin", "0.5", "--utmos-margin", "0.05", "--draws", "2000"]
+MARGINS = ["--wer-margin", "0.2", "--sim-margin", "0.5", "--mos-margin", "0.05", "--draws", "2000"]
 
 
 def campaign(*args: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -16,7 +16,7 @@ from stats.gates import (
     validate_long_frame,
 )
 
-CFG = GateConfig(margins={"wer": 0.2, "sim": 0.5, "utmos": 0.05}, draws=2000, seed=20261022)
+CFG = GateConfig(margins={"wer": 0.2, "sim": 0.5, "mos": 0.05}, draws=2000, seed=20261022)
 
 
 def test_decide_boundary_equal_fails():
@@ -38,7 +38,7 @@ def test_nine_checks_and_bound_equal_to_margin_fails():
     data = with_candidate(baseline_table(n_ids=40), sim_shift=0.1, sim_noise=0.3)
     res = evaluate_gates(data, CFG)
     assert [(c.concurrency, c.metric) for c in res.checks] == [
-        (c, m) for c in (1, 16, 32) for m in ("wer", "sim", "utmos")]
+        (c, m) for c in (1, 16, 32) for m in ("wer", "sim", "mos")]
     assert res.verdict == PASS
     sim1 = next(c for c in res.checks if c.concurrency == 1 and c.metric == "sim")
     assert 0 < sim1.bound < 0.5
@@ -78,9 +78,9 @@ def test_missing_id_in_either_arm_is_inconclusive_never_pass():
 
 def test_fail_beats_inconclusive_and_unavailable_scorer():
     data = with_candidate(baseline_table(n_ids=30), sim_shift=2.0)
-    res = evaluate_gates(data.assign(utmos=np.nan), CFG, scorer_status={"wer": "ok", "sim": "ok", "mos": "unavailable: no model"})
+    res = evaluate_gates(data.assign(mos=np.nan), CFG, scorer_status={"wer": "ok", "sim": "ok", "mos": "unavailable: no model"})
     assert res.verdict == FAIL
-    assert all(c.status == INCONCLUSIVE and "scorer unavailable" in c.reason for c in res.checks if c.metric == "utmos")
+    assert all(c.status == INCONCLUSIVE and "scorer unavailable" in c.reason for c in res.checks if c.metric == "mos")
 
 
 def test_attribution_names_outlier():
@@ -110,7 +110,7 @@ def test_frame_hash_is_order_independent_and_content_sensitive():
     (lambda d: d.assign(wer_errors=[-1] + list(d.wer_errors[1:])), "row 1: wer_errors -1"),
     (lambda d: d.assign(wer_words=[0] + list(d.wer_words[1:])), "row 1: wer_words 0"),
     (lambda d: d.assign(concurrency=["x"] + list(d.concurrency[1:])), "row 1: concurrency 'x'"),
-    (lambda d: d.assign(utmos=["abc"] + list(d.utmos[1:])), "row 1: utmos 'abc'"),
+    (lambda d: d.assign(mos=["abc"] + list(d.mos[1:])), "row 1: mos 'abc'"),
     (lambda d: pd.concat([d, d.iloc[:1]]), "rows 1 and 9 are duplicates (arm=baseline concurrency=1 repeat=0"),
 ])
 def test_validation_one_line_errors(mutate, needle):
@@ -125,7 +125,7 @@ def test_config_from_plan():
     cfg = GateConfig.from_plan(minimal_plan(
         quality={"concurrencies": [1, 16], "margins": {"wer_pp": 0.2, "sim": 0.5, "mos": 0.05}},
         bootstrap={"draws": 100, "seed": 9, "method": "BCa", "confidence": 0.95}))
-    assert cfg.margins == {"wer": 0.2, "sim": 0.5, "utmos": 0.05} and cfg.method == "bca"
+    assert cfg.margins == {"wer": 0.2, "sim": 0.5, "mos": 0.05} and cfg.method == "bca"
     assert cfg.concurrencies == (1, 16) and cfg.draws == 100 and cfg.seed == 9
     with pytest.raises(CampaignError, match="margin for sim"):
         GateConfig.from_plan(minimal_plan(quality={"margins": {"wer_pp": 0.2}}))
@@ -134,10 +134,10 @@ def test_config_from_plan():
 def test_mos_slot_filled_by_dnsmos_is_never_labelled_utmos():
     data = baseline_table(n_ids=12)
     data.attrs["labels"] = {"wer": "WER (pocketsphinx en-us)", "sim": "SIM (resemblyzer)",
-                            "utmos": "DNSMOS OVRL (P.835)"}
+                            "mos": "DNSMOS OVRL (P.835)"}
     res = evaluate_gates(data, CFG)
-    mos = [c.as_dict()["label"] for c in res.checks if c.metric == "utmos"]
+    mos = [c.as_dict()["label"] for c in res.checks if c.metric == "mos"]
     assert mos == ["MOS drop (DNSMOS OVRL (P.835))"] * 3
-    assert "UTMOS" not in res.labels["utmos"]
-    data.attrs["labels"] = {"utmos": "UTMOS22 strong"}
-    assert evaluate_gates(data, CFG).labels["utmos"] == "UTMOS drop"
+    assert "UTMOS" not in res.labels["mos"]
+    data.attrs["labels"] = {"mos": "UTMOS22 strong"}
+    assert evaluate_gates(data, CFG).labels["mos"] == "MOS drop (UTMOS22 strong)"  # the scorer named, as DNSMOS is

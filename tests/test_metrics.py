@@ -10,6 +10,7 @@ from data.errors import CampaignError
 from data.records import ChunkRecord, RequestRecord
 from data.store import utcnow
 from data.writer import BatchWriter
+from stats.metrics.registry import check_registry
 from stats.metrics import METRICS, METRICS_BY_NAME, METRICS_VERSION, RunMetrics, percentile, run_metrics, spread
 
 S = 1_000_000_000  # ns per second
@@ -108,11 +109,12 @@ def test_percentile_is_numpy_linear():
     assert percentile([], 50) is None
 
 
-def test_registry_is_data():
+def test_registry_is_data(run):
     names = [m.name for m in METRICS]
     assert len(names) == len(set(names))
-    fields = set(RunMetrics.__dataclass_fields__)
+    fields = set(run_metrics(run, "r1").to_dict())
     assert set(names) <= fields
+    assert check_registry(METRICS) == []
     assert METRICS_BY_NAME["ttfa_p50_s"].format(0.3) == "300.0"
     assert METRICS_BY_NAME["continuity_ok_rate"].format(None) == "-"
     assert METRICS_BY_NAME["stall_count"].format(3) == "3"

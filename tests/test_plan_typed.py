@@ -98,14 +98,14 @@ def test_one_engine_spec():
 
 def test_gate_defaults_for_a_plan_that_omits_them():
     cfg = GateConfig.from_plan(minimal_plan(quality={"margins": MARGINS}))
-    assert cfg.margins == {"wer": 0.2, "sim": 0.5, "utmos": 0.05}
+    assert cfg.margins == {"wer": 0.2, "sim": 0.5, "mos": 0.05}
     assert (cfg.draws, cfg.seed, cfg.method, cfg.confidence) == (20000, 20261022, "percentile", 0.95)
     assert cfg.concurrencies == DEFAULT_QUALITY_CONCURRENCIES  # the holdout cells' (it was None: any in the table)
     assert cfg.repeats == (0,)  # the sweep's measured repeats
     assert GateConfig.from_plan(minimal_plan(quality={"margins": MARGINS, "concurrencies": []})).concurrencies is None
     # a margin is never assumed: none given, or one missing, is refused
     for quality in ({}, {"baseline": "e"}, {"margins": {}}, {"margins": {"wer_pp": 0.2, "sim": 0.5}}):
-        with pytest.raises(CampaignError, match="margin for (wer|utmos): missing or not a number"):
+        with pytest.raises(CampaignError, match="margin for (wer|mos): missing or not a number"):
             GateConfig.from_plan(minimal_plan(quality=quality))
     with pytest.raises(CampaignError, match="margin for wer: missing"):
         GateConfig.from_plan(minimal_plan())

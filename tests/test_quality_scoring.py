@@ -75,14 +75,14 @@ def test_scores_frame_contract(scored):
     assert len(df) == 8 and set(df["arm"]) == {"baseline", "candidate"}
     failed = df[df["utt_id"].eq("spk2-t2") & df["arm"].eq("candidate")].iloc[0]
     assert failed["gap"] == "request failed: timeout"
-    assert all(math.isnan(failed[c]) for c in ("wer_errors", "wer_words", "sim", "utmos"))
+    assert all(math.isnan(failed[c]) for c in ("wer_errors", "wer_words", "sim", "mos"))
     ok = df[df["gap"].isna()]
     assert len(ok) == 7 and (ok["wer_words"] == 8).all() and ok["sim"].between(-100, 100.0001).all()
     assert df.attrs["scorers"] == {"wer": "pocketsphinx-en", "sim": "resemblyzer", "mos": "dnsmos"}
-    assert df.attrs["labels"]["utmos"].startswith("DNSMOS")
+    assert df.attrs["labels"]["mos"].startswith("DNSMOS")
     # the noisy candidate output scores lower DNSMOS than the clean baseline of the same utterance
-    b = df[(df.arm == "baseline") & (df.utt_id == "spk1-t1")]["utmos"].item()
-    c = df[(df.arm == "candidate") & (df.utt_id == "spk1-t1")]["utmos"].item()
+    b = df[(df.arm == "baseline") & (df.utt_id == "spk1-t1")]["mos"].item()
+    c = df[(df.arm == "candidate") & (df.utt_id == "spk1-t1")]["mos"].item()
     assert c < b - 0.3, (b, c)
 
 

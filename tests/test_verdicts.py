@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # A hand-made long table: 4 ids, 2 repeats, one concurrency. Per id (summed over repeats):
 #   base errors 1,0,2,0 words 20,20,10,10 -> ΣE_b=3, ΣN=60; cand errors 1,1,2,0 -> ΣE_c=4
 #   WER point = 100*(4-3)/60 = 1.6667 pp; SIM base 70 everywhere, cand 69.9 -> drop 0.1;
-#   UTMOS identical -> 0.
-HAND = """arm,concurrency,repeat,utt_id,wer_errors,wer_words,sim,utmos
+#   MOS identical -> 0.
+HAND = """arm,concurrency,repeat,utt_id,wer_errors,wer_words,sim,mos
 baseline,1,0,a-1,1,10,70,3.5
 baseline,1,1,a-1,0,10,70,3.5
 baseline,1,0,a-2,0,10,70,3.6
@@ -78,7 +78,7 @@ def test_gate_scores_hand_made_table_issue_export_and_reproduce(tmp_path, capsys
     csv = tmp_path / "scores.csv"
     csv.write_text(HAND)
     db = tmp_path / "c.duckdb"
-    args = ["gate", "--scores", str(csv), "--wer-margin", "0.2", "--sim-margin", "0.5", "--utmos-margin", "0.05",
+    args = ["gate", "--scores", str(csv), "--wer-margin", "0.2", "--sim-margin", "0.5", "--mos-margin", "0.05",
             "--draws", "2000", "--seed", "20261022", "--concurrencies", "1"]
     assert main(args + ["--issue", "--db", str(db)]) == 1  # WER +1.67 pp: FAIL
     out = capsys.readouterr().out
@@ -86,10 +86,10 @@ def test_gate_scores_hand_made_table_issue_export_and_reproduce(tmp_path, capsys
     vid = re.search(r"verdict issued: (\S+)", out).group(1)
     with Store(db) as s:
         v = get_verdict(s, vid)
-    wer, sim, utmos = v["checks"]
+    wer, sim, mos = v["checks"]
     assert wer["point"] == pytest.approx(100 / 60, abs=1e-12) and wer["status"] == "FAIL"
     assert sim["point"] == pytest.approx(0.1, abs=1e-9) and sim["status"] == "PASS"
-    assert utmos["point"] == 0.0 and utmos["bound"] == 0.0 and utmos["status"] == "PASS"
+    assert mos["point"] == 0.0 and mos["bound"] == 0.0 and mos["status"] == "PASS"
     assert v["attribution"][0]["top_id"] == "a-2" and v["attribution"][0]["survives_without_top"] is False
 
     out_json = tmp_path / "verdict.json"
@@ -116,12 +116,12 @@ def test_gate_scores_hand_made_table_issue_export_and_reproduce(tmp_path, capsys
     (HAND.replace("wer_words", "words"), "missing column(s) wer_words"),
     (HAND.replace("candidate,1,1,b-2,0,5", "candidate,1,1,b-2,-3,5"), "row 16: wer_errors -3 is not a non-negative integer"),
     (HAND.replace("baseline,1,0,a-1", "base,1,0,a-1"), "row 1: arm 'base'"),
-    (HAND.replace("69.9,3.8", "69.9,high"), "row 15: utmos 'high' is not a finite number"),
+    (HAND.replace("69.9,3.8", "69.9,high"), "row 15: mos 'high' is not a finite number"),
 ], ids=["column", "negative", "arm", "text"])
 def test_gate_scores_bad_input_one_line(tmp_path, capsys, body, needle):
     csv = tmp_path / "scores.csv"
     csv.write_text(body)
-    code = main(["gate", "--scores", str(csv), "--wer-margin", "0.2", "--sim-margin", "0.5", "--utmos-margin", "0.05",
+    code = main(["gate", "--scores", str(csv), "--wer-margin", "0.2", "--sim-margin", "0.5", "--mos-margin", "0.05",
                  "--draws", "200"])
     err = capsys.readouterr().err
     assert code == 2 and needle in err and err.count("\n") == 1 and str(csv) in err
@@ -131,7 +131,7 @@ def test_gate_scores_cli_subprocess_error_has_no_traceback(tmp_path):
     csv = tmp_path / "scores.csv"
     csv.write_text(HAND.replace("wer_words", "words"))
     r = subprocess.run([sys.executable, "-m", "console.cli", "gate", "--scores", str(csv), "--wer-margin", "0.2",
-                        "--sim-margin", "0.5", "--utmos-margin", "0.05"], capture_output=True, text=True, cwd=ROOT)
+                        "--sim-margin", "0.5", "--mos-margin", "0.05"], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and "missing column(s) wer_words" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -139,7 +139,7 @@ def test_gate_scores_missing_id_inconclusive(tmp_path, capsys):
     csv = tmp_path / "scores.csv"
     csv.write_text("\n".join(l for l in HAND.splitlines() if not l.startswith("candidate,1,1,b-2")) + "\n")
     assert main(["gate", "--scores", str(csv), "--wer-margin", "5", "--sim-margin", "0.5",
-                 "--utmos-margin", "0.05", "--draws", "500", "--concurrencies", "1"]) == 3
+                 "--mos-margin", "0.05", "--draws", "500", "--concurrencies", "1"]) == 3
     out = capsys.readouterr().out
     assert "INCONCLUSIVE" in out and "b-2" in out
 

@@ -11,7 +11,8 @@ def register(sub) -> None:
     p.add_argument("--plan", help="take margins, draws, seed and method from this plan file")
     p.add_argument("--wer-margin", type=float, default=0.20)
     p.add_argument("--sim-margin", type=float, default=0.50)
-    p.add_argument("--utmos-margin", type=float, default=0.05)
+    p.add_argument("--mos-margin", "--utmos-margin", dest="mos_margin", type=float, default=0.05,
+                   help="MOS drop margin (--utmos-margin: its older name)")
     p.add_argument("--draws", type=int, default=BOOTSTRAP_DEFAULTS.draws)
     p.add_argument("--seed", type=int, default=BOOTSTRAP_DEFAULTS.seed)
     p.add_argument("--method", choices=METHODS, default=BOOTSTRAP_DEFAULTS.method)
@@ -30,7 +31,7 @@ def cmd_controls(args) -> int:
 
         cfg = GateConfig.from_plan(load_plan(args.plan))
     else:
-        cfg = GateConfig(margins={"wer": args.wer_margin, "sim": args.sim_margin, "utmos": args.utmos_margin},
+        cfg = GateConfig(margins={"wer": args.wer_margin, "sim": args.sim_margin, "mos": args.mos_margin},
                          draws=args.draws, seed=args.seed, method=args.method)
     console = Console(width=max(Console().width, 160))
     results = run_controls(cfg)

@@ -69,6 +69,7 @@ def _execute(store: Store, query: str) -> tuple[list[str] | None, list[tuple]]:
 def cmd_sql(args) -> int:
     from data.audit import append_event, whoami
     from data.hashing import sha256_text
+    import stats.metrics.views  # noqa: F401  registers run_summary, quality_summary on every connection
     from data.snapshot import open_reader
     from data.store import open_store, require_store, resolve_db_path
 

@@ -1,5 +1,6 @@
 """`campaign export verdict ID -o verdict.json` (the stored, schema-validated verdict document) and
-`campaign export runs --format csv|parquet -o FILE [--plan HASH]` (raw per-request rows).
+`campaign export runs --format csv|parquet -o FILE [--plan HASH]` (raw per-request rows; with
+`--summary`, one row per run: the `run_summary` view, every registry metric a column).
 
 Every export carries the audit chain's head at export time (`audit_head`: in the verdict document,
 in the Parquet file's metadata, in `FILE.audit-head.json` beside a CSV), so `campaign audit verify
@@ -32,6 +33,8 @@ def register(sub) -> None:
     r.add_argument("--format", choices=("csv", "parquet"), default="csv")
     r.add_argument("-o", "--output", required=True, help="file to write")
     add_plan_hash(r, "plan hash (or unique prefix); default: every run")
+    r.add_argument("--summary", action="store_true",
+                   help="one row per run with every run metric (the run_summary view, docs/metrics.md)")
     add_db_arg(r)
     r.set_defaults(func=cmd_export_runs)
     e = ps.add_parser("evidence", help="the evidence bundle of a plan: plans, audit log, tables (Parquet and CSV), "
@@ -103,13 +106,15 @@ def cmd_export_runs(args) -> int:
     from data.plan_loading import resolve_hash
     from data.store import open_store
 
+    if args.summary:
+        import stats.metrics.views  # noqa: F401  registers run_summary before the store opens
     with open_store(args.db, read_only=True) as store:
         params: list = []
         where = ""
         if args.plan:
             where = " WHERE r.plan_hash = ?"
             params.append(resolve_hash(store, args.plan))
-        sql = (
+        sql = ("SELECT * FROM run_summary r" + where + " ORDER BY r.run_id") if args.summary else (
             "SELECT q.run_id, " + ", ".join(f"r.{c}" for c in RUN_COLUMNS)
             + ", x.reason AS excluded_reason, (q.t_end_ns - q.t_send_ns) / 1e9 AS e2e_s, "
             "coalesce(q.finish_reason = 'length', false) AS truncated, q.* EXCLUDE (run_id) "
@@ -130,5 +135,6 @@ def cmd_export_runs(args) -> int:
             where = f"in {anchor_path(out).name}"
     except OSError as exc:
         raise CampaignError(f"{out}: cannot write ({first_line(exc)})") from None
-    print(f"{out}: {table.num_rows} request rows ({args.format}); audit head seq {head['length']} {where}")
+    what = "run rows (run_summary)" if args.summary else "request rows"
+    print(f"{out}: {table.num_rows} {what} ({args.format}); audit head seq {head['length']} {where}")
     return 0

@@ -2,7 +2,7 @@
 as insert-only verdicts; `campaign verdicts`: list issued verdicts.
 
     campaign gate plan.json [--db DB] [--dry-run]
-    campaign gate --scores FILE.csv|.parquet --wer-margin 0.2 --sim-margin 0.5 --utmos-margin 0.05 \\
+    campaign gate --scores FILE.csv|.parquet --wer-margin 0.2 --sim-margin 0.5 --mos-margin 0.05 \\
                   [--concurrencies 1,16,32] [--draws 20000] [--seed 20261022] [--method percentile|bca] \\
                   [--issue --db DB]
 
@@ -38,10 +38,11 @@ def register(sub) -> None:
                        description=__doc__.split("\n\n")[0])
     p.add_argument("plan", nargs="?", help="frozen plan file (omit with --scores)")
     p.add_argument("--scores", help="long-format CSV or Parquet: arm, concurrency, repeat, utt_id, "
-                                    "wer_errors, wer_words, sim, utmos")
+                                    "wer_errors, wer_words, sim, mos (an older table's utmos is read as mos)")
     p.add_argument("--wer-margin", type=float, help="WER margin in percentage points (--scores)")
     p.add_argument("--sim-margin", type=float, help="SIM (x100) drop margin (--scores)")
-    p.add_argument("--utmos-margin", type=float, help="UTMOS drop margin (--scores)")
+    p.add_argument("--mos-margin", "--utmos-margin", dest="mos_margin", type=float,
+                   help="MOS drop margin (--scores; --utmos-margin: its older name)")
     p.add_argument("--concurrencies", type=_concurrencies, default=None, metavar="C,C,...",
                    help="--scores: the concurrencies the verdict requires in both arms (default 1,16,32); "
                         "others in the table are shown as not part of the verdict")
@@ -94,7 +95,7 @@ def read_scores(path: str) -> pd.DataFrame:
     suffix = p.suffix.lower()
     try:
         if suffix == ".csv":
-            numeric = ("concurrency", "repeat", "wer_errors", "wer_words", "sim", "utmos", "gap")
+            numeric = ("concurrency", "repeat", "wer_errors", "wer_words", "sim", "mos", "utmos", "gap")
             return pd.read_csv(p, dtype={"arm": str, "utt_id": str}, keep_default_na=False,
                                na_values={c: list(_NA) for c in numeric})
         if suffix in (".parquet", ".pq"):
@@ -137,10 +138,10 @@ def gate_scores(args, console: Console) -> int:
     from stats.gates import GateConfig, evaluate_gates, validate_long_frame
 
     missing = [f for f, v in (("--wer-margin", args.wer_margin), ("--sim-margin", args.sim_margin),
-                              ("--utmos-margin", args.utmos_margin)) if v is None]
+                              ("--mos-margin", args.mos_margin)) if v is None]
     if missing:
         raise CampaignError(f"--scores needs explicit margins: {', '.join(missing)} missing")
-    cfg = GateConfig(margins={"wer": args.wer_margin, "sim": args.sim_margin, "utmos": args.utmos_margin},
+    cfg = GateConfig(margins={"wer": args.wer_margin, "sim": args.sim_margin, "mos": args.mos_margin},
                      draws=args.draws or BOOT.draws, seed=BOOT.seed if args.seed is None else args.seed,
                      method=args.method or BOOT.method, confidence=args.confidence or BOOT.confidence,
                      concurrencies=args.concurrencies or DEFAULT_CONCURRENCIES)

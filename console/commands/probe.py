@@ -89,16 +89,15 @@ def build_requests(workload: str | None, locale: str | None, pool: str | None, n
 def metrics_table(m: RunMetrics, title: str) -> Table:
     from rich.table import Table
 
-    from stats.metrics import METRICS
-    from stats.metrics.registry import throughput_unit
+    from stats.metrics.registry import PROBE, metrics_on, throughput_unit
 
     table = Table(title=title)
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_column("unit")
-    for d in METRICS:
+    for d in metrics_on(PROBE):
         unit = throughput_unit(m.throughput_scale) if d.name == "throughput" else d.unit
-        table.add_row(d.label, d.format(getattr(m, d.name)), unit)
+        table.add_row(d.label, d.format(m.get(d.name)), unit)
     for cls, count in m.failures_by_class.items():
         table.add_row(f"failed: {cls}", str(count), "")
     return table

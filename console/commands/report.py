@@ -33,16 +33,16 @@ def register(sub) -> None:
 
 def table_rows(res: PlanResults) -> tuple[list[str], list[list[Any]]]:
     """The machine-readable report (--format csv/json/...): one row per cell, raw spread values."""
-    from stats.results.report import COLUMNS
+    from stats.results.report import columns
 
     rows: list[list[Any]] = []
     for cell in res.cells:
         row: list[Any] = [cell.engine, cell.concurrency, res.limits.get(cell.engine), cell.n]
-        for f, _ in COLUMNS:
+        for f in columns():
             s = cell.spreads[f]
             row += [s.median, s.min, s.max, s.cv]
         rows.append(row)
-    cols = ["engine", "concurrency", "admission_limit", "repeats"] + [f"{f}_{k}" for f, _ in COLUMNS
+    cols = ["engine", "concurrency", "admission_limit", "repeats"] + [f"{f}_{k}" for f in columns()
                                                                       for k in ("median", "min", "max", "cv")]
     return cols, rows
 
@@ -84,7 +84,7 @@ def cmd_report(args) -> int:
     from stats.metrics import METRICS_VERSION
     from stats.results.plan_results import load_plan_results
     from stats.results.provenance import provenance
-    from stats.results.report import COLUMNS, column_label, concurrency_label
+    from stats.results.report import column_label, columns, concurrency_label
 
     with open_or_snapshot(resolve_db_path(args.db)) as store:  # a snapshot while a campaign runs
         plan = plan_for_arg(store, args.plan)
@@ -112,9 +112,9 @@ def cmd_report(args) -> int:
                   f" · runs {where.time_span()}", highlight=False, markup=False)
     for engine in plan.engines:
         limit = res.limits.get(engine.name)
-        rows = [[concurrency_label(c.concurrency, limit), c.n] + [c.text(f).one_line() for f, _ in COLUMNS]
+        rows = [[concurrency_label(c.concurrency, limit), c.n] + [c.text(f).one_line() for f in columns()]
                 for c in res.cells_of(engine.name)]
-        print_rows(["C", "n"] + [column_label(f, lbl, plan.metrics.throughput_scale) for f, lbl in COLUMNS], rows,
+        print_rows(["C", "n"] + [column_label(f, plan.metrics.throughput_scale) for f in columns()], rows,
                    console=console,
                    title=f"{engine.name} ({engine.adapter}, profile {engine.profile or '-'}"
                          + (f", admits {limit} at once: larger C queues in the engine" if limit is not None else "")

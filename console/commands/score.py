@@ -165,7 +165,7 @@ def _print_coverage(console: Console, store, plan, artifacts: Path, max_gaps: in
                  ln.expected, ln.scored, ", ".join(f"{k} {v}" for k, v in sorted(ln.gaps.items())) or "-")
                 for ln in lines], title="coverage", console=console)
     print_rows(["arm", "engine", "C", "outputs", "gaps", "Seed-TTS WER (mean per-utt)", "corpus WER (ΣE/ΣN)",
-                f"SIM ({ids['sim']})", f"MOS: {labels['utmos']}"],
+                f"SIM ({ids['sim']})", f"MOS: {labels['mos']}"],
                [(c.arm, c.engine, c.concurrency, c.outputs, c.gaps, _fmt(c.seed_tts_wer, True), _fmt(c.corpus_wer, True),
                  _fmt(c.sim), _fmt(c.mos)) for c in summarise(frame)], title="quality by cell", console=console)
     if gaps and max_gaps:

@@ -46,20 +46,17 @@ from console.tui.widgets import (
     PASS_STYLE,
     STALL_STYLE,
     display_path,
-    failed_cell,
-    fmt,
-    header,
+    metric_cell,
     num,
     run_label,
     spread_cell,
-    stalls_cell,
     status_text,
-    truncated_cell,
     verdict_text,
 )
 from data.errors import CampaignError
-from stats.metrics import METRICS_BY_NAME, METRICS_VERSION
-from stats.results.report import COLUMNS as REPORT_COLUMNS
+from stats.metrics import METRICS_VERSION
+from stats.metrics.registry import RUNS, metrics_on
+from stats.results.report import columns as report_columns
 from stats.results.report import column_label as report_label
 from stats.results.report import concurrency_label
 
@@ -69,12 +66,16 @@ LOCK_MARK = "in use by another process"
 LIVE_POLL_S = 0.5
 CONSOLE_NICE = 19  # the console process's nice value while it runs (lower_priority)
 
-RUN_COLUMNS = ("engine", "C", "kind", "pool", "rep", "status", "excluded",
-               METRICS_BY_NAME["throughput"].label, header(METRICS_BY_NAME["ttfa_p50_s"]),
-               header(METRICS_BY_NAME["ttfa_p95_s"]), header(METRICS_BY_NAME["e2e_p50_s"]),
-               header(METRICS_BY_NAME["rtf_mean"]), "stalls", "failed", "truncated",
-               "started (UTC)", "plan", "run id")
-RUN_NUMERIC = {"C", "rep"} | set(RUN_COLUMNS[7:15])
+RUN_HEAD = ("engine", "C", "kind", "pool", "rep", "status", "excluded")
+RUN_TAIL = ("started (UTC)", "plan", "run id")
+
+
+def run_columns() -> tuple[tuple[str, ...], set[str]]:
+    """The runs table's columns (the registry's `runs` metrics between the run's identity and its
+    start, plan and id) and the numeric ones among them, by name, never by position."""
+    metrics = tuple(d.short_header() for d in metrics_on(RUNS))
+    return RUN_HEAD + metrics + RUN_TAIL, {"C", "rep", *metrics}
+
 VERDICT_COLUMNS = ("issued (UTC)", "kind", "name", "verdict", "evidence", "method", "draws", "seed", "plan",
                    "verdict id")
 CHECK_COLUMNS = ("C", "metric", "unit", "status", "ids", "estimate", "bound", "margin", "baseline", "candidate", "reason")
@@ -154,7 +155,7 @@ class CampaignApp(App):
         yield Footer()
 
     def on_mount(self) -> None:
-        self._columns("runs-table", RUN_COLUMNS, RUN_NUMERIC)
+        self._columns("runs-table", *run_columns())
         self._columns("verdicts-table", VERDICT_COLUMNS, {"draws", "seed"})
         self._columns("checks-table", CHECK_COLUMNS, {"C", "ids", "estimate", "bound", "margin", "baseline", "candidate"})
         self._columns("audit-table", AUDIT_COLUMNS, {"seq"})
@@ -243,9 +244,7 @@ class CampaignApp(App):
             cells = (
                 r.engine, num(str(r.concurrency)), r.kind, r.pool or "", num(str(r.repeat_index)),
                 status_text(r.status), Text("excluded", style="yellow") if r.excluded else "",
-                num(fmt("throughput", m.throughput)), num(fmt("ttfa_p50_s", m.ttfa_p50_s)),
-                num(fmt("ttfa_p95_s", m.ttfa_p95_s)), num(fmt("e2e_p50_s", m.e2e_p50_s)), num(fmt("rtf_mean", m.rtf_mean)),
-                stalls_cell(m.stall_count), failed_cell(m.failed), truncated_cell(m.truncated), r.started,
+                *(metric_cell(d.name, m.get(d.name)) for d in metrics_on(RUNS)), r.started,
                 r.plan_name or "ad-hoc", run_label(r.run_id, r.plan_hash),  # full id: run detail
             )
             text = (" ".join(str(c) for c in cells).lower() + f" c{r.concurrency} " + (r.excluded or "").lower()
@@ -282,7 +281,7 @@ class CampaignApp(App):
             body.mount(Static("No frozen plans in this store: `campaign plan freeze PLAN` first."))
             return
         widgets: list[Widget] = []
-        cols = ["C", "n"] + [report_label(f, lbl) for f, lbl in REPORT_COLUMNS]
+        cols = ["C", "n"] + [report_label(f) for f in report_columns()]
         for rep in msg.reports:
             plan = rep.plan
             widgets.append(Static(Text.assemble(
@@ -300,7 +299,7 @@ class CampaignApp(App):
                     over = limit is not None and cell.concurrency > limit  # queues inside the engine
                     row = [num(concurrency_label(cell.concurrency, limit), STALL_STYLE if over else None),
                            num(str(cell.n))]
-                    for f, _ in REPORT_COLUMNS:
+                    for f in report_columns():
                         style = None
                         if f == "failed" and cell.spreads[f].max:
                             style = FAIL_STYLE

@@ -27,11 +27,8 @@ from console.tui.widgets import (
 )
 from data.errors import CampaignError
 from stats.metrics import METRICS_BY_NAME
+from stats.metrics.registry import DETAIL, DETAIL_DELIVERY, metrics_on
 
-# run metrics in the detail header, in order (RunMetrics fields)
-DETAIL_METRICS = (("throughput", "ttfa_p50_s", "ttfa_p95_s", "ttfb_p50_s", "e2e_p50_s", "e2e_p95_s", "rtf_mean"),
-                  ("wall_s", "chunks_mean", "audio_s_ok", "audio_s_failed", "truncated", "stall_count", "stall_total_s",
-                   "stall_max_deficit_s", "continuity_ok_rate"))
 REQUEST_COLUMNS = ("#", "utterance", "outcome", header(METRICS_BY_NAME["ttfa_p50_s"], "TTFA"),
                    header(METRICS_BY_NAME["ttfb_p50_s"], "TTFB"), header(METRICS_BY_NAME["rtf_mean"], "RTF"),
                    "chunks", header(METRICS_BY_NAME["audio_s_ok"], "audio"), "stalls",
@@ -98,12 +95,12 @@ class RunDetailScreen(Screen):
             title.append(f"   {run['note']}", style="dim")
         self.query_one("#detail-title", Static).update(title)
         line = Text()
-        for i, group in enumerate(DETAIL_METRICS):
+        for i, surface in enumerate((DETAIL, DETAIL_DELIVERY)):  # the registry's two detail lines
             if i:
                 line.append("\n")
-            for name in group:
-                md = METRICS_BY_NAME[name]
-                value = getattr(m, name)
+            for md in metrics_on(surface):
+                name = md.name
+                value = m.get(name)
                 style = "yellow" if (name.startswith("stall") or name == "truncated") and value else "bold"
                 line.append(f"{md.label} ")
                 line.append(f"{md.format(value)}{(' ' + md.unit) if md.unit else ''}", style=style)

@@ -16,7 +16,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Label, ProgressBar, Sparkline, Static
 
-from console.live import LIVE_METRICS, LiveInflight, LiveSnapshot
+from console.live import LiveInflight, LiveSnapshot, live_metrics
 from stats.metrics import METRICS_BY_NAME, MetricDef
 from stats.results.report import SpreadText
 
@@ -93,6 +93,15 @@ def verdict_text(verdict: str) -> Text:
 def status_text(status: str) -> Text:
     style = {"complete": "", "running": "bold", "incomplete": STALL_STYLE, "failed": FAIL_STYLE}.get(status, "")
     return Text(status, style=style)
+
+
+# Run metrics whose non-zero value a table marks (everything else is a plain number).
+ALARM_STYLES = {"stall_count": STALL_STYLE, "failed": FAIL_STYLE, "truncated": STALL_STYLE}
+
+
+def metric_cell(name: str, value: Any) -> Text:
+    """A run metric as a right-aligned cell, formatted by the registry, marked when it alarms."""
+    return num(fmt(name, value), ALARM_STYLES.get(name) if value else None)
 
 
 def stalls_cell(count: int | None) -> Text:
@@ -242,7 +251,7 @@ class LiveView(Vertical):
         self.query_one("#live-counts", Static).update(counts)
         metrics = Text()
         if run:
-            for name in LIVE_METRICS:
+            for name in live_metrics():
                 d = METRICS_BY_NAME[name]
                 value = run.metrics.get(name)
                 style = STALL_STYLE if name == "stall_count" and value else ""

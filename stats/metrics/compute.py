@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Final, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Final, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -21,7 +21,8 @@ from data.errors import CampaignError
 from data.metric_params import DEFAULT_METRIC_PARAMS, MetricParams
 from data.records import FAILURE_CLASSES
 from data.store import Store
-from stats.metrics.registry import METRICS_VERSION
+from stats.metrics import registry
+from stats.metrics.registry import METRICS_VERSION, MetricDef
 from stats.playback import PlaybackResult, simulate_playback
 
 PERCENTILE_METHOD: Final = "linear"
@@ -134,8 +135,24 @@ def request_metrics(
     )
 
 
+# Keys of `run_metrics.metrics_json` in the order version 2 wrote them: `to_dict` keeps it, so the
+# JSON of a run's metrics is byte-identical to what earlier consoles stored and bundled (evidence
+# verify compares it byte for byte, docs/results.md); metrics added later follow in registry order.
+_BASE_FIELDS = ("run_id", "metrics_version", "throughput_scale", "stall_threshold_s", "preroll_s", "requests",
+                "warmup_requests")
+_V2_ORDER = ("completed", "failed", "failures_by_class", "wall_s", "throughput", "audio_s_ok", "audio_s_failed",
+             "ttfa_p50_s", "ttfa_p95_s", "ttfb_p50_s", "e2e_p50_s", "e2e_p95_s", "truncated", "rtf_mean", "rtf_p50",
+             "chunks_mean", "chunks_min", "chunks_max", "stall_count", "stall_total_s", "stall_longest_s",
+             "stall_max_deficit_s", "continuity_ok_rate")
+
+Value = float | int | None
+
+
 @dataclass(frozen=True)
 class RunMetrics:
+    """One run's metrics: the run's identity and parameters, the request counts, the failures by
+    class, and `values`: one entry per registry metric (stats/metrics/registry.py), also readable
+    as attributes (`m.throughput`)."""
     run_id: str
     metrics_version: str
     throughput_scale: float
@@ -143,32 +160,34 @@ class RunMetrics:
     preroll_s: float
     requests: int  # measured (non-warmup) requests stored
     warmup_requests: int
-    completed: int
-    failed: int
     failures_by_class: dict[str, int] = field(default_factory=dict)
-    wall_s: float | None = None
-    throughput: float | None = None
-    audio_s_ok: float = 0.0
-    audio_s_failed: float = 0.0
-    ttfa_p50_s: float | None = None
-    ttfa_p95_s: float | None = None
-    ttfb_p50_s: float | None = None
-    e2e_p50_s: float | None = None
-    e2e_p95_s: float | None = None
-    truncated: int = 0  # ok requests whose output was cut by a token limit (finish_reason "length")
-    rtf_mean: float | None = None
-    rtf_p50: float | None = None
-    chunks_mean: float | None = None
-    chunks_min: int | None = None
-    chunks_max: int | None = None
-    stall_count: int = 0
-    stall_total_s: float = 0.0
-    stall_longest_s: float = 0.0
-    stall_max_deficit_s: float = 0.0
-    continuity_ok_rate: float | None = None
+    values: dict[str, Value] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:
+        values = self.__dict__.get("values")
+        if values is not None and name in values:
+            return values[name]
+        raise AttributeError(f"RunMetrics has no metric {name!r}")
+
+    def get(self, name: str) -> Value:
+        """A registry metric's value (None when this row predates the metric)."""
+        return self.values.get(name)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The flat stored form (`run_metrics.metrics_json`)."""
+        out: dict[str, Any] = {k: getattr(self, k) for k in _BASE_FIELDS}
+        extra = {"failures_by_class": dict(self.failures_by_class), **self.values}
+        for k in _V2_ORDER:
+            if k in extra:
+                out[k] = extra.pop(k)
+        out.update(extra)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "RunMetrics":
+        base = {k: d[k] for k in _BASE_FIELDS}
+        values = {k: v for k, v in d.items() if k not in _BASE_FIELDS and k != "failures_by_class"}
+        return cls(**base, failures_by_class=dict(d.get("failures_by_class") or {}), values=values)
 
     @property
     def params(self) -> MetricParams:
@@ -181,6 +200,86 @@ def _params(params: MetricParams | None, overrides: Mapping[str, float]) -> Metr
     return replace(base, **{k: float(v) for k, v in overrides.items()}) if overrides else base
 
 
+# Per-request fields a registry metric may reduce (MetricDef.source), over RequestMetrics and the
+# run's parameters.
+REQUEST_FIELDS: dict[str, Callable[[RequestMetrics, MetricParams], Any]] = {
+    "ttfa_s": lambda m, p: m.ttfa_s,
+    "ttfb_s": lambda m, p: m.ttfb_s,
+    "e2e_s": lambda m, p: m.e2e_s,
+    "rtf": lambda m, p: m.rtf,
+    "audio_s": lambda m, p: m.audio_s,
+    "audio_chunks": lambda m, p: m.audio_chunks,
+    "truncated": lambda m, p: m.truncated,
+    "stall_count": lambda m, p: m.playback.stall_count,
+    "stall_total_s": lambda m, p: m.playback.stall_total_s,
+    "longest_stall_s": lambda m, p: m.playback.longest_stall_s,
+    "max_deficit_s": lambda m, p: m.playback.max_deficit_s,
+    "continuity_ok": lambda m, p: m.playback.continuity_ok(p.stall_threshold_s),
+}
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a named reduction sees: the measured request rows, their per-request figures, the
+    parameters."""
+    measured: Sequence[Any]
+    per: Sequence[RequestMetrics]
+    params: MetricParams
+
+    def population(self, name: str) -> list[RequestMetrics]:
+        if name == "ok":
+            return [m for m in self.per if m.outcome == "ok"]
+        if name == "failed":
+            return [m for m in self.per if m.outcome != "ok"]
+        return list(self.per)
+
+
+def run_wall_s(ctx: RunContext) -> float | None:
+    """First t_send -> last completion over measured requests."""
+    if not ctx.measured:
+        return None
+    start = min(_get(r, "t_send_ns") for r in ctx.measured)
+    ends = [max(x for x in (_get(r, "t_end_ns"), _get(r, "t_last_audio_ns"), _get(r, "t_send_ns")) if x is not None)
+            for r in ctx.measured]
+    return (max(ends) - start) / NS
+
+
+def run_throughput(ctx: RunContext) -> float | None:
+    """throughput_scale x audio seconds of ok requests / run wall."""
+    wall_s = run_wall_s(ctx)
+    audio_ok = float(sum(m.audio_s for m in ctx.population("ok")))
+    return ctx.params.throughput_scale * audio_ok / wall_s if wall_s and wall_s > 0 else None
+
+
+NAMED_REDUCTIONS: dict[str, Callable[[RunContext], Value]] = {"wall": run_wall_s, "throughput": run_throughput}
+
+
+def reduce_metric(d: MetricDef, ctx: RunContext) -> Value:
+    """One registry metric of a run (docs/metrics.md, "The registry")."""
+    if d.reduce.startswith("fn:"):
+        return NAMED_REDUCTIONS[d.reduce[3:]](ctx)
+    pop = ctx.population(d.population)
+    if d.reduce == "count" and not d.source:
+        return len(pop)
+    get = REQUEST_FIELDS[d.source]
+    raw = [get(m, ctx.params) for m in pop]
+    if d.reduce == "count":
+        return sum(bool(v) for v in raw)
+    if d.reduce == "rate":
+        return sum(bool(v) for v in raw) / len(raw) if raw else None
+    vals = [v for v in raw if v is not None]
+    if d.reduce == "sum":
+        return int(sum(vals)) if d.integer else float(sum(vals))
+    if not vals:
+        return d.empty
+    if (q := d.percentile_q) is not None:
+        return percentile(vals, q)
+    if d.reduce == "mean":
+        return float(np.mean(vals))
+    picked = max(vals) if d.reduce == "max" else min(vals)
+    return int(picked) if d.integer else float(picked)
+
+
 def metrics_from_records(
     run_id: str,
     requests: Sequence[Any],
@@ -189,57 +288,23 @@ def metrics_from_records(
     **overrides: float,
 ) -> RunMetrics:
     """Run metrics from request rows and their audio chunks (the pure core of `run_metrics`) under
-    `params` (data/metric_params.py; keyword overrides of single fields)."""
+    `params` (data/metric_params.py; keyword overrides of single fields): one value per registry metric."""
     p = _params(params, overrides)
-    throughput_scale, stall_threshold_s, preroll_s = p.throughput_scale, p.stall_threshold_s, p.preroll_s
     measured = [r for r in requests if not _get(r, "is_warmup")]
-    warmups = len(requests) - len(measured)
-    per = [request_metrics(r, chunks_by_request.get(_get(r, "request_index"), ()), preroll_s=preroll_s)
+    per = [request_metrics(r, chunks_by_request.get(_get(r, "request_index"), ()), preroll_s=p.preroll_s)
            for r in measured]
-    ok = [m for m in per if m.outcome == "ok"]
     failures = Counter(m.outcome for m in per if m.outcome != "ok")
-    by_class = {c: failures.get(c, 0) for c in FAILURE_CLASSES if failures.get(c)}
-    # run wall: first t_send -> last completion over measured requests
-    wall_s = None
-    if measured:
-        start = min(_get(r, "t_send_ns") for r in measured)
-        ends = [max(x for x in (_get(r, "t_end_ns"), _get(r, "t_last_audio_ns"), _get(r, "t_send_ns")) if x is not None)
-                for r in measured]
-        wall_s = (max(ends) - start) / NS
-    audio_ok = float(sum(m.audio_s for m in ok))
-    throughput = throughput_scale * audio_ok / wall_s if wall_s and wall_s > 0 else None
-    chunk_counts = [m.audio_chunks for m in ok]
+    ctx = RunContext(measured, per, p)
     return RunMetrics(
         run_id=run_id,
         metrics_version=METRICS_VERSION,
-        throughput_scale=float(throughput_scale),
-        stall_threshold_s=float(stall_threshold_s),
-        preroll_s=float(preroll_s),
+        throughput_scale=float(p.throughput_scale),
+        stall_threshold_s=float(p.stall_threshold_s),
+        preroll_s=float(p.preroll_s),
         requests=len(measured),
-        warmup_requests=warmups,
-        completed=len(ok),
-        failed=len(per) - len(ok),
-        failures_by_class=by_class,
-        wall_s=wall_s,
-        throughput=throughput,
-        audio_s_ok=audio_ok,
-        audio_s_failed=float(sum(m.audio_s for m in per if m.outcome != "ok")),
-        ttfa_p50_s=percentile([m.ttfa_s for m in ok], 50),
-        ttfa_p95_s=percentile([m.ttfa_s for m in ok], 95),
-        ttfb_p50_s=percentile([m.ttfb_s for m in ok], 50),
-        e2e_p50_s=percentile([m.e2e_s for m in ok], 50),
-        e2e_p95_s=percentile([m.e2e_s for m in ok], 95),
-        truncated=sum(m.truncated for m in ok),
-        rtf_mean=float(np.mean([m.rtf for m in ok if m.rtf is not None])) if any(m.rtf is not None for m in ok) else None,
-        rtf_p50=percentile([m.rtf for m in ok], 50),
-        chunks_mean=float(np.mean(chunk_counts)) if chunk_counts else None,
-        chunks_min=min(chunk_counts) if chunk_counts else None,
-        chunks_max=max(chunk_counts) if chunk_counts else None,
-        stall_count=sum(m.playback.stall_count for m in ok),
-        stall_total_s=float(sum(m.playback.stall_total_s for m in ok)),
-        stall_longest_s=float(max((m.playback.longest_stall_s for m in ok), default=0.0)),
-        stall_max_deficit_s=float(max((m.playback.max_deficit_s for m in ok), default=0.0)),
-        continuity_ok_rate=(sum(m.playback.continuity_ok(stall_threshold_s) for m in ok) / len(ok)) if ok else None,
+        warmup_requests=len(requests) - len(measured),
+        failures_by_class={c: failures.get(c, 0) for c in FAILURE_CLASSES if failures.get(c)},
+        values={d.name: reduce_metric(d, ctx) for d in registry.METRICS},
     )
 
 

@@ -1,7 +1,8 @@
 """Per-run metrics computed once and stored (`run_metrics` table, docs/results.md).
 
 Every view asks `metrics_for_runs` for the runs it shows. A stored row is used when its
-`metrics_version`, parameter hash and request count match; otherwise the run's requests and chunks
+`metrics_version`, parameter hash and request count match and it holds every registry metric;
+otherwise the run's requests and chunks
 are read (one query for all missing runs) and `metrics_from_records` computes them. On a writable
 store the fresh rows are stored for runs that have ended; a read-only reader (the TUI) computes
 what is missing in memory and stores nothing.
@@ -15,7 +16,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from data.metric_params import MetricParams
 from data.store import Store, utcnow
 from stats.metrics.compute import _REQUEST_COLUMNS, RunMetrics, metrics_from_records
-from stats.metrics.registry import METRICS_VERSION
+from stats.metrics.registry import METRICS_BY_NAME, METRICS_VERSION
 
 ParamsOf = MetricParams | Callable[[Mapping[str, Any]], MetricParams]
 
@@ -72,8 +73,9 @@ def metrics_for_runs(store: Store, runs: Iterable[Mapping[str, Any]], params: Pa
     missing: list[tuple[str, MetricParams]] = []
     for rid, p in want:
         hit = stored.get((rid, p.sha256))
-        if hit is not None and hit[0] == counts.get(rid, 0):
-            out[rid] = RunMetrics(**json.loads(hit[1]))
+        row = json.loads(hit[1]) if hit is not None and hit[0] == counts.get(rid, 0) else None
+        if row is not None and all(name in row for name in METRICS_BY_NAME):  # a metric added since: recompute
+            out[rid] = RunMetrics.from_dict(row)
         else:
             missing.append((rid, p))
     if missing:

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Callable, ClassVar, Sequence, TypeVar
 
 from data.hashing import cached_sha256_files, sha256_text
+from stats.quality.metrics import NAMES
 from stats.quality.wer import WerCounts
 
-METRICS = ("wer", "sim", "mos")
+METRICS = NAMES  # stats/quality/metrics.py: the one table of quality metrics
 
 
 @dataclass(frozen=True)

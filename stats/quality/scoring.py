@@ -36,7 +36,7 @@ from stats.quality.text import normalize_text
 
 ARMS = ("baseline", "candidate")
 FRAME_COLUMNS = ["arm", "engine", "concurrency", "repeat", "run_id", "utt_id", "wer_errors", "wer_words",
-                 "sim", "utmos", "gap"]
+                 "sim", "mos", "gap"]
 
 
 @dataclass(frozen=True)
@@ -486,8 +486,8 @@ def _metric_cause(e: Expected, row: dict | None, status: str, base_cause: str | 
 
 def scores_frame(store: Store, plan: Any, artifacts_dir: Path | None = None):
     """Contract 7: one row per expected (run, utterance) of the plan's quality cells with WER error
-    counts and words, SIM and MOS (the `utmos` column holds the plan's 'mos' scorer, see
-    `frame.attrs['scorers']` / `['labels']`: it may be DNSMOS), and `gap` = None or the cause(s)
+    counts and words, SIM and MOS (the `mos` column holds the plan's 'mos' scorer, DNSMOS or
+    UTMOS22: `frame.attrs['scorers']` / `['labels']` say which), and `gap` = None or the cause(s)
     of whatever is missing. Missing values are NaN; rows are never dropped."""
     import pandas as pd
 
@@ -498,7 +498,7 @@ def scores_frame(store: Store, plan: Any, artifacts_dir: Path | None = None):
     records = []
     for e in expected_outputs(store, plan):
         base = not_scorable(e, artifacts_dir) or truncation_gap(e, plan)
-        vals: dict[str, float] = {"wer_errors": math.nan, "wer_words": math.nan, "sim": math.nan, "utmos": math.nan}
+        vals: dict[str, float] = {"wer_errors": math.nan, "wer_words": math.nan, "sim": math.nan, "mos": math.nan}
         causes: dict[str, str] = {}
         for metric in METRICS:
             sid = ids[metric]
@@ -512,7 +512,7 @@ def scores_frame(store: Store, plan: Any, artifacts_dir: Path | None = None):
                 vals["wer_errors"] = row["wer_substitutions"] + row["wer_deletions"] + row["wer_insertions"]
                 vals["wer_words"] = row["wer_ref_words"]
             else:
-                vals["sim" if metric == "sim" else "utmos"] = row["value"] if row["value"] is not None else math.nan
+                vals[metric] = row["value"] if row["value"] is not None else math.nan
         gap = None
         if causes:
             distinct = set(causes.values())
@@ -521,12 +521,12 @@ def scores_frame(store: Store, plan: Any, artifacts_dir: Path | None = None):
         records.append({"arm": e.arm, "engine": e.engine, "concurrency": e.concurrency, "repeat": e.repeat,
                         "run_id": e.run_id, "utt_id": e.utt_id, **vals, "gap": gap})
     df = pd.DataFrame.from_records(records, columns=FRAME_COLUMNS)
-    for col in ("wer_errors", "wer_words", "sim", "utmos"):
+    for col in ("wer_errors", "wer_words", "sim", "mos"):
         df[col] = df[col].astype("float64")
     df["gap"] = df["gap"].astype(object).where(df["gap"].notna(), None)
     names = plan_scorers(plan)
     df.attrs["scorers"] = {m: ids[m] or names[m] for m in METRICS}
-    df.attrs["labels"] = {"wer": _label(names["wer"]), "sim": _label(names["sim"]), "utmos": _label(names["mos"])}
+    df.attrs["labels"] = {m: _label(names[m]) for m in METRICS}
     df.attrs["scorer_status"] = status
     return df
 

@@ -30,5 +30,5 @@ def summarise(frame) -> list[CellSummary]:
         out.append(CellSummary(arm, engine, int(conc), len(g), int(g["gap"].notna().sum()),
                                seed_tts_wer(pairs), corpus_wer(pairs),
                                float(g["sim"].mean()) if g["sim"].notna().any() else math.nan,
-                               float(g["utmos"].mean()) if g["utmos"].notna().any() else math.nan))
+                               float(g["mos"].mean()) if g["mos"].notna().any() else math.nan))
     return out

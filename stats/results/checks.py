@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from stats.gates import LABELS, UNITS
+from stats.quality.metrics import canonical
 from stats.metrics import MetricDef
 
 QUALITY, THROUGHPUT = "quality", "throughput"
@@ -40,7 +41,7 @@ def _num(v: Any) -> float | None:
 class CheckRow:
     kind: str  # quality | throughput
     concurrency: int | None
-    metric: str  # wer / sim / utmos, or the rule's metric (throughput)
+    metric: str  # wer / sim / mos (utmos in an older document), or the rule's metric (throughput)
     label: str
     unit: str
     status: str  # PASS / FAIL / INCONCLUSIVE
@@ -71,8 +72,9 @@ class CheckRow:
     @classmethod
     def from_quality(cls, c: Mapping[str, Any]) -> "CheckRow":
         metric = str(c.get("metric") or "")
-        return cls(QUALITY, c.get("concurrency"), metric, str(c.get("label") or LABELS.get(metric, metric)),
-                   str(c.get("unit") or UNITS.get(metric, "")), str(c.get("status") or ""), c.get("n_ids"),
+        now = canonical(metric)  # an older document's utmos is the MOS check
+        return cls(QUALITY, c.get("concurrency"), metric, str(c.get("label") or LABELS.get(now, metric)),
+                   str(c.get("unit") or UNITS.get(now, "")), str(c.get("status") or ""), c.get("n_ids"),
                    c.get("n_expected"), _num(c.get("point")), _num(c.get("bound")), _num(c.get("margin")),
                    _num(c.get("base_value")), _num(c.get("cand_value")), str(c.get("reason") or ""),
                    bool(c.get("diagnostic_only")), True)

@@ -10,8 +10,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from stats.bootstrap import CellArrays, bounds_many
+from stats.quality.metrics import NAMES, canonical
 
-ARRAY_KEYS = ("e_base", "e_cand", "n_base", "sim_base", "sim_cand", "utmos_base", "utmos_cand")
+ARRAY_KEYS = ("e_base", "e_cand", "n_base", "sim_base", "sim_cand", "mos_base", "mos_cand")
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class CheckReplicates:
 
 def cell_arrays(cell: Mapping[str, Any]) -> CellArrays:
     a = cell.get("arrays") or {}
+    a = {k.replace("utmos_", "mos_") if k.startswith("utmos_") else k: v for k, v in a.items()}  # older documents
     return CellArrays(tuple(cell.get("ids") or ()),
                       **{k: np.asarray([np.nan if v is None else v for v in a.get(k, [])], dtype=np.float64)
                          for k in ARRAY_KEYS})
@@ -35,7 +37,8 @@ def document_replicates(doc: Mapping[str, Any]) -> list[CheckReplicates]:
     b = doc.get("bootstrap") or {}
     cells, metrics, concs = [], [], []
     for cell in doc.get("cells") or []:
-        full = tuple(m for m in ("wer", "sim", "utmos") if (cell.get("full_coverage") or {}).get(m))
+        cov = {canonical(m): v for m, v in (cell.get("full_coverage") or {}).items()}  # an older document's utmos
+        full = tuple(m for m in NAMES if cov.get(m))
         if full and len(cell.get("ids") or ()) >= 2:
             cells.append(cell_arrays(cell))
             metrics.append(full)

@@ -14,21 +14,12 @@ from typing import Any
 from data.queries import launch_seq
 from data.store import Store
 from stats.metrics import METRICS_BY_NAME, SWEEP_POOL, CellRun, Spread, plan_cell_runs, spread
-from stats.metrics.registry import throughput_unit
+from stats.metrics.registry import REPORT, names_on, throughput_unit
 
-# (RunMetrics field, column label) in table order
-COLUMNS: tuple[tuple[str, str], ...] = (
-    ("throughput", "audio tok/s"),
-    ("ttfa_p50_s", "TTFA p50"),
-    ("ttfa_p95_s", "TTFA p95"),
-    ("e2e_p50_s", "e2e p50"),
-    ("e2e_p95_s", "e2e p95"),
-    ("rtf_mean", "mean RTF"),
-    ("stall_count", "stalls"),
-    ("failed", "failures"),
-    ("truncated", "truncated"),
-    ("chunks_mean", "chunks/req"),
-)
+
+def columns() -> tuple[str, ...]:
+    """The report table's metrics (RunMetrics names) in order: the registry's `report` surface."""
+    return names_on(REPORT)
 
 
 @dataclass(frozen=True)
@@ -66,7 +57,7 @@ def build_report(store: Store, plan: Any, pool: Any = SWEEP_POOL) -> list[Report
     for engine in plan.engines:
         for c in plan.sweep.concurrencies:
             runs = by_cell.get((engine.name, int(c)), [])
-            spreads = {f: spread(getattr(x.metrics, f) for x in runs) for f, _ in COLUMNS}
+            spreads = {f: spread(x.metrics.get(f) for x in runs) for f in columns()}
             out.append(ReportCell(engine.name, int(c), [x.run_id for x in runs], spreads, runs))
     return out
 
@@ -90,11 +81,11 @@ def spread_text(name: str, s: Spread) -> SpreadText:
     return SpreadText(format_value(name, s.median), rng)
 
 
-def column_label(name: str, label: str, throughput_scale: float | None = None) -> str:
-    unit = METRICS_BY_NAME[name].unit
-    if name == "throughput" and throughput_scale is not None:
-        unit = throughput_unit(throughput_scale)
-    return f"{label} ({unit})" if unit else label
+def column_label(name: str, throughput_scale: float | None = None) -> str:
+    """The registry's label and unit (throughput's unit for the plan's scale)."""
+    d = METRICS_BY_NAME[name]
+    return d.header() if name != "throughput" or throughput_scale is None else \
+        f"{d.label} ({throughput_unit(throughput_scale)})"
 
 
 def concurrency_label(c: int, limit: int | None) -> str:

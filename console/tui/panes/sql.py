@@ -39,6 +39,7 @@ def run_query(db_path: Path, sql: str) -> QueryResult:
     file or load code is refused, and the refusal says why."""
     import duckdb
 
+    import stats.metrics.views  # noqa: F401  registers run_summary, quality_summary (data/views.py)
     from data.errors import CampaignError, first_line
     from data.snapshot import open_reader
     from data.store import reader_refusal
