@@ -60,20 +60,43 @@ def dropped_text(text: str, rate: float, seed: int) -> str:
     return " ".join(w for w, k in zip(words, keep) if k)
 
 
+ARMS = ("baseline", "lossy", "baseline-dropped")
+
+
+def stored_outputs(store, art: Path, utts) -> dict[str, list[tuple[str, Path, str]]]:
+    """arm -> [(utt_id, wav, full reference text)] of the runs in the store (a kept folder's, or this pass's)."""
+    ref = {u.utt_id: u.target_text for u in utts}
+    out: dict[str, list[tuple[str, Path, str]]] = {}
+    for arm in ARMS:
+        rows = store.query("SELECT utt_id, outcome, audio_path FROM requests WHERE run_id = ? AND NOT is_warmup "
+                           "ORDER BY request_index", [f"run-{arm}"])
+        bad = [r for r in rows if r["outcome"] != "ok"]
+        if bad or not rows:
+            raise SystemExit(f"bench: {arm}: {len(bad)} requests failed ({bad[:1]})" if bad else f"bench: no run {arm}")
+        out[arm] = [(r["utt_id"], art / r["audio_path"], ref[r["utt_id"]]) for r in rows]
+    return out
+
+
 def synthesise(root: Path, utts, drop: float) -> dict[str, list[tuple[str, Path, str]]]:
-    """Record one measured run per arm through the real engine: arm -> [(utt_id, wav, reference text)]."""
+    """Record one measured run per arm through the real engine (or reuse a kept folder's runs):
+    arm -> [(utt_id, wav, full reference text)]."""
     from console.recording import launch_engine, record_run, stop_engine
     from data.plans import EngineSpec
     from data.store import Store
     from engine_adapters.driver import DriveSpec, RequestSpec
 
+    kept = (root / "bench.duckdb").is_file()
     store = Store(root / "bench.duckdb")
     art = root / "artifacts"
+    if kept:
+        try:
+            return stored_outputs(store, art, utts)
+        finally:
+            store.close()
     arms = {"baseline": ("baseline", {u.utt_id: u.target_text for u in utts}),
             "lossy": ("lossy", {u.utt_id: u.target_text for u in utts}),
             "baseline-dropped": ("baseline", {u.utt_id: dropped_text(u.target_text, drop, i)
                                               for i, u in enumerate(utts)})}
-    out: dict[str, list[tuple[str, Path, str]]] = {}
     try:
         for arm, (profile, spoken) in arms.items():
             eng = launch_engine(store, EngineSpec(f"ref-{arm}", "reference", "vllm-omni", port=_port(),
@@ -86,16 +109,9 @@ def synthesise(root: Path, utts, drop: float) -> dict[str, list[tuple[str, Path,
                            launch_id=eng.launch_id, telemetry=False)
             finally:
                 stop_engine(store, eng, grace_s=2)
-            rows = store.query("SELECT utt_id, outcome, audio_path FROM requests WHERE run_id = ? AND NOT is_warmup "
-                               "ORDER BY request_index", [f"run-{arm}"])
-            bad = [r for r in rows if r["outcome"] != "ok"]
-            if bad:
-                raise SystemExit(f"bench: {arm}: {len(bad)} requests failed ({bad[0]})")
-            ref = {u.utt_id: u.target_text for u in utts}
-            out[arm] = [(r["utt_id"], art / r["audio_path"], ref[r["utt_id"]]) for r in rows]
+        return stored_outputs(store, art, utts)
     finally:
         store.close()
-    return out
 
 
 def score(name: str, outputs: dict[str, list[tuple[str, Path, str]]], texts_root: str | None) -> dict[str, dict]:
@@ -130,7 +146,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--utts", choices=("holdout", "all"), default="holdout")
     ap.add_argument("--drop", type=float, default=0.06, help="word drop rate of the baseline-dropped arm (lossy's)")
-    ap.add_argument("--keep", type=Path, help="keep the store and WAVs in this folder (default: a temporary one)")
+    ap.add_argument("--keep", type=Path, help="keep the store and WAVs in this folder (default: a temporary one); "
+                                              "a folder kept by an earlier call is scored again, not re-synthesised")
     ap.add_argument("--scorers", nargs="+", default=["pocketsphinx", "pocketsphinx-domain"])
     args = ap.parse_args()
     utts = demo_utterances(args.utts)

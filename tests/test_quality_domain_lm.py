@@ -25,7 +25,7 @@ from stats.quality.wer import corpus_wer
 
 CMUDICT = Path(pocketsphinx.get_model_path()) / "en-us" / "cmudict-en-us.dict"
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample_workload"
-BASELINE_BOUND = 0.50  # corpus WER of the domain model on baseline speech (measured 0.3x: docs/quality.md)
+BASELINE_BOUND = 0.35  # corpus WER of the domain model on baseline speech (measured 0.242 here, 0.285 on the demo holdout)
 N_UTTS = 12
 
 
@@ -152,7 +152,7 @@ def test_domain_wer_is_low_on_engine_speech_and_sees_dropped_words(store, tmp_pa
     words = sum(c.ref_words for c in full)
     print(f"domain LM corpus WER: full {wer_full:.3f}, every 5th word dropped ({n_dropped}/{words}) {wer_drop:.3f}")
     assert wer_full < BASELINE_BOUND
-    # the words the engine did not say show up: at least half of them as added errors, mostly deletions
-    assert wer_drop - wer_full >= 0.5 * n_dropped / words
+    # the words the engine did not say show up: most of them as added errors, at least half as deletions
+    assert wer_drop - wer_full >= 0.75 * n_dropped / words  # measured: +0.242 for 26/128 words dropped
     assert sum(c.deletions for c in drop) - sum(c.deletions for c in full) >= 0.5 * n_dropped
     assert not math.isnan(wer_full)

@@ -109,7 +109,11 @@ class PocketsphinxScorer(ProcessPoolMixin, AsrScorer):
 
 
 # -- the domain model ---------------------------------------------------------------------------
-DOMAIN_LW = 6.5  # language weight (pocketsphinx's default; docs/quality.md "pocketsphinx-domain")
+# Decoder settings of the domain model (docs/quality.md "pocketsphinx-domain" has the measurements):
+# the language weight stays pocketsphinx's default; `topn` scores 64 Gaussians per frame instead of 4
+# (the AM's scores of formant speech are poor with 4); `frate` 115 frames/s instead of 100 lets an
+# HMM (3 states, at least one frame each) fit espeak's short phones instead of deleting the word.
+DOMAIN_DECODER: tuple[tuple[str, object], ...] = (("lw", 6.5), ("topn", 64), ("frate", 115))
 DOMAIN_MODEL_DIR = "pocketsphinx-domain"  # under the project's cache folder (data/hashing.py)
 
 
@@ -167,8 +171,16 @@ class PocketsphinxDomainScorer(PocketsphinxScorer):
         from stats.quality.domain_lm import DISCOUNT, ORDER
 
         words = len(self._build()[2].words) if self.model_dir is not None else "?"
+        decoder = ", ".join(f"{k} {v}" for k, v in DOMAIN_DECODER)
         return (f"pocketsphinx {metadata.version('pocketsphinx')} en-us AM + domain LM (order {ORDER}, "
-                f"discount {DISCOUNT}, lw {DOMAIN_LW}, {words} workload words)")
+                f"discount {DISCOUNT}, {words} workload words; {decoder})")
+
+    @property
+    def model_hash(self) -> str:
+        """The files' hash (`model_files`) with the decoder settings folded in: they change transcripts too."""
+        from data.hashing import sha256_text
+
+        return sha256_text(f"{super().model_hash}\0decoder={DOMAIN_DECODER!r}")
 
     def model_files(self) -> list[Path]:
         """The acoustic model, the generated LM and dictionary (the texts are in them)."""
@@ -194,7 +206,7 @@ class PocketsphinxDomainScorer(PocketsphinxScorer):
 
     def settings(self) -> tuple[tuple[str, object], ...]:
         lm, dic, _ = self._build()
-        return (("dict", str(dic)), ("lm", str(lm)), ("lw", DOMAIN_LW))
+        return (("dict", str(dic)), ("lm", str(lm)), *DOMAIN_DECODER)
 
     def transcribe(self, wavs: Sequence[np.ndarray]) -> list[str]:
         return self.map_in_pool(functools.partial(decode_pcm16, settings=self.settings()),
