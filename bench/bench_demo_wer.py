@@ -150,6 +150,8 @@ def main() -> int:
                                               "a folder kept by an earlier call is scored again, not re-synthesised")
     ap.add_argument("--scorers", nargs="+", default=["pocketsphinx", "pocketsphinx-domain"])
     args = ap.parse_args()
+    from data.workload import SAMPLE_WORKLOAD
+
     utts = demo_utterances(args.utts)
     with tempfile.TemporaryDirectory(prefix="bench-demo-wer-") as tmp:
         root = args.keep or Path(tmp)
@@ -161,7 +163,7 @@ def main() -> int:
         print(f"{'scorer':20s} {'arm':17s} {'corpus WER':>10s} {'Seed-TTS WER':>12s} {'S/D/I':>12s} "
               f"{'words':>6s} {'s':>6s}")
         for name in args.scorers:
-            res = score(name, outputs, "data/sample_workload" if name == "pocketsphinx-domain" else None)
+            res = score(name, outputs, str(SAMPLE_WORKLOAD) if name == "pocketsphinx-domain" else None)
             ident = res.pop("_identity")
             for arm, r in res.items():
                 print(f"{name:20s} {arm:17s} {100 * r['corpus']:9.1f}% {100 * r['seed']:11.1f}% "
