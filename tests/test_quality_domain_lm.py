@@ -156,3 +156,19 @@ def test_domain_wer_is_low_on_engine_speech_and_sees_dropped_words(store, tmp_pa
     assert wer_drop - wer_full >= 0.75 * n_dropped / words  # measured: +0.242 for 26/128 words dropped
     assert sum(c.deletions for c in drop) - sum(c.deletions for c in full) >= 0.5 * n_dropped
     assert not math.isnan(wer_full)
+
+
+def test_cli_lists_it_unavailable_until_told_its_texts(tmp_path, monkeypatch, capsys):
+    from console.cli import main
+
+    monkeypatch.setenv("OMNI_CAMPAIGN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("COLUMNS", "400")
+    monkeypatch.delenv("CAMPAIGN_DOMAIN_LM_TEXTS", raising=False)
+    assert main(["scorers"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "pocketsphinx-domain-lm" in ln)
+    assert "unavailable: no LM texts configured" in line and "$CAMPAIGN_DOMAIN_LM_TEXTS" in line
+    monkeypatch.setenv("CAMPAIGN_DOMAIN_LM_TEXTS", str(SAMPLE))
+    assert main(["scorers"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "pocketsphinx-domain-lm" in ln)
+    expected = make_scorer("pocketsphinx-domain", {"pocketsphinx-domain": str(SAMPLE)}).model_hash[:16]
+    assert "available" in line and "unavailable" not in line and expected in line
