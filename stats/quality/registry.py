@@ -14,19 +14,19 @@ from typing import Any, Mapping
 from data.plan_model import Plan, QualitySpec
 from stats.quality.base import METRICS, Scorer
 from stats.quality.dnsmos import DnsmosScorer
-from stats.quality.pocketsphinx_asr import PocketsphinxScorer
+from stats.quality.pocketsphinx_asr import PocketsphinxDomainScorer, PocketsphinxScorer
 from stats.quality.sim import ResemblyzerScorer, SeedTtsSimScorer, WavlmScorer
 from stats.quality.utmos import Utmos22Scorer
 from stats.quality.whisper_asr import WhisperScorer
 
 SCORERS: dict[str, type[Scorer]] = {
     cls.name: cls for cls in (
-        PocketsphinxScorer, WhisperScorer, ResemblyzerScorer, WavlmScorer, SeedTtsSimScorer, DnsmosScorer,
+        PocketsphinxScorer, PocketsphinxDomainScorer, WhisperScorer, ResemblyzerScorer, WavlmScorer, SeedTtsSimScorer, DnsmosScorer,
         Utmos22Scorer)
 }
 BY_SCORER_ID: dict[str, type[Scorer]] = {cls.scorer_id: cls for cls in SCORERS.values()}
 ENV_VARS = {"whisper": "CAMPAIGN_WHISPER_DIR", "wavlm-ecapa": "CAMPAIGN_WAVLM_DIR", "seedtts-sim": "CAMPAIGN_SEEDTTS_SIM_DIR",
-            "utmos22": "CAMPAIGN_UTMOS_DIR"}
+            "utmos22": "CAMPAIGN_UTMOS_DIR", "pocketsphinx-domain": "CAMPAIGN_DOMAIN_LM_TEXTS"}
 DEFAULT_SCORERS = {"wer": "pocketsphinx", "sim": "resemblyzer", "mos": "dnsmos"}
 
 
