@@ -14,7 +14,7 @@ import pocketsphinx
 import pytest
 
 from console.recording import launch_engine, record_run, stop_engine
-from data.plans import EngineSpec
+from data.plan_model import EngineSpec
 from data.workload import load_workload
 from engine_adapters.driver import DriveSpec, RequestSpec
 from stats.quality.base import ScoreItem
