@@ -30,6 +30,12 @@ def test_one_table_names_every_quality_metric():
     assert [q.margin_key for q in QUALITY_METRICS] == ["wer_pp", "sim", "mos"]  # the plan's quality.margins keys
     assert check_labels({"mos": "DNSMOS OVRL (P.835)"})["mos"] == "MOS drop (DNSMOS OVRL (P.835))"
     assert check_labels({"utmos": "UTMOS22 strong"})["mos"] == "MOS drop (UTMOS22 strong)"  # an older frame's key
+    # every check names its scorer: a domain model's WER is never shown as a general recogniser's
+    labels = check_labels({"wer": "WER (pocketsphinx + workload-domain LM: not a general ASR)",
+                           "sim": "SIM x100 (Resemblyzer GE2E)"})
+    assert labels["wer"] == "WER degradation (pocketsphinx + workload-domain LM: not a general ASR)"
+    assert labels["sim"] == "SIM drop (Resemblyzer GE2E)"
+    assert check_labels()["wer"] == "WER degradation"
 
 
 def _issue(tmp_path, name: str, table: str, mos_flag: str) -> dict:

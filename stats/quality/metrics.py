@@ -10,6 +10,7 @@ documents and bundles still verify and old tables still load.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -49,13 +50,17 @@ def canonical(name: str) -> str:
 
 def check_label(metric: str, scorer_label: str | None = None) -> str:
     """A check's label naming what filled the slot: 'MOS drop (DNSMOS OVRL (P.835))', never a MOS
-    slot of DNSMOS scores called UTMOS."""
+    slot of DNSMOS scores called UTMOS; 'WER degradation (pocketsphinx domain LM ...)', never a
+    domain model's WER presented as a general recogniser's."""
     base = QUALITY_BY_NAME[canonical(metric)].label
-    return f"{base} ({scorer_label})" if scorer_label and canonical(metric) == "mos" else base
+    if not scorer_label:
+        return base
+    inner = re.fullmatch(r"(?:WER|SIM x100) \((.*)\)", scorer_label)  # 'WER (Whisper)' -> 'Whisper'
+    return f"{base} ({inner.group(1) if inner else scorer_label})"
 
 
 def check_labels(scorer_labels: Mapping[str, str] | None = None) -> dict[str, str]:
-    """metric -> check label, the MOS label naming its scorer when known."""
+    """metric -> check label, each naming its scorer when known."""
     labels = dict(scorer_labels or {})
     for old, new in LEGACY.items():
         if old in labels and new not in labels:
