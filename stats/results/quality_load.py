@@ -34,6 +34,14 @@ from stats.quality.scoring import metric_scorer_ids, scorer_label
 
 NO_RUN = "no quality run"  # no aggregate run of the engine at this concurrency in the scored pool
 NOT_SCORED = "not scored"  # runs, but no ok score of the plan's scorer for the metric
+DIGITS = {"wer": 2, "sim": 2, "mos": 3}  # shown decimals (WER %, SIM x100, MOS)
+
+
+@dataclass(frozen=True)
+class LevelText:
+    """What every view prints for one metric of a cell: the estimate, and its interval and ids."""
+    value: str
+    interval: str
 
 
 @dataclass(frozen=True)
@@ -59,6 +67,14 @@ class LoadCell:
             return ""
         return NO_RUN if not self.runs else NOT_SCORED
 
+    def text(self, metric: str) -> LevelText:
+        lv, d = self.levels.get(metric), DIGITS[metric]
+        if lv is None:
+            return LevelText(self.note(metric), "")
+        if lv.low is None or lv.high is None:
+            return LevelText(f"{lv.value:.{d}f}", f"{lv.ids} id: no interval")
+        return LevelText(f"{lv.value:.{d}f}", f"[{lv.low:.{d}f}, {lv.high:.{d}f}] {lv.ids} ids")
+
 
 @dataclass(frozen=True)
 class QualityLoad:
@@ -74,6 +90,11 @@ class QualityLoad:
     seed: int
     pool: str | None = None
     gated: tuple[int, ...] = field(default=())  # the concurrencies the gate judges (quality.concurrencies)
+
+    def header(self, metric: str) -> str:
+        """'WER (%)', 'SIM (x100)', 'MOS (DNSMOS OVRL (P.835))': the label with its unit unless it names it."""
+        label, unit = self.labels[metric], self.units[metric]
+        return label if label.split(" ")[0] == unit else f"{label} ({unit})"
 
     def cell(self, engine: str, concurrency: int) -> LoadCell | None:
         return next((c for c in self.cells if c.engine == engine and c.concurrency == concurrency), None)
