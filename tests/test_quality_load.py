@@ -182,7 +182,7 @@ def test_html_report_draws_quality_under_load_in_chromium(campaign, tmp_path):
 
 
 def test_tui_report_tab_shows_the_same_cells(campaign, monkeypatch):
-    from textual.widgets import DataTable
+    from textual.widgets import DataTable, TabbedContent
 
     from console.tui.app import CampaignApp
 
@@ -198,8 +198,16 @@ def test_tui_report_tab_shows_the_same_cells(campaign, monkeypatch):
             await pilot.pause()
             table = app.query_one(".quality-load-table", DataTable)
             assert "quality under load" in str(table.border_title)
-            return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)], \
+            shown = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)], \
                 [str(c.label) for c in table.columns.values()]
+            table.focus()  # enter on a cell lists its runs, as the report's tables do
+            table.move_cursor(row=5)  # ref-fast, C2
+            await pilot.press("enter")
+            await pilot.pause()
+            assert app.query_one(TabbedContent).active == "runs"
+            runs = app.query_one("#runs-table", DataTable)
+            assert "fast-q2-r0" in {str(k.value) for k in runs.rows} and "fast-q1-r0" not in {str(k.value) for k in runs.rows}
+            return shown
 
     rows, head = asyncio.run(run())
     assert head == ["engine", "C", "runs", "WER (%)", "SIM (x100)", "MOS (DNSMOS OVRL (P.835))"]

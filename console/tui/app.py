@@ -324,6 +324,11 @@ class CampaignApp(App):
         self.show_tab("runs")
         self.action_filter(f"{engine} c{c} measured")
 
+    @on(DataTable.RowSelected, ".quality-load-table")
+    def _quality_cell_chosen(self, event: DataTable.RowSelected) -> None:
+        """The same drill-down from a quality-under-load cell (its holdout runs are among those listed)."""
+        self._cell_chosen(event)
+
     # -- verdicts ---------------------------------------------------------------------------
     def on_verdicts_loaded(self, msg: VerdictsLoaded) -> None:
         if not self.query("#verdicts-table"):  # a load that ends while the app closes
@@ -515,7 +520,7 @@ def quality_load_table(ql: QualityLoad) -> DataTable:
     """Quality under load (docs/results.md): each engine's WER, SIM and MOS at every measured
     concurrency, the estimate over a dim line with its percentile bootstrap interval, or why none."""
     metrics = ("wer", "sim", "mos")
-    table: DataTable[Text] = DataTable(cursor_type="row", classes="report-table quality-load-table")
+    table: DataTable[Text] = DataTable(cursor_type="row", classes="quality-load-table")
     table.border_title = (f"quality under load: quality runs (pool {ql.pool or 'any'}) at every measured C; "
                           f"{100 * ql.confidence:g} % percentile bootstrap over utterance ids, B={ql.draws}; * gated")
     table.add_columns(Text("engine"), *[Text(c, justify="right") for c in ("C", "runs", *map(ql.header, metrics))])
