@@ -494,6 +494,13 @@ def quality_load_figure(ql: QualityLoad) -> FigureOut:
                    + (f", pool {ql.pool!r})" if ql.pool else ")"))
             continue
         _conc_axis(ax, ql.concurrencies)
+        pad = 1.15 * float(np.exp(0.05 * (len(engines) - 1) / 2))  # the side-by-side shift stays inside
+        ax.set_xlim(min(ql.concurrencies) / pad, max(ql.concurrencies) * pad)
+        for c in ql.concurrencies:  # a measured concurrency without a figure says why, where its points would be
+            notes = {cell.note(m) for cell in ql.cells if cell.concurrency == c}
+            if "" not in notes:
+                ax.text(c, 0.5, " / ".join(sorted(notes)), transform=ax.get_xaxis_transform(), rotation=90,
+                        ha="center", va="center", fontsize=7, color="#888888")
         ax.set_ylabel(ql.header(m))
     handles = {t: h for ax in axes[0] for h, t in zip(*ax.get_legend_handles_labels())}
     if handles:  # one legend for the three panels, below them: it never covers a point
