@@ -24,6 +24,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from stats.metrics.registry import metrics_in_figure  # noqa: E402
 from stats.results.plan_results import PlanResults, VerdictResult  # noqa: E402
+from stats.results.quality_load import QualityLoad  # noqa: E402
 from stats.results.replicates import CheckReplicates  # noqa: E402
 from stats.results.series import GpuRunSeries  # noqa: E402
 
@@ -459,3 +460,57 @@ def coverage_figure(verdicts: Sequence[VerdictResult]) -> FigureOut:
         ax.set_title("WER attribution")
     return FigureOut("coverage_attribution", title, "Left: ids each quality check covers and the coverage gaps "
                      "that make a check INCONCLUSIVE. Right: the utterances that carry the WER change.", fig)
+
+
+def _cells_text(ql: QualityLoad, concs: Sequence[int]) -> str:
+    return ", ".join(f"C{c}" for c in concs) or "none"
+
+
+def quality_load_figure(ql: QualityLoad) -> FigureOut:
+    """WER, SIM and MOS of each engine against concurrency (stats/results/quality_load.py): the
+    estimate and its percentile bootstrap interval over utterance ids, one panel per metric."""
+    title = "Quality under load: WER, SIM and MOS vs concurrency"
+    fig, axes = _figure(title, ncols=3, width=13.0, height=3.8)
+    engines = list(ql.engines)
+    pct = f"{100 * ql.confidence:g} %"
+    for ax, m in zip(axes[0], ("wer", "sim", "mos")):
+        ax.set_title(ql.header(m))
+        drawn = False
+        for i, e in enumerate(engines):
+            pts = [(c.concurrency, lv) for c in ql.cells if c.engine == e and (lv := c.levels[m]) is not None]
+            if not pts:
+                continue
+            drawn = True
+            shift = float(np.exp((i - (len(engines) - 1) / 2) * 0.05))  # engines side by side at one C
+            xs = np.asarray([c for c, _ in pts], float) * shift
+            ys = np.asarray([lv.value for _, lv in pts])
+            lo = np.asarray([lv.value - lv.low if lv.low is not None else 0.0 for _, lv in pts])
+            hi = np.asarray([lv.high - lv.value if lv.high is not None else 0.0 for _, lv in pts])
+            ax.errorbar(xs, ys, yerr=[lo, hi], fmt="-o", ms=4, lw=1.4, capsize=3, color=_color(engines, e), label=e)
+        if not drawn:
+            ran = any(c.runs for c in ql.cells)
+            _empty(ax, f"not scored: no ok {ql.scorers[m]} score in the quality runs" if ran else
+                   "no quality runs (measured, complete, not excluded"
+                   + (f", pool {ql.pool!r})" if ql.pool else ")"))
+            continue
+        _conc_axis(ax, ql.concurrencies)
+        pad = 1.15 * float(np.exp(0.05 * (len(engines) - 1) / 2))  # the side-by-side shift stays inside
+        ax.set_xlim(min(ql.concurrencies) / pad, max(ql.concurrencies) * pad)
+        for c in ql.concurrencies:  # a measured concurrency without a figure says why, where its points would be
+            notes = {cell.note(m) for cell in ql.cells if cell.concurrency == c}
+            if "" not in notes:
+                ax.text(c, 0.5, " / ".join(sorted(notes)), transform=ax.get_xaxis_transform(), rotation=90,
+                        ha="center", va="center", fontsize=7, color="#888888")
+        ax.set_ylabel(ql.header(m))
+    handles = {t: h for ax in axes[0] for h, t in zip(*ax.get_legend_handles_labels())}
+    if handles:  # one legend for the three panels, below them: it never covers a point
+        fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncols=len(handles))
+    missing = [f"{c.engine} C{c.concurrency} ({c.note('wer') or c.note('sim') or c.note('mos')})"
+               for c in ql.cells if any(lv is None for lv in c.levels.values())]
+    return FigureOut("quality_load", title,
+                     f"Each engine's quality runs at every measured concurrency ({_cells_text(ql, ql.concurrencies)}; "
+                     f"the gate judges {_cells_text(ql, ql.gated)}): the point is the figure over the cell's utterance "
+                     f"ids (WER: 100 × Σ errors / Σ words; SIM, MOS: mean of each id's mean), the bar its central {pct} "
+                     f"percentile bootstrap interval over ids (B={ql.draws}, seed {ql.seed}). Scorers: "
+                     + ", ".join(f"{m} {ql.scorers[m]}" for m in ("wer", "sim", "mos")) + "."
+                     + (f" Not scored (some or every metric): {'; '.join(missing)}." if missing else ""), fig)

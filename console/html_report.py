@@ -24,6 +24,7 @@ from stats.rule_noise import noise_summary, store_rule_noise
 from console.equivalence_report import equivalence_figure, equivalence_tables, family_equivalence
 from stats.results.plan_results import PlanResults, VerdictResult, load_verdicts
 from stats.results.provenance import provenance
+from stats.results.quality_load import QualityLoad, quality_under_load
 from stats.results.replicates import CheckReplicates, document_replicates
 from stats.results.report import column_label, columns, concurrency_label
 from stats.results.series import gpu_series, request_rtfs
@@ -35,7 +36,9 @@ class HtmlReport:
     figures: list[F.FigureOut] = field(default_factory=list)
 
 
-def build_figures(store: Store, res: PlanResults, verdicts: list[VerdictResult]) -> list[F.FigureOut]:
+def build_figures(store: Store, res: PlanResults, verdicts: list[VerdictResult],
+                  quality: QualityLoad | None = None) -> list[F.FigureOut]:
+    quality = quality_under_load(store, res.plan) if quality is None else quality
     run_ids = [rid for c in res.cells for rid in c.run_ids]
     reps: dict[str, list[CheckReplicates]] = {v.verdict_id: document_replicates(v.document)
                                               for v in verdicts if v.kind == "quality" and v.document}
@@ -50,6 +53,7 @@ def build_figures(store: Store, res: PlanResults, verdicts: list[VerdictResult])
             F.replicates_figure(verdicts, reps),
             F.ratios_figure(verdicts),
             F.coverage_figure(verdicts),
+            F.quality_load_figure(quality),
             equivalence_figure(verdicts),
         ]
     for f in figs:
@@ -119,6 +123,29 @@ def imported_table(rows: list[dict]) -> str:
     return (f"<h3>Imported results ({_e(MARK)})</h3><p class=note>Figures published elsewhere, kept as hypotheses: "
             "no aggregate, gate, rule or verdict uses them (docs/results.md).</p>"
             + _table(["engine", "C", "metric", "value", "unit", "source", "reference", "import", "status"], body, "report"))
+
+
+def quality_load_section(ql: QualityLoad) -> str:
+    """Quality under load (docs/results.md): each engine's WER, SIM and MOS at every measured
+    concurrency with its percentile bootstrap interval over utterance ids, or why a cell has none."""
+    metrics = ("wer", "sim", "mos")
+    rows = []
+    for c in ql.cells:
+        cells = [_e(c.engine), _e(f"C{c.concurrency}" + (" (gated)" if c.concurrency in ql.gated else "")), str(c.runs)]
+        for m in metrics:
+            t = c.text(m)
+            cells.append(f'<span class="med">{_e(t.value)}</span>'
+                         + (f'<br><span class="rng">{_e(t.interval)}</span>' if t.interval else ""))
+        rows.append(cells)
+    head = ["engine", "C", "runs"] + [ql.header(m) for m in metrics]
+    pct = f"{100 * ql.confidence:g} %"
+    return ('<div id="quality-load">'
+            f"<p class=note>The plan's quality runs (measured, complete, not excluded; pool {_e(ql.pool or 'any')}) at "
+            f"every measured concurrency; gated: a concurrency the quality gate judges. Each figure is over the cell's "
+            f"utterance ids (WER: 100 × Σ errors / Σ words; SIM, MOS: mean of each id's mean across repeats), with "
+            f"its central {pct} percentile bootstrap interval over ids (B={ql.draws}, seed {ql.seed}). Scorers: "
+            + _e(", ".join(f"{m} {ql.scorers[m]}" for m in metrics)) + ".</p>"
+            + _table(head, rows, "report") + "</div>")
 
 
 def noise_note(store: Store, v: VerdictResult) -> str:
@@ -203,8 +230,9 @@ figcaption{font-size:12px;color:#444;margin-top:4px}figcaption b{font-size:13px;
 
 
 def render_html(store: Store, res: PlanResults, verdicts: list[VerdictResult], figs: list[F.FigureOut],
-                pngs: dict[str, bytes]) -> str:
+                pngs: dict[str, bytes], quality: QualityLoad | None = None) -> str:
     plan = res.plan
+    quality = quality_under_load(store, plan) if quality is None else quality
     head = current_head(store)
     where = provenance(store, plan)
     meta = _table(["field", "value"], [
@@ -221,7 +249,8 @@ def render_html(store: Store, res: PlanResults, verdicts: list[VerdictResult], f
         ["aggregates", "measured, complete, not excluded runs of the sweep pool; median [min-max] cv across repeats"],
     ], "meta")
     body = [f"<h1>{_e(plan.name)}: campaign report</h1>", f'<div id="report-header">{meta}</div>', "<h2>Engines</h2>", engines_table(store, plan),
-            "<h2>Report</h2>", report_tables(res), imported_table(imported_rows(store)), "<h2>Figures</h2>"]
+            "<h2>Report</h2>", report_tables(res), imported_table(imported_rows(store)),
+            "<h2>Quality under load</h2>", quality_load_section(quality), "<h2>Figures</h2>"]
     for f in figs:
         data = base64.b64encode(pngs[f.key]).decode()
         body.append(f'<figure id="fig-{f.key}"><img alt="{_e(f.title)}" src="data:image/png;base64,{data}">'
@@ -238,9 +267,10 @@ def write_report(store: Store, res: PlanResults, path: Path, figures_dir: Path |
     """Write the HTML report (and each figure as PNG and SVG into `figures_dir`)."""
     verdicts = load_verdicts(store, res.plan.hash, documents=True)
     verdicts += [v for v in family_equivalence(store, res.plan.hash) if v.plan_hash != res.plan.hash]
-    figs = build_figures(store, res, verdicts)
+    quality = quality_under_load(store, res.plan)
+    figs = build_figures(store, res, verdicts, quality)
     pngs = {f.key: _png(f.figure) for f in figs}
-    text = render_html(store, res, verdicts, figs, pngs)
+    text = render_html(store, res, verdicts, figs, pngs, quality)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")

@@ -91,12 +91,13 @@ def _gpu(run_id: str, seconds: float, rng) -> pd.DataFrame:
                          "sm_clock_mhz": np.float32(1980.0), "temp_c": (40 + util / 4).astype("float32")})
 
 
-def _scores(rng, run_id: str, utts: list[str], arm: str, rep: int) -> pd.DataFrame:
+def _scores(rng, run_id: str, utts: list[str], arm: str, rep: int, c: int = 1) -> pd.DataFrame:
     rows = []
     now = datetime(2025, 12, 1, 12, 0, tzinfo=timezone.utc)
     for i, u in enumerate(utts):
         words = 8 + (i % 5)
         errs = int(rng.integers(0, 2)) + (1 if arm == "candidate" and i % 4 == 0 else 0)
+        errs += int(np.log2(c)) * (i % 2)  # more errors under load (quality under load)
         rows.append({"run_id": run_id, "request_index": i, "utt_id": u, "metric": "wer", "scorer_id": SCORERS["wer"],
                      "status": "ok", "value": errs / words, "wer_substitutions": errs, "wer_deletions": 0,
                      "wer_insertions": 0, "wer_ref_words": words, "scored_at": now})
@@ -134,16 +135,19 @@ def _announce(store: Store, plan, runs: list[dict], scores: pd.DataFrame) -> Non
 
 def build_campaign(root: Path, *, concurrencies=(1, 2, 4), repeats: int = 3, requests: int = 8, chunks: int = 4,
                    holdout: int = 6, gpu: bool = True, gate: bool = True, seed: int = 7,
-                   sim_gap: bool = True) -> tuple[Path, Path]:
+                   sim_gap: bool = True, quality_concurrencies=(1,),
+                   gated: tuple[int, ...] | None = None) -> tuple[Path, Path]:
     """`root/campaign.duckdb` and `root/plan.json`: two engines x concurrencies x repeats of the
-    sweep pool, quality runs of both arms on the holdout at C1 with scores, and (gate=True) the
-    verdicts `campaign gate plan.json` issues. `sim_gap`: one candidate SIM score is a scorer error,
-    so the SIM check is a coverage gap (INCONCLUSIVE) while WER and MOS are decided."""
+    sweep pool, quality runs of both arms on the holdout at each of `quality_concurrencies` (C1)
+    with scores, and (gate=True) the verdicts `campaign gate plan.json` issues. `gated`: the plan's
+    `quality.concurrencies` (default: `quality_concurrencies`). `sim_gap`: one candidate SIM score
+    is a scorer error, so the SIM check is a coverage gap (INCONCLUSIVE) while WER and MOS are decided."""
     rng = np.random.default_rng(seed)
     wl = make_workload(root / "wl", n=12 + holdout, n_holdout=holdout)
     doc = plan_dict(wl, concurrencies=concurrencies, requests=requests, repeats=repeats, ports=[8101, 8102])
     doc["decision_rules"] = [{"name": "fast-exceeds-baseline", "kind": "throughput_exceeds", "candidate": "ref-fast",
                               "reference": "ref-baseline", "concurrencies": [max(concurrencies)], "confidence": 0.95}]
+    doc["quality"]["concurrencies"] = list(quality_concurrencies if gated is None else gated)
     plan_path = root / "plan.json"
     plan_path.write_text(json.dumps(doc, indent=2))
     db = root / "campaign.duckdb"
@@ -166,15 +170,16 @@ def build_campaign(root: Path, *, concurrencies=(1, 2, 4), repeats: int = 3, req
                     chs.append(ch)
                     if gpu and rep == 0:
                         gpus.append(_gpu(rid, 6.0, rng))
-            for arm, engine in (("baseline", ENGINES[0]), ("candidate", ENGINES[1])):
-                rid = f"{engine[4:]}-q1-r{rep}"
-                runs.append(_run_row(plan, rid, engine, 1, rep, "holdout", len(hold), started))
+            for (arm, engine), qc in ((a, c) for a in (("baseline", ENGINES[0]), ("candidate", ENGINES[1]))
+                                      for c in quality_concurrencies):
+                rid = f"{engine[4:]}-q{qc}-r{rep}"
+                runs.append(_run_row(plan, rid, engine, qc, rep, "holdout", len(hold), started))
                 started += timedelta(minutes=1)
-                q, ch = _requests(rng, rid, engine, 1, hold, chunks, audio_dir=root / "artifacts")
+                q, ch = _requests(rng, rid, engine, qc, hold, chunks, audio_dir=root / "artifacts")
                 reqs.append(q)
                 chs.append(ch)
-                sc = _scores(rng, rid, hold, arm, rep)
-                if sim_gap and arm == "candidate" and rep == 0:
+                sc = _scores(rng, rid, hold, arm, rep, qc)
+                if sim_gap and arm == "candidate" and rep == 0 and qc == quality_concurrencies[0]:
                     bad = (sc["metric"] == "sim") & (sc["request_index"] == 0)
                     sc.loc[bad, ["status", "value", "error"]] = ["error", None, "scorer failed: empty embedding"]
                 scores.append(sc)

@@ -95,7 +95,7 @@ def test_demo_report_at_1400px_has_no_overlapping_labels_and_says_why_panels_are
     r = _campaign("report", str(db.parent / "plan.json"), "--db", str(db), "--html", str(html), "--figures", str(figs))
     assert r.returncode == 0, r.stdout + r.stderr
     svgs = sorted(figs.glob("*.svg"))
-    assert len(svgs) == 10
+    assert len(svgs) == 11
     probe = tmp_path / "probe.html"
     probe.write_text(PROBE.replace("FIGURES", "".join(f'<div class="fig" id="{p.stem}">{p.read_text(encoding="utf-8").split("?>", 1)[-1]}'
                                      "</div>" for p in svgs)), encoding="utf-8")

@@ -27,7 +27,8 @@ FIGURE_TITLES = (
     "Throughput vs concurrency", "Latency vs concurrency", "RTF distribution per cell", "Stalls and failures per cell",
     "GPU utilisation and power over time per run", "Quality checks: estimate and one-sided bound vs margin",
     "Quality checks: bootstrap replicate distributions", "Throughput rule: paired ratios and lower bound",
-    "Coverage gaps and WER attribution", "Equivalence: per-utterance distances against the tolerance",
+    "Coverage gaps and WER attribution", "Quality under load: WER, SIM and MOS vs concurrency",
+    "Equivalence: per-utterance distances against the tolerance",
 )
 
 
@@ -112,7 +113,7 @@ def test_html_report_renders_every_figure_in_headless_chromium(campaign, tmp_pat
     assert "<script" not in text and "http://" not in text and "https://" not in text  # self-contained, offline
     assert _plan_hash(db) in text and "audit head" in text and "Metric definitions" in text
     for key in ("throughput", "latency", "rtf", "stalls_failures", "gpu", "quality_forest", "quality_replicates",
-                "throughput_ratios", "coverage_attribution", "equivalence"):
+                "throughput_ratios", "coverage_attribution", "quality_load", "equivalence"):
         assert (figs / f"{key}.png").stat().st_size > 5000 and b"<svg" in (figs / f"{key}.svg").read_bytes()
     probe = tmp_path / "probe.html"
     probe.write_text(text.replace("</body>", CHECK_SCRIPT), encoding="utf-8")
@@ -139,7 +140,7 @@ def test_export_then_verify_passes(bundle, capsys):
     for name in ("runs", "requests", "chunks", "gpu_samples", "quality_scores"):
         assert (bundle / "tables" / f"{name}.parquet").is_file() and (bundle / "tables" / f"{name}.csv").is_file()
     assert (bundle / "REPRODUCE.md").read_text().count("campaign ") >= 5
-    assert (bundle / "report" / "report.html").is_file() and len(list((bundle / "report" / "figures").glob("*.svg"))) == 10
+    assert (bundle / "report" / "report.html").is_file() and len(list((bundle / "report" / "figures").glob("*.svg"))) == 11
 
 
 def test_one_changed_byte_in_any_file_fails_naming_it(bundle, tmp_path):

@@ -58,7 +58,8 @@ from stats.metrics import METRICS_VERSION
 from stats.metrics.registry import RUNS, metrics_on
 from stats.results.report import columns as report_columns
 from stats.results.report import column_label as report_label
-from stats.results.report import concurrency_label
+from stats.results.quality_load import QualityLoad
+from stats.results.report import SpreadText, concurrency_label
 
 LOCK_MARK = "in use by another process"
 # how often the console looks at the live snapshot file: a stat on the UI thread, the file read
@@ -194,7 +195,7 @@ class CampaignApp(App):
             self.post_message(StoreLocked(text) if LOCK_MARK in text else StoreUnavailable(text))
             return
         self.post_message(RunsLoaded(data.runs))
-        self.post_message(ReportsLoaded(data.reports))  # also gives the Live grid its plans (no store read later)
+        self.post_message(ReportsLoaded(data.reports, data.quality))  # also gives the Live grid its plans (no store read later)
         self.post_message(VerdictsLoaded(data.verdicts))
         self.post_message(AuditLoaded(data.audit))
         if data.snapshot_of is not None:
@@ -311,6 +312,9 @@ class CampaignApp(App):
             if rep.left_out:
                 widgets.append(Static(Text("not in aggregates: " + ", ".join(o.label() for o in rep.left_out),
                                            style="dim")))
+            ql = msg.quality.get(plan.hash)
+            if ql is not None:
+                widgets.append(quality_load_table(ql))
         body.mount_all(widgets)
 
     @on(DataTable.RowSelected, ".report-table")
@@ -319,6 +323,11 @@ class CampaignApp(App):
         engine, c = str(event.row_key.value).split("|")
         self.show_tab("runs")
         self.action_filter(f"{engine} c{c} measured")
+
+    @on(DataTable.RowSelected, ".quality-load-table")
+    def _quality_cell_chosen(self, event: DataTable.RowSelected) -> None:
+        """The same drill-down from a quality-under-load cell (its holdout runs are among those listed)."""
+        self._cell_chosen(event)
 
     # -- verdicts ---------------------------------------------------------------------------
     def on_verdicts_loaded(self, msg: VerdictsLoaded) -> None:
@@ -505,6 +514,23 @@ class CampaignApp(App):
         self.set_status(f"{msg.reason}; reading {self.db_label} ...")
         self.show_tab("runs")
         self.load_store()
+
+
+def quality_load_table(ql: QualityLoad) -> DataTable:
+    """Quality under load (docs/results.md): each engine's WER, SIM and MOS at every measured
+    concurrency, the estimate over a dim line with its percentile bootstrap interval, or why none."""
+    metrics = ("wer", "sim", "mos")
+    table: DataTable[Text] = DataTable(cursor_type="row", classes="quality-load-table")
+    table.border_title = (f"quality under load: quality runs (pool {ql.pool or 'any'}) at every measured C; "
+                          f"{100 * ql.confidence:g} % percentile bootstrap over utterance ids, B={ql.draws}; * gated")
+    table.add_columns(Text("engine"), *[Text(c, justify="right") for c in ("C", "runs", *map(ql.header, metrics))])
+    for c in ql.cells:
+        row = [Text(c.engine), num(f"C{c.concurrency}" + ("*" if c.concurrency in ql.gated else "")), num(str(c.runs))]
+        for m in metrics:
+            t = c.text(m)
+            row.append(spread_cell(SpreadText(t.value, t.interval), None if t.interval else "dim"))
+        table.add_row(*row, key=f"{c.engine}|{c.concurrency}", height=2)
+    return table
 
 
 def lower_priority(nice: int = CONSOLE_NICE) -> str:

@@ -22,6 +22,7 @@ from data.snapshot import open_reader
 from data.store import Store
 from stats.metrics import RequestMetrics, RunMetrics, load_run_records, metrics_for_runs, request_metrics
 from stats.results.plan_results import PlanResults, VerdictResult, load_plan_results, load_verdicts
+from stats.results.quality_load import QualityLoad, quality_under_load
 
 PlanReport = PlanResults  # the Report tab shows the results layer's rows as they are
 VerdictRowView = VerdictResult
@@ -154,10 +155,12 @@ class BrowserData:
     verdicts: list[VerdictResult]
     audit: AuditView
     snapshot_of: Path | None = None  # read from the running campaign's snapshot of this store
+    quality: dict[str, QualityLoad] | None = None  # plan hash -> quality under load (the Report tab)
 
 
 def load_browser(path: str | Path) -> BrowserData:
     """Everything the browser tabs show, in one short read-only session."""
     with open_read_only(path) as store:
-        return BrowserData(load_runs(store), load_reports(store), load_verdicts(store), load_audit(store),
-                           store.snapshot_of)
+        reports = load_reports(store)
+        return BrowserData(load_runs(store), reports, load_verdicts(store), load_audit(store), store.snapshot_of,
+                           {r.plan.hash: quality_under_load(store, r.plan) for r in reports})

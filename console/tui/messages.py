@@ -7,6 +7,7 @@ from textual.message import Message
 
 from console.live import LiveSnapshot
 from console.tui.data import AuditView, PlanReport, RunDetail, RunRow, VerdictRowView
+from stats.results.quality_load import QualityLoad
 
 
 class RunsLoaded(Message):
@@ -16,9 +17,10 @@ class RunsLoaded(Message):
 
 
 class ReportsLoaded(Message):
-    def __init__(self, reports: list[PlanReport]) -> None:
+    def __init__(self, reports: list[PlanReport], quality: dict[str, QualityLoad] | None = None) -> None:
         super().__init__()
         self.reports = reports
+        self.quality = quality or {}  # plan hash -> quality under load
 
 
 class VerdictsLoaded(Message):

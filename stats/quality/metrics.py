@@ -25,18 +25,24 @@ class QualityMetric:
     default_scorer: str  # stats/quality/registry.py names the scorers
     value: str  # what one output's value is (quality_scores.value)
     degradation: str  # what the gate bounds, baseline vs candidate
+    level: str = ""  # one engine's figure at one concurrency (quality under load, docs/results.md)
+    level_unit: str = ""
+    level_doc: str = ""
 
 
 QUALITY_METRICS: tuple[QualityMetric, ...] = (
     QualityMetric("wer", "WER degradation", "pp", "wer_pp", "--wer-margin", "pocketsphinx",
                   "word error rate of the ASR transcript against the target text (ratio)",
-                  "100 × (Σ errors_cand − Σ errors_base) / Σ words_base over resampled ids"),
+                  "100 × (Σ errors_cand − Σ errors_base) / Σ words_base over resampled ids",
+                  "WER", "%", "100 × Σ errors / Σ reference words over the cell's utterance ids (corpus WER)"),
     QualityMetric("sim", "SIM drop", "x100", "sim", "--sim-margin", "resemblyzer",
                   "speaker similarity to the prompt: cosine × 100",
-                  "mean(SIM_base) − mean(SIM_cand) over resampled ids"),
+                  "mean(SIM_base) − mean(SIM_cand) over resampled ids",
+                  "SIM", "x100", "mean over the cell's utterance ids of each id's mean SIM"),
     QualityMetric("mos", "MOS drop", "MOS", "mos", "--mos-margin", "dnsmos",
                   "predicted mean opinion score (DNSMOS OVRL or UTMOS22, the plan's scorer)",
-                  "mean(MOS_base) − mean(MOS_cand) over resampled ids"),
+                  "mean(MOS_base) − mean(MOS_cand) over resampled ids",
+                  "MOS", "MOS", "mean over the cell's utterance ids of each id's mean MOS"),
 )
 QUALITY_BY_NAME: dict[str, QualityMetric] = {m.name: m for m in QUALITY_METRICS}
 NAMES: tuple[str, ...] = tuple(m.name for m in QUALITY_METRICS)
@@ -66,3 +72,10 @@ def check_labels(scorer_labels: Mapping[str, str] | None = None) -> dict[str, st
         if old in labels and new not in labels:
             labels[new] = labels[old]
     return {m: check_label(m, labels.get(m)) for m in NAMES}
+
+
+def level_label(metric: str, scorer_label: str | None = None) -> str:
+    """One engine's figure (quality under load), the MOS slot naming its scorer as `check_label`
+    does: 'MOS (DNSMOS OVRL (P.835))', never DNSMOS scores called UTMOS."""
+    base = QUALITY_BY_NAME[canonical(metric)].level
+    return f"{base} ({scorer_label})" if scorer_label and canonical(metric) == "mos" else base

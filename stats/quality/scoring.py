@@ -526,12 +526,13 @@ def scores_frame(store: Store, plan: Any, artifacts_dir: Path | None = None):
     df["gap"] = df["gap"].astype(object).where(df["gap"].notna(), None)
     names = plan_scorers(plan)
     df.attrs["scorers"] = {m: ids[m] or names[m] for m in METRICS}
-    df.attrs["labels"] = {m: _label(names[m]) for m in METRICS}
+    df.attrs["labels"] = {m: scorer_label(names[m]) for m in METRICS}
     df.attrs["scorer_status"] = status
     return df
 
 
-def _label(name: str) -> str:
+def scorer_label(name: str) -> str:
+    """A scorer's label ('DNSMOS OVRL (P.835)'), its name where the registry does not know it."""
     try:
         return scorer_class(name).label
     except UnknownScorer:
