@@ -142,6 +142,7 @@ CLAIMS = {"status": "draft", "scope": "ref-fast vs ref-peer on the bundled sampl
           "non_claims": ["no optimality claim", "no claim beyond the reference engine"]}
 
 
+@pytest.mark.slow  # a campaign through selection and acceptance
 def test_selection_is_recorded_before_the_holdout_and_acceptance_names_each_piece(tmp_path):
     plan, db, rule = _rule_plan(tmp_path, {"selection": "required", "claims": CLAIMS})
     cand = rule["candidate"]
@@ -189,6 +190,7 @@ def test_selection_is_recorded_before_the_holdout_and_acceptance_names_each_piec
     assert v.returncode == 0 and f"{vid} INCONCLUSIVE: 5 pieces re-derived" in v.stdout, v.stdout + v.stderr
 
 
+@pytest.mark.slow  # campaigns run as a user would
 def test_select_without_a_measured_run_and_open_holdout_without_selection_required(tmp_path):
     plan, db, rule = _rule_plan(tmp_path, {})
     assert campaign("validate", str(plan), db=db).returncode == 0

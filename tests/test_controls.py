@@ -109,6 +109,7 @@ def test_controls_follow_the_plans_concurrencies_and_repeats(concurrencies, repe
         assert "C16" not in r.detail and "C32" not in r.detail  # the data lies at the plan's concurrencies
 
 
+@pytest.mark.slow  # the built-in controls, gated three times
 def test_gate_reuses_the_controls_of_the_same_settings_and_reruns_on_any_change(tmp_path):
     """The controls ran on every gate call (5 s of an 8 s gate): a second `gate --scores` with the
     same settings reuses them from the file beside the store; a changed seed, draws, margin or

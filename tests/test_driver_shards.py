@@ -77,6 +77,7 @@ def _requests(prompt, n):
     return [RequestSpec(f"spk{i % 3}-{i}", TEXTS[i % len(TEXTS)], prompt) for i in range(n)]
 
 
+@pytest.mark.slow  # long engine runs, sharded and not
 def test_sharded_runs_store_what_one_process_stores(store, engine, tmp_path, prompt):
     reqs = _requests(prompt, 15)
     runs = {}

@@ -204,6 +204,7 @@ def test_temperature_in_one_engines_extra_body_is_refused_at_freeze(tmp_path, ca
     assert "engines[1] 'ref-cand': seed = absent (request.preset 'vllm-bench') but 42 for 'ref-base' (sampling)" in r.stderr
 
 
+@pytest.mark.slow  # a full campaign
 def test_a_patched_candidate_runs_and_every_view_says_what_ran(tmp_path, capsys):
     """Same extra_body sampling for both arms: freeze and run; params_json has the effective value,
     `campaign runs` and the verdict document show identity, patch hash and the precision mark,
@@ -339,6 +340,7 @@ def test_a_decision_rules_engines_are_compared_too(tmp_path, capsys):
     assert r.returncode == 2 and "'ref-peer' and 'ref-cand' are compared (decision rule 'faster')" in r.stderr
 
 
+@pytest.mark.slow  # a full campaign
 def test_identity_and_checkpoints_are_under_the_audit_chain(tmp_path, capsys):
     """The new launch columns and the frozen checkpoint digests are covered by their events' row
     hashes: an edit of either is found by `audit verify`."""

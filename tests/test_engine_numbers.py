@@ -73,6 +73,7 @@ def test_the_expected_rate_is_the_plans(store, tmp_path, prompt):
     assert "24000 Hz" in rows[0]["error_detail"] and "16000 Hz" in rows[0]["error_detail"]
 
 
+@pytest.mark.slow  # a campaign run and resumed
 def test_campaign_with_overflowing_emit_ns_completes_and_resumes(tmp_path):
     """`campaign run` as a user runs it: every request's emit_ns overflows; the run is stored
     complete with its requests, exit 1 (measured nothing), and --resume finds the cell complete."""

@@ -51,6 +51,7 @@ def test_c16_missing_in_one_arm_is_inconclusive_naming_the_arm(tmp_path):
     assert r.stdout.count("required concurrency C16: no candidate rows") == 3
 
 
+@pytest.mark.slow  # a campaign gated as a user would
 def test_only_c1_with_c1_required_passes_and_extra_concurrencies_are_not_judged(tmp_path):
     r = gate(tmp_path, table((1,)))
     assert r.returncode == 3 and "required concurrency C32: no baseline or candidate rows" in r.stdout
@@ -86,6 +87,7 @@ def test_raw_cosine_sim_is_refused_in_one_line(tmp_path):
     assert "Quality verdict" not in r.stdout
 
 
+@pytest.mark.slow  # a campaign gated as a user would
 def test_ids_named_na_and_null_are_ids(tmp_path):
     df = table()
     ids = sorted(df["utt_id"].unique())

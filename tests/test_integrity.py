@@ -378,6 +378,7 @@ def scored(tmp_path_factory) -> dict:
     return {"db": db, "plan": plan, "rows": n}
 
 
+@pytest.mark.slow  # a scored campaign (the module's scored)
 def test_scored_store_verifies_every_score_row(scored, tmp_path, capsys):
     db = _copy(scored, tmp_path)
     r = _verify(capsys, db)
@@ -403,6 +404,7 @@ SCORE_TAMPER = [
 
 
 @pytest.mark.parametrize("statements, needle", [t[1:] for t in SCORE_TAMPER], ids=[t[0] for t in SCORE_TAMPER])
+@pytest.mark.slow  # a scored campaign (the module's scored)
 def test_each_hand_edit_of_a_score_fails_verify(scored, tmp_path, capsys, statements, needle):
     """Before score digests, `audit verify` passed all of these: a gate re-run on the edited
     store reads the edited scores, and nothing said they had changed."""
@@ -424,6 +426,7 @@ def _scores(db: Path) -> list:
         con.close()
 
 
+@pytest.mark.slow  # a scored campaign (the module's scored)
 def test_scores_stored_before_score_digests_are_counted_not_compared(scored, tmp_path, capsys):
     """A store scored by an older console: its passes' `scores_recorded` events carry no
     `batches` and no `scores_stored` events exist; verify passes and says the rows were not

@@ -74,6 +74,7 @@ def _file_hits(root: Path, needles: list[str], skip: set[Path]) -> list[str]:
             and any(n.encode() in p.read_bytes() for n in needles)]
 
 
+@pytest.mark.slow  # a full campaign
 def test_real_campaign_never_stores_exports_or_logs_an_env_value(tmp_path):
     inline = f"inline-secret-{uuid.uuid4().hex}"
     passed = f"passed-secret-{uuid.uuid4().hex}"
@@ -143,6 +144,7 @@ def test_hash_covers_the_redacted_form(tmp_path):
     assert document_hash(other) != document_hash(doc)
 
 
+@pytest.mark.slow  # campaigns run as a user would
 def test_missing_values_are_refused_before_any_launch(tmp_path):
     """No value for a passthrough variable, or a plan run by hash whose file (and value) is gone:
     one line naming the field, and no engine is started."""

@@ -29,6 +29,7 @@ def _rows(store, scorer_id):
     return store.query("SELECT * FROM quality_scores WHERE scorer_id = ? ORDER BY run_id, request_index", [scorer_id])
 
 
+@pytest.mark.slow  # real scorers twice
 def test_identical_audio_is_computed_once_different_audio_twice(setup):
     store, plan, _, art = setup
     sha = {(r["run_id"], r["utt_id"]): r["audio_sha256"] for r in store.query("SELECT * FROM requests")}

@@ -45,6 +45,7 @@ def no_network(monkeypatch):
     monkeypatch.setattr(socket, "create_connection", refuse)
 
 
+@pytest.mark.slow  # a speaker model on CPU
 def test_resemblyzer_identical_vs_other_speaker(wavs):
     s = make_scorer("resemblyzer", device="cpu")
     same = s.similarity(load_audio(wavs["spk1-t1"]), load_audio(wavs["spk1-t1"]))
@@ -82,6 +83,7 @@ def test_dnsmos_ovrl_equals_speechmos(wavs):
     assert ours == pytest.approx(theirs, abs=1e-9, rel=0), (ours, theirs)
 
 
+@pytest.mark.slow  # a scorer process pool
 def test_pocketsphinx_pool_matches_in_process(wavs):
     items = [ScoreItem("r", i, k, p, TARGETS[k.split("-")[1]], None)
              for i, (k, p) in enumerate(sorted((k, p) for k, p in wavs.items() if k != "noisy")[:3])] * 2
@@ -138,6 +140,7 @@ def tiny_models(tmp_path_factory):
     return build_tiny_whisper(root / "whisper-tiny-random"), build_tiny_wavlm(root / "wavlm-tiny-random")
 
 
+@pytest.mark.slow  # a Whisper model on CPU
 def test_tiny_whisper_loads_and_batches_on_cpu(tiny_models, wavs, no_network):
     wdir, _ = tiny_models
     s = make_scorer("whisper", {"whisper": str(wdir)}, device="cpu", batch_size=2)

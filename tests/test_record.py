@@ -124,6 +124,7 @@ def test_window_errors_and_edits(tmp_path, capsys):
         assert not bad.ok and "row is missing (deleted)" in bad.message
 
 
+@pytest.mark.slow  # a full campaign
 def test_runs_of_a_real_campaign_inside_a_window_leave_every_aggregate(tmp_path, capsys):
     """`profile start --engine ref-fast`, `campaign run`, `profile stop`: every ref-fast run
     (real engine, real HTTP) is excluded naming the window; ref-baseline's stay; the verdict
@@ -159,6 +160,7 @@ def test_runs_of_a_real_campaign_inside_a_window_leave_every_aggregate(tmp_path,
         assert all(c.ok for c in verify_store(s))
 
 
+@pytest.mark.slow  # a full campaign
 def test_a_profiled_sweep_runs_inside_its_own_windows(tmp_path, capsys):
     """sweep.kind profiled: the runner opens one window per engine before the first cell and
     closes it after the last; every run is excluded naming its engine's window; audit verify holds."""
@@ -321,6 +323,7 @@ def bundle(synthetic, tmp_path_factory):
     return tmp / "b"
 
 
+@pytest.mark.slow  # an exported campaign (the module's bundle)
 def test_bundle_holds_the_record_and_verifies(bundle):
     r = campaign("evidence", "verify", bundle)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -345,6 +348,7 @@ def test_bundle_holds_the_record_and_verifies(bundle):
     ("workload_manifests", "SELECT * REPLACE (replace(manifest_json, 'holdout', 'h0ldout') AS manifest_json) FROM t",
      "manifests"),
 ])
+@pytest.mark.slow  # an exported campaign (the module's bundle)
 def test_an_edited_record_table_fails_verify(bundle, tmp_path, table, select, check):
     b = tmp_path / "b"
     shutil.copytree(bundle, b)
@@ -354,6 +358,7 @@ def test_an_edited_record_table_fails_verify(bundle, tmp_path, table, select, ch
     assert f"FAILED: {check}:" in line, line
 
 
+@pytest.mark.slow  # an exported campaign (the module's bundle)
 def test_an_edited_requests_json_fails_verify(bundle, tmp_path):
     b = tmp_path / "b"
     shutil.copytree(bundle, b)

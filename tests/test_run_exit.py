@@ -42,6 +42,7 @@ def _frozen(tmp_path, **kw):
     return plan, doc, db
 
 
+@pytest.mark.slow  # a campaign run as a user would
 def test_a_cell_that_measured_nothing_is_a_nonzero_exit(tmp_path):
     """Every request of one engine fails (the reference engine's forced `http_500` fault): the runs
     are stored as measured, and the exit status says the sweep did not succeed."""
@@ -59,6 +60,7 @@ def test_a_cell_that_measured_nothing_is_a_nonzero_exit(tmp_path):
     con.close()
 
 
+@pytest.mark.slow  # a campaign run as a user would
 def test_closed_stdout_keeps_the_campaign_running_and_says_so(tmp_path):
     """`campaign run PLAN | head -3`: the campaign goes on with its output discarded, says so on
     stderr once, and its exit status is the campaign's own."""
@@ -79,6 +81,7 @@ def test_closed_stdout_keeps_the_campaign_running_and_says_so(tmp_path):
     con.close()
 
 
+@pytest.mark.slow  # a campaign run as a user would
 def test_closed_stdout_does_not_hide_a_failure(tmp_path):
     plan, doc = _plan(tmp_path, concurrencies=(1,), requests=2, repeats=2, profiles=("baseline",))
     doc["engines"][0]["request"] = {"headers": {"X-Reference-Fault": "http_500"}}

@@ -27,6 +27,7 @@ def _one_line_error(r, *needles):
         assert n in r.stderr, r.stderr
 
 
+@pytest.mark.slow  # campaigns run as a user would
 def test_a_mistyped_db_creates_no_store(tmp_path):
     plan, _ = _plan(tmp_path, concurrencies=(1,), requests=2, repeats=1, profiles=("baseline",))
     typo = tmp_path / "campain.duckdb"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import duckdb
 import jsonschema
+import pytest
 
 from console.cli import main
 from data.anchor import anchor_path
@@ -178,6 +179,7 @@ def _rule_verdict(db: Path, out: str) -> dict:
     return next(d for d in rows if d["kind"] == "throughput")
 
 
+@pytest.mark.slow  # a full campaign
 def test_a_candidate_whose_validator_failed_gets_no_pass(tmp_path):
     flag = tmp_path / "flag"
     plan, db, rule = _gated_plan(tmp_path, flag)
