@@ -155,7 +155,7 @@ def test_sharded_cancel_and_live_rows(engine, tmp_path, prompt):
     assert proc.summary.sent == len(done) < 40 and len({r.request_index for r in done}) == len(done)
     assert {r.request_index % 2 for r in done} == {0, 1}  # both shards sent
     assert {i % 2 for i in rows_seen} == {0, 1}
-    assert time.monotonic() - t0 < 30
+    assert time.monotonic() - t0 < 30  # the cancel stopped it (not the 60 s request timeout); room for load
 
 
 def test_a_dead_shard_fails_the_run_naming_it(store, engine, tmp_path, prompt):
@@ -176,7 +176,7 @@ def test_a_dead_shard_fails_the_run_naming_it(store, engine, tmp_path, prompt):
     t.start()
     t.join(60)
     assert not t.is_alive(), "a dead shard left the run hanging"
-    assert time.monotonic() - t0 < 30 and killed
+    assert time.monotonic() - t0 < 30 and killed  # failed at once, not at the 60 s timeout; room for load
     run = store.query("SELECT status, driver_overhead_json FROM runs WHERE run_id = 'shdead'")[0]
     fatal = json.loads(run["driver_overhead_json"])["fatal"]
     assert run["status"] == "failed" and fatal == f"driver shard 2 of 2 (pid {killed[0]}) exited with code -9 before its summary"
