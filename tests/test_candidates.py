@@ -88,6 +88,7 @@ def test_each_status_change_is_an_event_and_rejected_stays_rejected(tmp_path):
         assert not bad.ok and f"candidate {a}: status is 'selected' but its last candidate_recorded event" in bad.message
 
 
+@pytest.mark.slow  # 5 s in a loaded `make check`
 def test_a_fail_verdict_rejects_its_candidate_naming_it(tmp_path):
     db, plan_path = build_campaign(tmp_path, sim_gap=False)  # `campaign gate` issues ref-fast's quality FAIL
     with Store(db, read_only=True) as s:

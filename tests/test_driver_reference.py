@@ -60,6 +60,7 @@ FAULTS = {"in_stream_error": "in_stream_error", "drop": "transport", "http_500":
 
 
 @pytest.mark.parametrize("dialect", ["vllm-omni", "sglang-omni"])
+@pytest.mark.slow  # 4 s in a loaded `make check`
 def test_flaky_faults_land_in_their_class(store, tmp_path, prompt, dialect):
     eng = _engine(store, tmp_path, dialect, "flaky")
     try:
@@ -79,6 +80,7 @@ def test_flaky_faults_land_in_their_class(store, tmp_path, prompt, dialect):
     assert [r["outcome"] for r in rows] == expected, rows
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_timing_fidelity_loose_bound(tmp_path, capfd):
     """Gross-regression guard: p99 of (driver arrival - engine emit) under 20 ms at C=8; and the
     driver process closes every response stream before its loop shuts down."""

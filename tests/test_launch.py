@@ -260,6 +260,7 @@ def test_health_answered_by_a_process_outside_the_launch_is_refused(store, tmp_p
             os.kill(int(pidfile.read_text()), 9)
 
 
+@pytest.mark.slow  # 5 s in a loaded `make check`
 def test_reference_adapter_health_must_carry_this_launch_id(store, tmp_path):
     """The reference engine reports the launch id it was given; a reference launch whose /health
     reports none, or another launch's, is not this launch."""

@@ -172,6 +172,7 @@ def test_missing_values_are_refused_before_any_launch(tmp_path):
     con.close()
 
 
+@pytest.mark.slow  # 4 s in a loaded `make check`
 def test_env_passthrough_names_are_checked(tmp_path):
     plan, doc = _secret_plan(tmp_path, "x")
     doc["engines"][0]["env_passthrough"] = ["OMNI_TEST_SECRET"]
@@ -223,6 +224,7 @@ def test_row_frozen_before_redaction_still_loads_and_is_shown_redacted(tmp_path,
     assert "legacy-value-789" in plan_secrets(store, plan).values()
 
 
+@pytest.mark.slow  # 5 s in a loaded `make check`
 def test_a_secret_flag_with_a_value_on_a_command_line_is_refused(tmp_path, store):
     """argv is stored and exported as written, so `--api-key VALUE` or `--hf-token=VALUE` would put
     the value in the store: the plan file is refused, one line naming the field and never the value

@@ -70,6 +70,7 @@ def test_dnsmos_falls_for_noisy_copy(wavs):
     assert s.label.startswith("DNSMOS") and "utmos" not in s.scorer_id
 
 
+@pytest.mark.slow  # 13 s in a loaded `make check`
 def test_dnsmos_ovrl_equals_speechmos(wavs):
     """Our DNSMOS keeps one session and skips the unused P.808 branch; the OVRL value must stay
     exactly speechmos' (short clips are looped; a 10.5 s clip takes the multi-window path)."""

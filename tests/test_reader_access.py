@@ -139,6 +139,7 @@ def test_the_snapshot_server_still_attaches_and_a_reader_reads_it(tmp_path):
 
 
 @sync
+@pytest.mark.slow  # 6 s in a loaded `make check`
 async def test_tui_sql_tab_refuses_file_access(tmp_path):
     """The SQL tab, driven with keys: COPY onto the anchor and ATTACH are refused and shown; the
     store and anchor are byte-identical afterwards; a plain query still answers."""

@@ -95,6 +95,7 @@ def test_exclusion_by_window_is_decided_by_audit_sequence(tmp_path, capsys):
     assert [r["excluded_runs"] for r in rows] == ["inside, straddle", "late"]
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_window_errors_and_edits(tmp_path, capsys):
     db = tmp_path / "c.duckdb"
     Store(db).close()  # only plan freeze, run and probe create a store (docs/integrity.md)
@@ -224,6 +225,7 @@ def test_bad_import_files_are_one_line_and_store_nothing(tmp_path, capsys, name,
         assert s.scalar("SELECT count(*) FROM imported_results") == 0 and s.scalar("SELECT count(*) FROM audit_events") == 0
 
 
+@pytest.mark.slow  # 10 s in a loaded `make check`
 def test_an_imported_figure_enters_no_aggregate_gate_or_verdict(synthetic, tmp_path, capsys):
     """The report's cells, the gate's checks and rules (dry run) and the run summary are identical
     with and without an imported figure for a plan engine at a swept concurrency; the report and

@@ -392,6 +392,7 @@ def _burst(url: str, concurrency: int, body: dict) -> tuple[float, float]:
     return sum(audio_s) / wall_s, float(np.mean(rtf))
 
 
+@pytest.mark.slow  # 7 s in a loaded `make check`
 def test_scheduler_throughput_saturates_at_max_num_seqs(engines):
     import httpx
 

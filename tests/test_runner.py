@@ -176,6 +176,7 @@ def test_startup_failure_is_recorded_and_cells_skipped(tmp_path, capsys):
         assert s.scalar("SELECT count(*) FROM audit_events WHERE kind = 'attempt_recorded'") == 1
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_holdout_phase_needs_opening_and_then_blocks_reuse(tmp_path, capsys):
     plan = _plan(tmp_path, short=True, profiles=("baseline",), concurrencies=(1,), requests=2, warmups=0, repeats=1)
     db = tmp_path / "c.duckdb"

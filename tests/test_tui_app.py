@@ -114,6 +114,7 @@ async def test_browse_drill_down_and_back(campaign_db):
 
 
 @sync
+@pytest.mark.slow  # 6 s in a loaded `make check`
 async def test_filter_and_report_drill_down(campaign_db):
     app = CampaignApp(campaign_db)
     async with app.run_test(size=SIZE) as pilot:
@@ -176,6 +177,7 @@ async def test_locked_database_is_reported_not_crashed(campaign_db, tmp_path):
 
 
 @sync
+@pytest.mark.slow  # 4 s in a loaded `make check`
 async def test_live_following_then_finished_switches_to_browser(campaign_db, tmp_path):
     """A LiveFeed fed with records read back from the store; when it says finished the TUI
     reads the store and shows the Runs tab."""
@@ -250,6 +252,7 @@ def test_snapshot_runs(campaign_db, monkeypatch, snap_compare):
     assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=_loaded)
 
 
+@pytest.mark.slow  # 4 s in a loaded `make check`
 def test_snapshot_report(campaign_db, monkeypatch, snap_compare):
     assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=_on_tab("2"))
 
@@ -258,6 +261,7 @@ def test_snapshot_verdicts(campaign_db, monkeypatch, snap_compare):
     assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=_on_tab("3"))
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_snapshot_audit(campaign_db, monkeypatch, snap_compare):
     assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=_on_tab("8"))
 

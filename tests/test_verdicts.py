@@ -197,6 +197,7 @@ def _add_run(store, plan_hash, engine, c, rep, audio_s_per_req, wall_s, kind="me
     return run_id
 
 
+@pytest.mark.slow  # 6 s in a loaded `make check`
 def test_gate_plan_issues_rule_verdict_with_throughput_table(tmp_path, capsys):
     plan_path = tmp_path / "plan.json"
     assert main(["plan", "init", "--demo", "-o", str(plan_path)]) == 0
