@@ -305,6 +305,7 @@ def _edit(bundle: Path, tmp_path: Path, table: str, sql: str) -> Path:
     return copy
 
 
+@pytest.mark.slow  # a campaign exported as a bundle (the module's bundled: 10 s to set up)
 def test_the_bundle_holds_the_new_tables_and_verify_passes(bundled):
     v = campaign("evidence", "verify", str(bundled))
     assert v.returncode == 0, v.stdout + v.stderr
@@ -321,6 +322,7 @@ def test_the_bundle_holds_the_new_tables_and_verify_passes(bundled):
     ("engine_launches", "DELETE FROM t", "launches", "recorded at seq"),
     ("verdicts", "UPDATE t SET verdict = 'PASS' WHERE kind = 'acceptance'", "verdict rows", "verdict is 'PASS' but"),
 ])
+@pytest.mark.slow  # a campaign exported as a bundle (the module's bundled: 10 s to set up)
 def test_verify_fails_when_a_new_table_is_edited(bundled, tmp_path, table, sql, check, needle):
     forged = _edit(bundled, tmp_path, table, sql)
     v = campaign("evidence", "verify", str(forged))

@@ -32,6 +32,7 @@ def _engine(store, tmp_path, dialect, profile, extra=()):
 
 
 @pytest.mark.parametrize("dialect", ["vllm-omni", "sglang-omni", "pcm"])
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_reference_engine_all_dialects(store, tmp_path, prompt, dialect, capfd):
     eng = _engine(store, tmp_path, dialect, "fast")
     try:

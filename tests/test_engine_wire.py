@@ -232,6 +232,7 @@ def test_max_tokens_caps_thinker_text_and_is_counted_truncated(wire):
     assert m.e2e_p50_s >= m.ttfa_p50_s > 0 and m.e2e_p95_s >= m.e2e_p50_s
 
 
+@pytest.mark.slow  # 4 s in a loaded `make check`
 def test_probe_prints_e2e_and_counts_truncated(wire, tmp_path):
     engines, _, _ = wire
     env = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -335,6 +335,7 @@ def test_unreadable_and_safetensors_dumps(tmp_path):
         read_tensors(folder)
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_engine_dump_header_rules_and_precision_determinism(tmp_path):
     """Against real engines: the dump header is refused (400, one line) by an engine started
     without --dump-tensors and for a name that is not one plain folder; the precision profile gives

@@ -155,6 +155,7 @@ def test_tiny_whisper_loads_and_batches_on_cpu(tiny_models, wavs, no_network):
     assert len(s.model_hash) == 64 and "whisper" in s.version
 
 
+@pytest.mark.slow  # a WavLM model on CPU (tiny_models: 8 s to set up)
 def test_tiny_wavlm_loads_and_scores_on_cpu(tiny_models, wavs, no_network):
     _, vdir = tiny_models
     s = make_scorer("wavlm-ecapa", {"wavlm-ecapa": str(vdir)}, device="cpu", batch_size=2)

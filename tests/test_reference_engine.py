@@ -336,6 +336,7 @@ def test_forced_faults_are_observable(engines, dialect):
     assert _ok(dialect, engine, text=SHORT).status == 200  # the engine survived all of it
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_flaky_profile_draws_faults_deterministically(engines):
     engine = engines["flaky"]
     profile = get_profile("flaky")

@@ -95,6 +95,7 @@ def test_closed_stdout_does_not_hide_a_failure(tmp_path):
     assert "2 of 2 cell(s) did not succeed" in r.stderr  # the summary goes where it can still be read
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_detach_checks_the_plan_in_the_foreground(tmp_path):
     db = tmp_path / "c.duckdb"
     r = campaign("run", str(tmp_path / "missing.json"), "--detach", db=db)
@@ -106,6 +107,7 @@ def test_detach_checks_the_plan_in_the_foreground(tmp_path):
     assert not (tmp_path / "c.duckdb.run.log").exists()
 
 
+@pytest.mark.slow  # 4 s in a loaded `make check`
 def test_detach_checks_ports_and_store_lock(tmp_path):
     plan, doc, db = _frozen(tmp_path, concurrencies=(1,), requests=2, repeats=1, profiles=("baseline",))
     port = doc["engines"][0]["port"]

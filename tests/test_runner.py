@@ -309,6 +309,7 @@ def _freeze_and_run(capsys, plan: Path, db: Path) -> None:
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+@pytest.mark.slow  # 4 s in a loaded `make check`
 def test_plan_spreads_each_run_over_the_driver_processes_it_names(tmp_path, capsys):
     """`sweep.driver_shards` reaches the driver: a run at C=2 with two shards records both
     (driver_overhead_json.shards) and stores every request, as one process would."""
@@ -321,6 +322,7 @@ def test_plan_spreads_each_run_over_the_driver_processes_it_names(tmp_path, caps
         assert s.scalar("SELECT count(*) FROM requests WHERE outcome = 'ok'") == 4
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_plan_sets_each_runs_busy_poll(tmp_path, capsys):
     """`sweep.driver_busy_poll_us` reaches the driver: the run records its window and the loop
     passes that polled (docs/timing.md, "Busy polling"); a bad value is one line naming it."""

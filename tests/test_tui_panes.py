@@ -248,10 +248,12 @@ def _snap_tab(key):
     return before
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_snapshot_plan(campaign_db, monkeypatch, snap_compare):
     assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=_snap_tab("5"))
 
 
+@pytest.mark.slow  # 4 s in a loaded `make check`
 def test_snapshot_plan_at_80x24(campaign_db, monkeypatch, snap_compare):
     assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=(80, 24), run_before=_snap_tab("5"))
 
