@@ -20,6 +20,7 @@ def test_all_controls_pass_with_reference_campaign_settings():
     assert all_ok(results)
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_controls_bca_and_wide_margins():
     assert all_ok(run_controls(GateConfig(margins={"wer": 0.2, "sim": 0.5, "utmos": 0.05}, draws=2000, seed=1, method="bca")))
     assert all_ok(run_controls(GateConfig(margins={"wer": 5.0, "sim": 2.0, "utmos": 0.3}, draws=2000, seed=1)))

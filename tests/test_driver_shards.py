@@ -128,6 +128,7 @@ def test_sharded_runs_store_what_one_process_stores(store, engine, tmp_path, pro
     assert shape[2] == shape[1] and shape[3] == shape[1]
 
 
+@pytest.mark.slow  # 2 s in a loaded `make check`
 def test_sharded_cancel_and_live_rows(engine, tmp_path, prompt):
     """Cancelling a sharded drive cancels every shard: requests sent = records; in-flight rows
     come from both shards, each request's reads handed over once."""

@@ -105,6 +105,7 @@ def write_patch(repo: Path, out: Path) -> Path:
     return out
 
 
+@pytest.mark.slow  # 2 s in a loaded `make check`
 def test_dirty_checkout_is_refused_and_accepted_with_its_patch(tmp_path):
     repo = tmp_path / "src"
     commit = make_repo(repo)
@@ -139,6 +140,7 @@ def test_dirty_checkout_is_refused_and_accepted_with_its_patch(tmp_path):
         assert "?? new_kernel.py" in git(repo, "status", "--porcelain")
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_dist_source_reads_the_installed_version_with_the_engines_python(tmp_path):
     have = version("duckdb")
     with Store(tmp_path / "c.duckdb") as store:
@@ -273,6 +275,7 @@ def test_a_patched_candidate_runs_and_every_view_says_what_ran(tmp_path, capsys)
     assert cli("audit", "verify", db=db).returncode == 0
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_a_checkpoint_changed_after_freeze_fails_the_next_launch(tmp_path, capsys):
     ck = tmp_path / "ck.bin"
     ck.write_bytes(b"weights" * 100)

@@ -154,6 +154,7 @@ def test_process_that_exits_early_has_its_log_tail(store, tmp_path):
     assert "CUDA out of memory" in row["log_tail"] and "loading weights" in row["log_tail"]
 
 
+@pytest.mark.slow  # 2 s in a loaded `make check`
 def test_health_that_never_turns_healthy_times_out(store, tmp_path):
     port = _port()  # http.server answers 404 on /health
     spec = EngineSpec("deaf", "peer", "pcm", argv=(sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)),

@@ -61,6 +61,7 @@ def test_run_json_sim_and_mos(models, files):
     assert rec["scorer_id"] == "utmos22" and 1.0 < rec["value"] < 5.0 and "utmos22_strong_step7459_v1.pt" in rec["scorer_version"]
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_list_shows_status_folder_and_hash(models, monkeypatch, capsys):
     from console.cli import main
     sim, mos = models

@@ -169,6 +169,7 @@ BASE_LIKE = {**TINY_WAVLM_CFG, "extractor_mode": "default", "layer_norm_first": 
 
 
 @pytest.mark.parametrize("cfg", [TINY_WAVLM_CFG, BASE_LIKE], ids=["large-like", "base-like"])
+@pytest.mark.slow  # 2 s in a loaded `make check`
 def test_wavlm_states_equal_transformers(cfg, tmp_path):
     folder = build_tiny_seedtts_sim(tmp_path, seed=5, cfg=cfg)
     ck = torch.load(folder / SSL_FILE, weights_only=True)

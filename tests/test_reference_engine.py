@@ -302,6 +302,7 @@ def test_malformed_requests_get_4xx_in_dialect_shape(engines, dialect):
 # ---- faults --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dialect", DIALECTS)
+@pytest.mark.slow  # 2 s in a loaded `make check`
 def test_forced_faults_are_observable(engines, dialect):
     engine = engines[dialect]
     body = chat_body(dialect, TEXT)
