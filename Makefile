@@ -1,10 +1,10 @@
-# Two commands for a fresh machine: `make demo` and `make test`.
+# Two commands for a fresh machine: `make demo` and `make test`. `make check` is the edit loop's tier.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench docs clean
+.PHONY: demo test check lint bench docs clean
 
 # torch first, pinned: the 'quality' extra only asks for a range (an engine's image keeps its own
 # torch), and an unpinned resolve here would pick the newest CUDA build (GBs). On dev and CI machines
@@ -18,8 +18,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# every test (what CI runs through .ci/run)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# the fast tier for the edit loop: every test not marked `slow` (the demo, tmux, Chromium, Ray,
+# long engine runs, the wheel install; docs/testing.md), under 3 minutes on a 2-core box
+check: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 # ruff on the whole tree; mypy on the product packages ([tool.mypy] in pyproject.toml)
 lint: $(STAMP)

@@ -31,6 +31,15 @@ def prompt(tmp_path_factory):
     return prompt_wav(tmp_path_factory.mktemp("p") / "prompt.wav")
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m reads the marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that reads the quick demo is in the slow tier (`make check` leaves it out:
+    docs/testing.md), wherever it is and whether it takes the fixture itself or through another."""
+    for item in items:
+        if "quick_demo" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def quick_demo():
     """`campaign demo --quick` once for the whole test session (about 95 s alone): its stdout and

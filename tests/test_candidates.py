@@ -90,6 +90,7 @@ def test_each_status_change_is_an_event_and_rejected_stays_rejected(tmp_path):
         assert not bad.ok and f"candidate {a}: status is 'selected' but its last candidate_recorded event" in bad.message
 
 
+@pytest.mark.slow  # 5 s in a loaded `make check`
 def test_a_fail_verdict_rejects_its_candidate_naming_it(tmp_path):
     db, plan_path = build_campaign(tmp_path, sim_gap=False)  # `campaign gate` issues ref-fast's quality FAIL
     with Store(db, read_only=True) as s:
@@ -144,6 +145,7 @@ CLAIMS = {"status": "draft", "scope": "ref-fast vs ref-peer on the bundled sampl
           "non_claims": ["no optimality claim", "no claim beyond the reference engine"]}
 
 
+@pytest.mark.slow  # a campaign through selection and acceptance
 def test_selection_is_recorded_before_the_holdout_and_acceptance_names_each_piece(tmp_path):
     plan, db, rule = _rule_plan(tmp_path, {"selection": "required", "claims": CLAIMS})
     cand = rule["candidate"]
@@ -191,6 +193,7 @@ def test_selection_is_recorded_before_the_holdout_and_acceptance_names_each_piec
     assert v.returncode == 0 and f"{vid} INCONCLUSIVE: 5 pieces re-derived" in v.stdout, v.stdout + v.stderr
 
 
+@pytest.mark.slow  # campaigns run as a user would
 def test_select_without_a_measured_run_and_open_holdout_without_selection_required(tmp_path):
     plan, db, rule = _rule_plan(tmp_path, {})
     assert campaign("validate", str(plan), db=db).returncode == 0
@@ -304,6 +307,7 @@ def _edit(bundle: Path, tmp_path: Path, table: str, sql: str) -> Path:
     return copy
 
 
+@pytest.mark.slow  # a campaign exported as a bundle (the module's bundled: 10 s to set up)
 def test_the_bundle_holds_the_new_tables_and_verify_passes(bundled):
     v = campaign("evidence", "verify", str(bundled))
     assert v.returncode == 0, v.stdout + v.stderr
@@ -320,6 +324,7 @@ def test_the_bundle_holds_the_new_tables_and_verify_passes(bundled):
     ("engine_launches", "DELETE FROM t", "launches", "recorded at seq"),
     ("verdicts", "UPDATE t SET verdict = 'PASS' WHERE kind = 'acceptance'", "verdict rows", "verdict is 'PASS' but"),
 ])
+@pytest.mark.slow  # a campaign exported as a bundle (the module's bundled: 10 s to set up)
 def test_verify_fails_when_a_new_table_is_edited(bundled, tmp_path, table, sql, check, needle):
     forged = _edit(bundled, tmp_path, table, sql)
     v = campaign("evidence", "verify", str(forged))

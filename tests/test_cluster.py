@@ -72,6 +72,7 @@ def _gate(capsys, plan, db):
     return r.returncode, [ln for ln in r.stdout.splitlines() if "verdict" in ln.lower() or "│" in ln]
 
 
+@pytest.mark.slow  # Ray
 def test_the_same_plan_locally_and_on_the_cluster_stores_the_same_requests(ray_local, tmp_path, capsys):
     plan = _plan(tmp_path, concurrencies=(1, 2), requests=3, repeats=1)
     local, remote = tmp_path / "local.duckdb", tmp_path / "cluster.duckdb"
@@ -126,6 +127,7 @@ def test_the_same_plan_locally_and_on_the_cluster_stores_the_same_requests(ray_l
     assert again.returncode == 0 and "0 run(s) recorded, 4 cell(s) already complete" in again.stdout
 
 
+@pytest.mark.slow  # Ray
 def test_a_worker_killed_mid_cell_leaves_the_run_incomplete_and_the_cell_runs_again(ray_local, tmp_path, capsys):
     from console.runner import RunnerOptions, run_plan
     from console.commands.plan import plan_for_arg
@@ -165,6 +167,7 @@ def test_a_worker_killed_mid_cell_leaves_the_run_incomplete_and_the_cell_runs_ag
     assert any("re-queued 1 cell(s): ref-baseline/c1/measured/0" in ln for ln in lines), lines
 
 
+@pytest.mark.slow  # Ray
 def test_a_cluster_of_another_shape_is_refused_with_one_line(ray_local, tmp_path, capsys):
     plan = _plan(tmp_path, profiles=("baseline",), concurrencies=(1,), requests=1, repeats=1,
                  cluster={"gpu_name": "NVIDIA H200", "gpus": 8})

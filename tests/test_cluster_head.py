@@ -107,6 +107,7 @@ def _campaign(env: dict[str, str], *args: object, cwd: Path) -> subprocess.Compl
                           capture_output=True, text=True, timeout=240)
 
 
+@pytest.mark.slow  # a Ray head
 def test_ray_start_head_then_run_cluster_auto(head, tmp_path):
     address, env, temp = head
     plan, db = _plan(tmp_path), tmp_path / "c.duckdb"

@@ -20,6 +20,7 @@ def test_all_controls_pass_with_reference_campaign_settings():
     assert all_ok(results)
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_controls_bca_and_wide_margins():
     assert all_ok(run_controls(GateConfig(margins={"wer": 0.2, "sim": 0.5, "mos": 0.05}, draws=2000, seed=1, method="bca")))
     assert all_ok(run_controls(GateConfig(margins={"wer": 5.0, "sim": 2.0, "mos": 0.3}, draws=2000, seed=1)))
@@ -109,6 +110,7 @@ def test_controls_follow_the_plans_concurrencies_and_repeats(concurrencies, repe
         assert "C16" not in r.detail and "C32" not in r.detail  # the data lies at the plan's concurrencies
 
 
+@pytest.mark.slow  # the built-in controls, gated three times
 def test_gate_reuses_the_controls_of_the_same_settings_and_reruns_on_any_change(tmp_path):
     """The controls ran on every gate call (5 s of an 8 s gate): a second `gate --scores` with the
     same settings reuses them from the file beside the store; a changed seed, draws, margin or

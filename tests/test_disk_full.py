@@ -59,6 +59,7 @@ def test_live_snapshot_on_a_full_disk_leaves_no_temp_file(disk):
     assert leftovers(disk) == [] and feed.writes == writes
 
 
+@pytest.mark.slow  # a campaign on a full disk, resumed
 def test_campaign_on_a_full_disk_fails_the_run_and_resumes(disk, tmp_path):
     doc = plan_dict(make_workload(tmp_path / "wl", short=True), profiles=("fast",), concurrencies=(1, 2), requests=8,
                     warmups=0, repeats=2)

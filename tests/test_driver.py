@@ -118,6 +118,7 @@ EXPECT = {"ok": "ok", "counted": "ok", "error": "in_stream_error", "drop": "tran
 
 
 @pytest.mark.parametrize("client", ["stamped", "aiohttp", "httpx"])
+@pytest.mark.slow  # 2 s in a loaded `make check`
 def test_every_fault_in_its_class_and_nothing_lost(server, prompt, tmp_path, store, client):
     cases = ["ok", "error", "ok", "drop", "http500", "ok", "stall", "nodone", "badwav", "noaudio", "ok", "ok"]
     reqs = [RequestSpec(f"spk-{i}", f"case:{c}", prompt, "p") for i, c in enumerate(cases)]

@@ -32,6 +32,7 @@ def _engine(store, tmp_path, dialect, profile, extra=()):
 
 
 @pytest.mark.parametrize("dialect", ["vllm-omni", "sglang-omni", "pcm"])
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_reference_engine_all_dialects(store, tmp_path, prompt, dialect, capfd):
     eng = _engine(store, tmp_path, dialect, "fast")
     try:
@@ -60,6 +61,7 @@ FAULTS = {"in_stream_error": "in_stream_error", "drop": "transport", "http_500":
 
 
 @pytest.mark.parametrize("dialect", ["vllm-omni", "sglang-omni"])
+@pytest.mark.slow  # 4 s in a loaded `make check`
 def test_flaky_faults_land_in_their_class(store, tmp_path, prompt, dialect):
     eng = _engine(store, tmp_path, dialect, "flaky")
     try:
@@ -79,6 +81,7 @@ def test_flaky_faults_land_in_their_class(store, tmp_path, prompt, dialect):
     assert [r["outcome"] for r in rows] == expected, rows
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_timing_fidelity_loose_bound(tmp_path, capfd):
     """Gross-regression guard: p99 of (driver arrival - engine emit) under 20 ms at C=8; and the
     driver process closes every response stream before its loop shuts down."""
@@ -92,6 +95,7 @@ def test_timing_fidelity_loose_bound(tmp_path, capfd):
     assert "Task was destroyed" not in err and "Traceback" not in err, err[-2000:]
 
 
+@pytest.mark.slow  # the timing bench end to end
 def test_timing_fidelity_bench_reports_every_figure(tmp_path, capsys):
     """The bench's command line on the `wide` profile (docs/performance.md): live streams, event
     rate, the engine's slip, driver and plain skews, CPU per event, loop lag, the worst pair."""
@@ -125,6 +129,7 @@ def test_timing_fidelity_bench_reports_every_figure(tmp_path, capsys):
     assert res["runs"]["8"]["driver"][0]["gc"]["collections"] == [0, 0, 0], res["runs"]["8"]["driver"][0]["gc"]
 
 
+@pytest.mark.slow  # the timing bench end to end
 def test_timing_fidelity_bench_says_who_was_late(tmp_path, capsys):
     """With --trace each latest event carries what its driver process's loop thread did while it
     read nothing and the engine's own view of its chunk; each run carries the host's steal, and
@@ -180,6 +185,7 @@ drop = 1.0
 """
 
 
+@pytest.mark.slow  # the timing bench end to end
 def test_timing_fidelity_bench_refuses_runs_with_failed_requests(tmp_path, capsys):
     """A run whose requests did not all complete measured fewer streams than it claims: the bench
     names it, keeps its failure counts in the JSON, and exits 1 (docs/performance.md: session 6's
@@ -204,6 +210,7 @@ def test_timing_fidelity_bench_refuses_runs_with_failed_requests(tmp_path, capsy
     assert res["summary"]["16"]["driver"]["failed"] == drv["failed"]
 
 
+@pytest.mark.slow  # the event-CPU bench end to end
 def test_event_cpu_bench_refuses_a_drive_with_failed_requests(tmp_path):
     """bench_event_cpu divides the driver's CPU by the audio events decoded: a drive whose requests
     did not all complete is a lighter load, so it stops the bench naming the count."""

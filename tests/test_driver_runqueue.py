@@ -48,6 +48,7 @@ def test_a_thread_kept_off_its_cpu_is_counted():
     assert got["wait_ms"] > 200, got  # about 2/3 of 600 ms with three sharing a CPU fairly
 
 
+@pytest.mark.slow  # 2 s in a loaded `make check`
 def test_a_drive_reports_its_wait_and_shards_merge_it(store, tmp_path, prompt):
     from reference_server import launch_engine, stop_engine, wait_ready
 

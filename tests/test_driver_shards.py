@@ -77,6 +77,7 @@ def _requests(prompt, n):
     return [RequestSpec(f"spk{i % 3}-{i}", TEXTS[i % len(TEXTS)], prompt) for i in range(n)]
 
 
+@pytest.mark.slow  # long engine runs, sharded and not
 def test_sharded_runs_store_what_one_process_stores(store, engine, tmp_path, prompt):
     reqs = _requests(prompt, 15)
     runs = {}
@@ -127,6 +128,7 @@ def test_sharded_runs_store_what_one_process_stores(store, engine, tmp_path, pro
     assert shape[2] == shape[1] and shape[3] == shape[1]
 
 
+@pytest.mark.slow  # 2 s in a loaded `make check`
 def test_sharded_cancel_and_live_rows(engine, tmp_path, prompt):
     """Cancelling a sharded drive cancels every shard: requests sent = records; in-flight rows
     come from both shards, each request's reads handed over once."""
@@ -154,7 +156,7 @@ def test_sharded_cancel_and_live_rows(engine, tmp_path, prompt):
     assert proc.summary.sent == len(done) < 40 and len({r.request_index for r in done}) == len(done)
     assert {r.request_index % 2 for r in done} == {0, 1}  # both shards sent
     assert {i % 2 for i in rows_seen} == {0, 1}
-    assert time.monotonic() - t0 < 30
+    assert time.monotonic() - t0 < 30  # the cancel stopped it (not the 60 s request timeout); room for load
 
 
 def test_a_dead_shard_fails_the_run_naming_it(store, engine, tmp_path, prompt):
@@ -175,7 +177,7 @@ def test_a_dead_shard_fails_the_run_naming_it(store, engine, tmp_path, prompt):
     t.start()
     t.join(60)
     assert not t.is_alive(), "a dead shard left the run hanging"
-    assert time.monotonic() - t0 < 30 and killed
+    assert time.monotonic() - t0 < 30 and killed  # failed at once, not at the 60 s timeout; room for load
     run = store.query("SELECT status, driver_overhead_json FROM runs WHERE run_id = 'shdead'")[0]
     fatal = json.loads(run["driver_overhead_json"])["fatal"]
     assert run["status"] == "failed" and fatal == f"driver shard 2 of 2 (pid {killed[0]}) exited with code -9 before its summary"

@@ -51,6 +51,7 @@ def test_explaining_a_gap_counts_only_what_follows_the_emit():
 
 
 @pytest.mark.parametrize("shards", [1, 2])
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_a_traced_drive_keeps_each_processes_gaps_and_sender_spans(store, tmp_path, prompt, shards):
     from reference_server import launch_engine, stop_engine, wait_ready
 

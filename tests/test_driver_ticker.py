@@ -82,6 +82,8 @@ def test_chores_run_before_the_probe_is_armed():
     hold = 0.007
     lag, chores, _ = _run(0.4, chore_every=1, chore_hold_s=hold, read_hold_s=0.001)
     assert chores >= 10 and len(lag) >= 10
+    # inside the window every sample would hold the 7 ms chore; half of it tells the two apart with
+    # room for samples that also hold time off the CPU on a loaded box (a median, not a max)
     assert statistics.median(lag) < hold / 2 * 1e9, lag
 
 
@@ -101,6 +103,8 @@ def test_periodic_runs_every_period_until_cancelled():
         loop.run_until_complete(main())
     finally:
         loop.close()
+    # 10 periods fit in 10.5 (one spare above); a late run delays the next, so a loaded box gets
+    # fewer: half is the floor
     assert 5 <= len(calls) <= 11
     assert all(b - a >= TICK_S * 0.9 for a, b in zip(calls, calls[1:]))
 
@@ -113,4 +117,5 @@ def test_probes_after_the_drive_ended_time_the_teardown_apart():
     assert len(lag) >= 5 and len(dl.teardown_lag_ns) >= 5, (len(lag), len(dl.teardown_lag_ns))
     assert len(lag) == len(dl.loop_lag_at_ns)
     assert min(dl.teardown_lag_ns) >= READ_HOLD_S * 1e9 * 0.9  # they still measured the loop
-    assert max(dl.loop_lag_at_ns) - min(dl.loop_lag_at_ns) < 0.25e9  # only the driving part's
+    # only the driving part's: 0.2 s, with 50 ms for a last probe that runs late on a loaded box
+    assert max(dl.loop_lag_at_ns) - min(dl.loop_lag_at_ns) < 0.25e9

@@ -105,6 +105,7 @@ def write_patch(repo: Path, out: Path) -> Path:
     return out
 
 
+@pytest.mark.slow  # 2 s in a loaded `make check`
 def test_dirty_checkout_is_refused_and_accepted_with_its_patch(tmp_path):
     repo = tmp_path / "src"
     commit = make_repo(repo)
@@ -139,6 +140,7 @@ def test_dirty_checkout_is_refused_and_accepted_with_its_patch(tmp_path):
         assert "?? new_kernel.py" in git(repo, "status", "--porcelain")
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_dist_source_reads_the_installed_version_with_the_engines_python(tmp_path):
     have = version("duckdb")
     with Store(tmp_path / "c.duckdb") as store:
@@ -204,6 +206,7 @@ def test_temperature_in_one_engines_extra_body_is_refused_at_freeze(tmp_path, ca
     assert "engines[1] 'ref-cand': seed = absent (request.preset 'vllm-bench') but 42 for 'ref-base' (sampling)" in r.stderr
 
 
+@pytest.mark.slow  # a full campaign
 def test_a_patched_candidate_runs_and_every_view_says_what_ran(tmp_path, capsys):
     """Same extra_body sampling for both arms: freeze and run; params_json has the effective value,
     `campaign runs` and the verdict document show identity, patch hash and the precision mark,
@@ -272,6 +275,7 @@ def test_a_patched_candidate_runs_and_every_view_says_what_ran(tmp_path, capsys)
     assert cli("audit", "verify", db=db).returncode == 0
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_a_checkpoint_changed_after_freeze_fails_the_next_launch(tmp_path, capsys):
     ck = tmp_path / "ck.bin"
     ck.write_bytes(b"weights" * 100)
@@ -339,6 +343,7 @@ def test_a_decision_rules_engines_are_compared_too(tmp_path, capsys):
     assert r.returncode == 2 and "'ref-peer' and 'ref-cand' are compared (decision rule 'faster')" in r.stderr
 
 
+@pytest.mark.slow  # a full campaign
 def test_identity_and_checkpoints_are_under_the_audit_chain(tmp_path, capsys):
     """The new launch columns and the frozen checkpoint digests are covered by their events' row
     hashes: an edit of either is found by `audit verify`."""

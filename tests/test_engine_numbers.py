@@ -45,6 +45,7 @@ def _drive(store, tmp_path, prompt, dialect, faults, request_options=None):
 
 
 @pytest.mark.parametrize("dialect", ["vllm-omni", "sglang-omni"])
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_sse_emit_ns_and_wav_rate_are_decode_errors(store, tmp_path, prompt, dialect):
     run_id, rows = _drive(store, tmp_path, prompt, dialect, ["none", "emit_ns_overflow", "wav_rate", "none"])
     assert [r["outcome"] for r in rows] == ["ok", "decode_error", "decode_error", "ok"], rows
@@ -59,6 +60,7 @@ def test_sse_emit_ns_and_wav_rate_are_decode_errors(store, tmp_path, prompt, dia
     assert store.scalar("SELECT max(server_emit_ns) FROM chunks WHERE run_id = ?", [run_id]) < 1 << 63
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_pcm_content_type_rate_is_checked(store, tmp_path, prompt):
     _, rows = _drive(store, tmp_path, prompt, "pcm", ["none", "pcm_rate", "none"])
     assert [r["outcome"] for r in rows] == ["ok", "decode_error", "ok"], rows
@@ -66,6 +68,7 @@ def test_pcm_content_type_rate_is_checked(store, tmp_path, prompt):
     assert "rate=16000" in detail and "24000 Hz" in detail and rows[1]["audio_samples"] == 0, detail
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_the_expected_rate_is_the_plans(store, tmp_path, prompt):
     """request.sample_rate says what the engine must deliver: 24 kHz audio expected at 16 kHz fails."""
     _, rows = _drive(store, tmp_path, prompt, "vllm-omni", ["none"], {"sample_rate": 16_000})
@@ -73,6 +76,7 @@ def test_the_expected_rate_is_the_plans(store, tmp_path, prompt):
     assert "24000 Hz" in rows[0]["error_detail"] and "16000 Hz" in rows[0]["error_detail"]
 
 
+@pytest.mark.slow  # a campaign run and resumed
 def test_campaign_with_overflowing_emit_ns_completes_and_resumes(tmp_path):
     """`campaign run` as a user runs it: every request's emit_ns overflows; the run is stored
     complete with its requests, exit 1 (measured nothing), and --resume finds the cell complete."""

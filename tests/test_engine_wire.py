@@ -174,6 +174,7 @@ def _drive(wire, dialect, options, name, sampling=None):
     return rid, rows, run
 
 
+@pytest.mark.slow  # 5 s in a loaded `make check`
 def test_vllm_omni_presets_and_placements(wire):
     _, store, _ = wire
     d = get_dialect("vllm-omni")
@@ -203,6 +204,7 @@ def test_empty_audio_deltas_are_not_audio(wire):
         assert r["t_first_audio_ns"] == chunks[first_audio]["t_arrival_ns"] and r["finish_reason"] == "stop"
 
 
+@pytest.mark.slow  # 5 s in a loaded `make check`
 def test_sglang_omni_presets_and_stream_false(wire):
     _, streamed, _ = _drive(wire, "sglang-omni", {}, "s-ref")
     _, whole, run = _drive(wire, "sglang-omni", {"stream": False}, "s-whole")
@@ -230,6 +232,7 @@ def test_max_tokens_caps_thinker_text_and_is_counted_truncated(wire):
     assert m.e2e_p50_s >= m.ttfa_p50_s > 0 and m.e2e_p95_s >= m.e2e_p50_s
 
 
+@pytest.mark.slow  # 4 s in a loaded `make check`
 def test_probe_prints_e2e_and_counts_truncated(wire, tmp_path):
     engines, _, _ = wire
     env = {**os.environ, "PYTHONPATH": str(REPO)}

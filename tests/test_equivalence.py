@@ -59,6 +59,7 @@ def _rows(db, name):
         return s.query("SELECT * FROM equivalence_measures WHERE verdict_id = ? ORDER BY utt_id, measure", [vid])
 
 
+@pytest.mark.slow  # a full campaign (the module's campaign_db)
 def test_outcomes_and_exit_status(campaign_db):
     _, db, r = campaign_db
     print(r.stdout, r.stderr)
@@ -71,6 +72,7 @@ def test_outcomes_and_exit_status(campaign_db):
     assert "ref-precision vs ref-baseline: PASS (" in r.stdout
 
 
+@pytest.mark.slow  # a full campaign (the module's campaign_db)
 def test_bit_exact_rows(campaign_db):
     rows = _rows(campaign_db[1], "ref-fast vs ref-baseline")
     assert {x["value"] for x in rows if x["measure"] in ("pcm_identical", "samples_identical")} == {1.0}
@@ -78,6 +80,7 @@ def test_bit_exact_rows(campaign_db):
     assert all(x["passed"] is not False for x in rows)
 
 
+@pytest.mark.slow  # a full campaign (the module's campaign_db)
 def test_precision_close_but_not_equal(campaign_db):
     rows = _rows(campaign_db[1], "ref-precision vs ref-baseline")
     by = lambda m: [x["value"] for x in rows if x["measure"] == m]  # noqa: E731
@@ -90,6 +93,7 @@ def test_precision_close_but_not_equal(campaign_db):
     assert {x["value"] for x in rows if x["measure"] == "tensor:voice:max_abs"} == {0.0}
 
 
+@pytest.mark.slow  # a full campaign (the module's campaign_db)
 def test_fail_names_worst_measures(campaign_db):
     _, db, r = campaign_db
     v = _verdicts(db)["ref-lossy vs ref-baseline"]
@@ -99,6 +103,7 @@ def test_fail_names_worst_measures(campaign_db):
     assert "ref-lossy vs ref-baseline: FAIL" in r.stdout
 
 
+@pytest.mark.slow  # a full campaign (the module's campaign_db)
 def test_documents_follow_the_verdict_schema(campaign_db):
     import jsonschema
 
@@ -108,12 +113,14 @@ def test_documents_follow_the_verdict_schema(campaign_db):
         jsonschema.validate(json.loads(v["document_json"]), load_schema())
 
 
+@pytest.mark.slow  # a full campaign (the module's campaign_db)
 def test_inconclusive_names_failed_requests(campaign_db):
     _, db, r = campaign_db
     doc = json.loads(_verdicts(db)["ref-broken vs ref-baseline"]["document_json"])
     assert len(doc["reasons"]) == 3 and all("candidate: http_status" in x for x in doc["reasons"])
 
 
+@pytest.mark.slow  # a full campaign (the module's campaign_db)
 def test_rows_equal_the_verdict_checks_and_audit_holds(campaign_db):
     _, db, _ = campaign_db
     from data.integrity import verify_store
@@ -124,6 +131,7 @@ def test_rows_equal_the_verdict_checks_and_audit_holds(campaign_db):
     assert not bad, bad
 
 
+@pytest.mark.slow  # a full campaign (the module's campaign_db)
 def test_an_edited_row_fails_audit_verify(campaign_db, tmp_path):
     """A distance edited by hand in a copy of the store: `campaign audit verify` names the verdict."""
     import shutil
@@ -139,6 +147,7 @@ def test_an_edited_row_fails_audit_verify(campaign_db, tmp_path):
     assert "equivalence verdict equivalence-" in r.stdout and "differ from the checks it was issued with" in r.stdout
 
 
+@pytest.mark.slow  # a full campaign (the module's campaign_db)
 def test_tensor_dumps_compared_missing_and_shape(campaign_db, tmp_path):
     """The real dumps of one request: identical arms compare equal; a tensor removed from the
     candidate is a failure, as is one of another shape."""
@@ -167,6 +176,7 @@ def test_tensor_dumps_compared_missing_and_shape(campaign_db, tmp_path):
     assert reshaped.verdict == FAIL and "shape_mismatch" in reshaped.reasons[0]
 
 
+@pytest.mark.slow  # a full campaign (the module's campaign_db)
 def test_reuse_stored_outputs(campaign_db):
     """reuse_stored: the stored outputs of identical requests (the runs above) give the same rows."""
     from console.equivalence import compare_pair, reused_arm
@@ -214,6 +224,7 @@ def test_refusals_are_one_line(tmp_path, capsys):
     assert r.returncode == 2 and "equivalence.pairs[0].candidate: 'ref-nope' is not an engine" in r.stderr
 
 
+@pytest.mark.slow  # a full campaign (the module's campaign_db)
 def test_precision_change_precondition(campaign_db, tmp_path):
     """A candidate with precision_change gets no quality PASS without a PASS equivalence verdict
     against the quality baseline; the first one issued binds, a later PASS does not replace it."""
@@ -246,6 +257,7 @@ def test_precision_change_precondition(campaign_db, tmp_path):
         assert equivalence_precondition(s, plan, "ref-lossy", True).cap == "FAIL"
 
 
+@pytest.mark.slow  # a full campaign (the module's campaign_db)
 def test_evidence_bundle_rederives_equivalence(campaign_db, tmp_path):
     """The bundle holds the rows; verify re-derives every equivalence verdict from them and the
     bundled audio hashes. A distance edited in the bundled rows (MANIFEST re-signed) is named."""
@@ -276,6 +288,7 @@ def test_evidence_bundle_rederives_equivalence(campaign_db, tmp_path):
     assert "differ from the checks it was issued with" in bad.stdout + bad.stderr
 
 
+@pytest.mark.slow  # a full campaign (the module's campaign_db)
 def test_html_report_shows_equivalence(campaign_db, tmp_path):
     """The report's verdict section names each pair's label and reasons; the figure is drawn."""
     plan, db, _ = campaign_db
@@ -289,6 +302,7 @@ def test_html_report_shows_equivalence(campaign_db, tmp_path):
     assert (tmp_path / "figs" / "equivalence.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow  # a full campaign (the module's campaign_db)
 def test_tui_gates_tab_lists_issued_equivalence(campaign_db):
     """The Gates tab's data (read as the TUI reads it) and its equivalence block."""
     from console.tui.data import open_read_only
@@ -321,6 +335,7 @@ def test_unreadable_and_safetensors_dumps(tmp_path):
         read_tensors(folder)
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_engine_dump_header_rules_and_precision_determinism(tmp_path):
     """Against real engines: the dump header is refused (400, one line) by an engine started
     without --dump-tensors and for a name that is not one plain folder; the precision profile gives

@@ -93,6 +93,7 @@ def verdict_row(db, vid):
         return s.query("SELECT * FROM verdicts WHERE verdict_id = ?", [vid])[0]
 
 
+@pytest.mark.slow  # a full campaign (the module's world)
 def test_reserved_holdout_verdict_at_plan_concurrencies_then_addendum_on_reused_prompts(world, capsys):
     db, plan = world["db"], world["plan"]
     # Controls at the plan's concurrencies [1, 4] pass, and a verdict is issued.
@@ -151,6 +152,7 @@ def test_reserved_holdout_verdict_at_plan_concurrencies_then_addendum_on_reused_
     assert re.search(rf"{v1},.*,PASS,reserved,", listing) and re.search(rf"{v2},.*,PASS,reused,", listing), listing
 
 
+@pytest.mark.slow  # a full campaign (the module's world)
 def test_tui_verdicts_view_shows_the_evidence(world, capsys):
     import asyncio
 
@@ -180,6 +182,7 @@ def test_tui_verdicts_view_shows_the_evidence(world, capsys):
     assert vid in title and "evidence: holdout pool 'holdout' (3 ids) reserved and unused at freeze" in title
 
 
+@pytest.mark.slow  # a full campaign (the module's world)
 def test_plan_mode_failed_incomplete_or_excluded_run_is_a_gap_naming_ids_and_repeat(world, tmp_path, capsys):
     """The candidate's repeat-1 run is failed at C1, incomplete at C2 and excluded at C3: every id
     lacks that repeat, so every check is INCONCLUSIVE and names the ids, the repeat and the cause.
@@ -282,6 +285,7 @@ def _store_counts(db: Path) -> tuple[int, int, int]:
 
 
 @pytest.mark.parametrize("stage", ["no runs", "runs not scored"])
+@pytest.mark.slow  # campaigns run as a user would
 def test_gate_with_nothing_to_judge_issues_nothing(tmp_path, stage):
     """A plan with no runs (or runs never scored) and a throughput rule: gate prints what is missing,
     once per verdict and compactly, stores no verdict and no audit event, and exits 2 (it issued

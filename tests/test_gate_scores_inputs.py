@@ -37,6 +37,7 @@ def gate(tmp_path: Path, df: pd.DataFrame, *extra: str) -> subprocess.CompletedP
     return campaign("gate", "--scores", str(path), *MARGINS, *extra, cwd=tmp_path)
 
 
+@pytest.mark.slow  # 4 s in a loaded `make check`
 def test_table_without_c16_is_inconclusive_naming_it(tmp_path):
     r = gate(tmp_path, table((1, 32)))
     assert r.returncode == 3, r.stdout + r.stderr
@@ -44,6 +45,7 @@ def test_table_without_c16_is_inconclusive_naming_it(tmp_path):
     assert r.stdout.count("required concurrency C16: no baseline or candidate rows") == 3
 
 
+@pytest.mark.slow  # 5 s in a loaded `make check`
 def test_c16_missing_in_one_arm_is_inconclusive_naming_the_arm(tmp_path):
     df = table()
     r = gate(tmp_path, df[~((df["arm"] == "candidate") & (df["concurrency"] == 16))])
@@ -51,6 +53,7 @@ def test_c16_missing_in_one_arm_is_inconclusive_naming_the_arm(tmp_path):
     assert r.stdout.count("required concurrency C16: no candidate rows") == 3
 
 
+@pytest.mark.slow  # a campaign gated as a user would
 def test_only_c1_with_c1_required_passes_and_extra_concurrencies_are_not_judged(tmp_path):
     r = gate(tmp_path, table((1,)))
     assert r.returncode == 3 and "required concurrency C32: no baseline or candidate rows" in r.stdout
@@ -75,6 +78,7 @@ def test_bad_concurrencies_flag_is_refused(tmp_path, bad):
     assert r.returncode == 2 and "--concurrencies" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow  # 6 s in a loaded `make check`
 def test_raw_cosine_sim_is_refused_in_one_line(tmp_path):
     df = table()
     df["sim"] = df["sim"] / 100
@@ -86,6 +90,7 @@ def test_raw_cosine_sim_is_refused_in_one_line(tmp_path):
     assert "Quality verdict" not in r.stdout
 
 
+@pytest.mark.slow  # a campaign gated as a user would
 def test_ids_named_na_and_null_are_ids(tmp_path):
     df = table()
     ids = sorted(df["utt_id"].unique())
@@ -100,6 +105,7 @@ def test_ids_named_na_and_null_are_ids(tmp_path):
     assert r.returncode == 0 and "Quality verdict: PASS" in r.stdout, r.stdout + r.stderr
 
 
+@pytest.mark.slow  # 6 s in a loaded `make check`
 def test_duplicate_rows_are_refused_naming_the_rows(tmp_path):
     df = table()
     df = pd.concat([df, df.iloc[[4]]], ignore_index=True)

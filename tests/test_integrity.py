@@ -89,6 +89,7 @@ def _verify(capsys, db, *args):
     return inproc(capsys, "audit", "verify", *args, db=db)
 
 
+@pytest.mark.slow  # a full campaign (the module's campaign)
 def test_untouched_store_verifies(campaign, tmp_path, capsys):
     db = _copy(campaign, tmp_path)
     r = _verify(capsys, db)
@@ -149,6 +150,7 @@ TAMPER = [
 
 
 @pytest.mark.parametrize("statements, check, needle", [t[1:] for t in TAMPER], ids=[t[0] for t in TAMPER])
+@pytest.mark.slow  # a full campaign (the module's campaign)
 def test_each_hand_edit_fails_verify_naming_the_check(campaign, tmp_path, capsys, statements, check, needle):
     db = _copy(campaign, tmp_path)
     before = _tamper_guard(db, statements)
@@ -174,6 +176,7 @@ def _tamper_guard(db: Path, statements: list[str]) -> str:
         con.close()
 
 
+@pytest.mark.slow  # a full campaign (the module's campaign)
 def test_sql_is_read_only_unless_write_and_writes_are_audited(campaign, tmp_path, capsys):
     db = _copy(campaign, tmp_path)
     r = inproc(capsys, "sql", "DELETE FROM verdicts", db=db)
@@ -207,6 +210,7 @@ def test_sql_is_read_only_unless_write_and_writes_are_audited(campaign, tmp_path
         assert s.scalar("SELECT count(*) FROM audit_events") == n_events + 1
 
 
+@pytest.mark.slow  # a full campaign (the module's campaign)
 def test_exported_heads_show_truncation_even_without_the_side_anchor(campaign, tmp_path, capsys):
     db = _copy(campaign, tmp_path)
     with Store(db, read_only=True) as s:
@@ -235,6 +239,7 @@ def test_exported_heads_show_truncation_even_without_the_side_anchor(campaign, t
     assert re.search(rf"FAILED +exports +{re.escape(str(doc_path))}: verdict {vid} was never issued", r.stdout)
 
 
+@pytest.mark.slow  # a full campaign (the module's campaign)
 def test_edited_export_does_not_match_its_issued_verdict(campaign, tmp_path, capsys):
     db = _copy(campaign, tmp_path)
     with Store(db, read_only=True) as s:
@@ -248,6 +253,7 @@ def test_edited_export_does_not_match_its_issued_verdict(campaign, tmp_path, cap
     assert r.returncode == 1 and "audit verify FAILED: exports: " in r.stdout and "differs from the document" in r.stdout
 
 
+@pytest.mark.slow  # a full campaign (the module's campaign)
 def test_anchor_never_moves_back_over_a_truncation(campaign, tmp_path, capsys):
     from data.queries import exclude_run
 
@@ -262,6 +268,7 @@ def test_anchor_never_moves_back_over_a_truncation(campaign, tmp_path, capsys):
     assert r.returncode == 1 and "audit verify FAILED: anchor: " in r.stdout and "history" in r.stdout
 
 
+@pytest.mark.slow  # a full campaign (the module's campaign)
 def test_half_size_store_is_reported_corrupt(campaign, tmp_path, capsys):
     db = _copy(campaign, tmp_path)
     with open(db, "r+b") as f:
@@ -276,6 +283,7 @@ def test_half_size_store_is_reported_corrupt(campaign, tmp_path, capsys):
         Store(db, read_only=True)
 
 
+@pytest.mark.slow  # a full campaign (the module's campaign)
 def test_damaged_block_is_corrupt_never_in_use(campaign, tmp_path, capsys):
     """DuckDB's checksum message ends in '... in block at location N': "block" contains "lock"."""
     db = _copy(campaign, tmp_path)
@@ -307,6 +315,7 @@ def test_store_held_by_another_process_is_locked(tmp_path):
 
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
 @pytest.mark.parametrize("plan_filter", [False, True], ids=["all-runs", "plan"])
+@pytest.mark.slow  # a full campaign (the module's campaign)
 def test_export_runs_every_path(campaign, tmp_path, capsys, fmt, plan_filter):
     db = _copy(campaign, tmp_path)
     with Store(db, read_only=True) as s:
@@ -322,6 +331,7 @@ def test_export_runs_every_path(campaign, tmp_path, capsys, fmt, plan_filter):
     assert _verify(capsys, db, "--against", str(head)).returncode == 0
 
 
+@pytest.mark.slow  # a full campaign (the module's campaign)
 def test_export_verdict_to_stdout_and_file(campaign, tmp_path, capsys):
     db = _copy(campaign, tmp_path)
     with Store(db, read_only=True) as s:
@@ -378,6 +388,7 @@ def scored(tmp_path_factory) -> dict:
     return {"db": db, "plan": plan, "rows": n}
 
 
+@pytest.mark.slow  # a scored campaign (the module's scored)
 def test_scored_store_verifies_every_score_row(scored, tmp_path, capsys):
     db = _copy(scored, tmp_path)
     r = _verify(capsys, db)
@@ -403,6 +414,7 @@ SCORE_TAMPER = [
 
 
 @pytest.mark.parametrize("statements, needle", [t[1:] for t in SCORE_TAMPER], ids=[t[0] for t in SCORE_TAMPER])
+@pytest.mark.slow  # a scored campaign (the module's scored)
 def test_each_hand_edit_of_a_score_fails_verify(scored, tmp_path, capsys, statements, needle):
     """Before score digests, `audit verify` passed all of these: a gate re-run on the edited
     store reads the edited scores, and nothing said they had changed."""
@@ -424,6 +436,7 @@ def _scores(db: Path) -> list:
         con.close()
 
 
+@pytest.mark.slow  # a scored campaign (the module's scored)
 def test_scores_stored_before_score_digests_are_counted_not_compared(scored, tmp_path, capsys):
     """A store scored by an older console: its passes' `scores_recorded` events carry no
     `batches` and no `scores_stored` events exist; verify passes and says the rows were not

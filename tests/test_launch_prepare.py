@@ -45,6 +45,7 @@ def test_missing_engine_input_is_a_recorded_startup_failure(store, tmp_path, mis
     assert verify_chain(store).ok
 
 
+@pytest.mark.slow  # a campaign run as a user would
 def test_checkpoint_deleted_after_freeze_fails_the_launch_not_the_campaign(tmp_path):
     """`campaign run` as a user runs it: the engine's checkpoint folder existed at freeze and is
     gone at run time. Exit 1 (a cell failed), the startup failure recorded with its reason."""

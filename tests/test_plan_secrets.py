@@ -74,6 +74,7 @@ def _file_hits(root: Path, needles: list[str], skip: set[Path]) -> list[str]:
             and any(n.encode() in p.read_bytes() for n in needles)]
 
 
+@pytest.mark.slow  # a full campaign
 def test_real_campaign_never_stores_exports_or_logs_an_env_value(tmp_path):
     inline = f"inline-secret-{uuid.uuid4().hex}"
     passed = f"passed-secret-{uuid.uuid4().hex}"
@@ -143,6 +144,7 @@ def test_hash_covers_the_redacted_form(tmp_path):
     assert document_hash(other) != document_hash(doc)
 
 
+@pytest.mark.slow  # campaigns run as a user would
 def test_missing_values_are_refused_before_any_launch(tmp_path):
     """No value for a passthrough variable, or a plan run by hash whose file (and value) is gone:
     one line naming the field, and no engine is started."""
@@ -170,6 +172,7 @@ def test_missing_values_are_refused_before_any_launch(tmp_path):
     con.close()
 
 
+@pytest.mark.slow  # 4 s in a loaded `make check`
 def test_env_passthrough_names_are_checked(tmp_path):
     plan, doc = _secret_plan(tmp_path, "x")
     doc["engines"][0]["env_passthrough"] = ["OMNI_TEST_SECRET"]
@@ -222,6 +225,7 @@ def test_row_frozen_before_redaction_still_loads_and_is_shown_redacted(tmp_path,
     assert "legacy-value-789" in plan_secrets(store, plan).values()
 
 
+@pytest.mark.slow  # 5 s in a loaded `make check`
 def test_a_secret_flag_with_a_value_on_a_command_line_is_refused(tmp_path, store):
     """argv is stored and exported as written, so `--api-key VALUE` or `--hf-token=VALUE` would put
     the value in the store: the plan file is refused, one line naming the field and never the value

@@ -46,7 +46,9 @@ def test_group_ignoring_sigterm_is_killed_and_reaped():
     assert len(kids) == 2 and all(live_stat(k) for k in kids) and group_alive(proc.pid)
     t0 = time.monotonic()
     stop_group(proc.pid, main=proc, grace_s=0.5)
-    assert 0.5 <= time.monotonic() - t0 < 5  # waited the grace period, then SIGKILL
+    # waited the grace period, then SIGKILL; the upper bound only says it did not hang (10x the
+    # grace, room for a box whose 2 cores other test processes share: docs/testing.md)
+    assert 0.5 <= time.monotonic() - t0 < 5
     assert proc.returncode == -signal.SIGKILL  # reaped: Popen has its status
     assert live_stat(proc.pid) is None and not any(live_stat(k) for k in kids)
     assert not group_alive(proc.pid)
@@ -56,7 +58,9 @@ def test_straggler_left_by_a_leader_that_ends_on_sigterm_is_killed():
     proc, (kid,) = _group(LEAVES_STRAGGLER)
     t0 = time.monotonic()
     stop_group(proc.pid, main=proc, grace_s=10.0)
-    assert time.monotonic() - t0 < 5  # the leader ended on SIGTERM: no waiting out the grace period
+    # the leader ended on SIGTERM: no waiting out the 10 s grace period (half of it is the bound,
+    # room for a loaded box that still fails a wait for the grace)
+    assert time.monotonic() - t0 < 5
     assert proc.returncode == -signal.SIGTERM
     assert live_stat(kid) is None and not group_alive(proc.pid)
 

@@ -49,6 +49,7 @@ def test_protocol_scorers_offer_every_precision_with_float32_first(name):
     assert cls.dtypes == DTYPES and cls.dtypes[0] == "float32"
 
 
+@pytest.mark.slow  # 7 s in a loaded `make check`
 def test_tf32_rows_never_share_a_model_hash_with_fp32(tmp_path):
     folder = build_tiny_seedtts_sim(tmp_path / "sim", seed=3)
     fp32 = make_scorer("seedtts-sim", {"seedtts-sim": folder}, device="cpu")

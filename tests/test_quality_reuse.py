@@ -29,6 +29,7 @@ def _rows(store, scorer_id):
     return store.query("SELECT * FROM quality_scores WHERE scorer_id = ? ORDER BY run_id, request_index", [scorer_id])
 
 
+@pytest.mark.slow  # real scorers twice
 def test_identical_audio_is_computed_once_different_audio_twice(setup):
     store, plan, _, art = setup
     sha = {(r["run_id"], r["utt_id"]): r["audio_sha256"] for r in store.query("SELECT * FROM requests")}
@@ -56,6 +57,7 @@ def test_identical_audio_is_computed_once_different_audio_twice(setup):
     assert json.loads(payload)["computed"] == 5 and json.loads(payload)["reused_in_pass"] == 3
 
 
+@pytest.mark.slow  # reads the store the test above scored (the module's setup)
 def test_later_pass_reuses_stored_rows_and_computes_only_new_audio(setup):
     store, plan, wl, art = setup
     before = store.query("SELECT * FROM quality_scores ORDER BY run_id, request_index, scorer_id")

@@ -45,6 +45,7 @@ def no_network(monkeypatch):
     monkeypatch.setattr(socket, "create_connection", refuse)
 
 
+@pytest.mark.slow  # a speaker model on CPU
 def test_resemblyzer_identical_vs_other_speaker(wavs):
     s = make_scorer("resemblyzer", device="cpu")
     same = s.similarity(load_audio(wavs["spk1-t1"]), load_audio(wavs["spk1-t1"]))
@@ -69,6 +70,7 @@ def test_dnsmos_falls_for_noisy_copy(wavs):
     assert s.label.startswith("DNSMOS") and "utmos" not in s.scorer_id
 
 
+@pytest.mark.slow  # 13 s in a loaded `make check`
 def test_dnsmos_ovrl_equals_speechmos(wavs):
     """Our DNSMOS keeps one session and skips the unused P.808 branch; the OVRL value must stay
     exactly speechmos' (short clips are looped; a 10.5 s clip takes the multi-window path)."""
@@ -82,6 +84,7 @@ def test_dnsmos_ovrl_equals_speechmos(wavs):
     assert ours == pytest.approx(theirs, abs=1e-9, rel=0), (ours, theirs)
 
 
+@pytest.mark.slow  # a scorer process pool
 def test_pocketsphinx_pool_matches_in_process(wavs):
     items = [ScoreItem("r", i, k, p, TARGETS[k.split("-")[1]], None)
              for i, (k, p) in enumerate(sorted((k, p) for k, p in wavs.items() if k != "noisy")[:3])] * 2
@@ -138,6 +141,7 @@ def tiny_models(tmp_path_factory):
     return build_tiny_whisper(root / "whisper-tiny-random"), build_tiny_wavlm(root / "wavlm-tiny-random")
 
 
+@pytest.mark.slow  # a Whisper model on CPU
 def test_tiny_whisper_loads_and_batches_on_cpu(tiny_models, wavs, no_network):
     wdir, _ = tiny_models
     s = make_scorer("whisper", {"whisper": str(wdir)}, device="cpu", batch_size=2)
@@ -151,6 +155,7 @@ def test_tiny_whisper_loads_and_batches_on_cpu(tiny_models, wavs, no_network):
     assert len(s.model_hash) == 64 and "whisper" in s.version
 
 
+@pytest.mark.slow  # a WavLM model on CPU (tiny_models: 8 s to set up)
 def test_tiny_wavlm_loads_and_scores_on_cpu(tiny_models, wavs, no_network):
     _, vdir = tiny_models
     s = make_scorer("wavlm-ecapa", {"wavlm-ecapa": str(vdir)}, device="cpu", batch_size=2)

@@ -45,6 +45,7 @@ def files(tmp_path_factory):
     return d
 
 
+@pytest.mark.slow  # scorers over the CLI
 def test_run_json_sim_and_mos(models, files):
     sim, mos = models
     r = cli("scorers", "run", "seedtts-sim", "--model-dir", sim, "--device", "cpu", "--json",
@@ -60,6 +61,7 @@ def test_run_json_sim_and_mos(models, files):
     assert rec["scorer_id"] == "utmos22" and 1.0 < rec["value"] < 5.0 and "utmos22_strong_step7459_v1.pt" in rec["scorer_version"]
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_list_shows_status_folder_and_hash(models, monkeypatch, capsys):
     from console.cli import main
     sim, mos = models
@@ -75,6 +77,7 @@ def test_list_shows_status_folder_and_hash(models, monkeypatch, capsys):
     assert any("utmos22" in ln and "unavailable: model directory" in ln for ln in out)
 
 
+@pytest.mark.slow  # scorers over the CLI
 def test_bad_items_one_line_each_nonzero(models, files):
     _, mos = models
     r = cli("scorers", "run", "utmos22", "--model-dir", mos, "--device", "cpu", "--json",
@@ -103,6 +106,7 @@ def test_other_architecture_checkpoint_is_one_line(models, files, tmp_path, caps
     assert "unavailable" in line and "no cfg dict" in line
 
 
+@pytest.mark.slow  # every scorer over the CLI
 def test_score_stores_what_scorers_run_prints(tmp_path, models):
     sim, mos = models
     store, plan, wl, art = campaign_setup(tmp_path, scorers={"wer": "pocketsphinx", "sim": "seedtts-sim", "mos": "utmos22"},

@@ -14,6 +14,8 @@ from stats.quality.audio import load_audio
 from stats.quality.scoring import coverage, expected_outputs, score_plan, scores_frame, FRAME_COLUMNS
 from test_quality_support import add_run, campaign_setup, frozen_plan, noisy
 
+pytestmark = pytest.mark.slow  # every test reads one scored campaign (real scorers: 43 s to set up in a loaded full run)
+
 
 @pytest.fixture(scope="module")
 def scored(tmp_path_factory):

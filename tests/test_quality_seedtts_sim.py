@@ -68,6 +68,7 @@ def test_loads_published_layout_and_is_deterministic(folder, scorer, tmp_path):
     assert SeedTtsSimScorer(again, device="cpu", dtype="float16").model_hash != scorer.model_hash
 
 
+@pytest.mark.slow  # a speaker model, batched and alone
 def test_batched_equals_one_at_a_time(scorer):
     w = _waves(1)
     batched = scorer.embed(w)
@@ -82,6 +83,7 @@ def test_batched_equals_one_at_a_time(scorer):
         assert cosine100(batched[0], batched[i]) == pytest.approx(cosine100(singles[0], singles[i]), abs=1e-3)
 
 
+@pytest.mark.slow  # a speaker model over many files
 def test_files_at_several_rates_score_as_each_file_resampled_alone(folder, tmp_path):
     """score_batch reads outputs and prompts at their own rates and resamples each rate's padded
     batch at once on the device (stats.quality.resample.padded_batch): every SIM equals the one
@@ -167,6 +169,7 @@ BASE_LIKE = {**TINY_WAVLM_CFG, "extractor_mode": "default", "layer_norm_first": 
 
 
 @pytest.mark.parametrize("cfg", [TINY_WAVLM_CFG, BASE_LIKE], ids=["large-like", "base-like"])
+@pytest.mark.slow  # 2 s in a loaded `make check`
 def test_wavlm_states_equal_transformers(cfg, tmp_path):
     folder = build_tiny_seedtts_sim(tmp_path, seed=5, cfg=cfg)
     ck = torch.load(folder / SSL_FILE, weights_only=True)

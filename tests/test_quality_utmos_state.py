@@ -87,6 +87,7 @@ def test_equals_transformers_wav2vec2_and_unbatched_reference(scorer):
         assert scorer.score_waves([w])[0] == pytest.approx(float(ref), abs=1e-5)
 
 
+@pytest.mark.slow  # a MOS model, batched and alone
 def test_batched_equals_one_at_a_time_and_deterministic(scorer, folder):
     w = _waves()
     batched = scorer.score_waves(w)

@@ -29,6 +29,7 @@ def _wait_running(db, proc, deadline_s=60.0):
     raise AssertionError("the campaign never reported a running cell")
 
 
+@pytest.mark.slow  # reads during a real run
 def test_sql_report_and_tui_read_a_snapshot_during_a_run(tmp_path):
     plan, doc, db = _frozen(tmp_path, concurrencies=(1,), requests=24, repeats=2, profiles=("baseline", "fast"))
     proc = subprocess.Popen([sys.executable, "-m", "console.cli", "run", str(plan), "--db", str(db)],

@@ -55,6 +55,7 @@ def _left_alone(tmp: Path) -> list[Path]:
     return [p for p in (tmp / "other.csv", tmp / "exported", tmp / "attached.duckdb") if p.exists()]
 
 
+@pytest.mark.slow  # a real campaign
 def test_campaign_sql_cannot_touch_files(tmp_path):
     """No run going: each attack is one refused line, exit 2; the store and its anchor are
     byte-identical afterwards and no other file appears. `--write` changes tables, never files."""
@@ -84,6 +85,7 @@ def _store_ok(db: Path) -> None:
 
 @pytest.mark.parametrize("folder", ["o'brien", "x.duckdb' AS evil; CREATE TABLE pwned AS SELECT 42 AS v; SELECT '"],
                          ids=["quote", "crafted"])
+@pytest.mark.slow  # reads during a real run
 def test_a_read_during_a_run_cannot_write_and_a_quoted_folder_reads(tmp_path, folder):
     """The critical case: while `campaign run` owns the store, `campaign sql` reads the owner's
     snapshot; COPY onto the store or its anchor fails in one line and the campaign finishes with
@@ -137,6 +139,7 @@ def test_the_snapshot_server_still_attaches_and_a_reader_reads_it(tmp_path):
 
 
 @sync
+@pytest.mark.slow  # 6 s in a loaded `make check`
 async def test_tui_sql_tab_refuses_file_access(tmp_path):
     """The SQL tab, driven with keys: COPY onto the anchor and ATTACH are refused and shown; the
     store and anchor are byte-identical afterwards; a plain query still answers."""

@@ -95,6 +95,7 @@ def test_exclusion_by_window_is_decided_by_audit_sequence(tmp_path, capsys):
     assert [r["excluded_runs"] for r in rows] == ["inside, straddle", "late"]
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_window_errors_and_edits(tmp_path, capsys):
     db = tmp_path / "c.duckdb"
     Store(db).close()  # only plan freeze, run and probe create a store (docs/integrity.md)
@@ -124,6 +125,7 @@ def test_window_errors_and_edits(tmp_path, capsys):
         assert not bad.ok and "row is missing (deleted)" in bad.message
 
 
+@pytest.mark.slow  # a full campaign
 def test_runs_of_a_real_campaign_inside_a_window_leave_every_aggregate(tmp_path, capsys):
     """`profile start --engine ref-fast`, `campaign run`, `profile stop`: every ref-fast run
     (real engine, real HTTP) is excluded naming the window; ref-baseline's stay; the verdict
@@ -159,6 +161,7 @@ def test_runs_of_a_real_campaign_inside_a_window_leave_every_aggregate(tmp_path,
         assert all(c.ok for c in verify_store(s))
 
 
+@pytest.mark.slow  # a full campaign
 def test_a_profiled_sweep_runs_inside_its_own_windows(tmp_path, capsys):
     """sweep.kind profiled: the runner opens one window per engine before the first cell and
     closes it after the last; every run is excluded naming its engine's window; audit verify holds."""
@@ -222,6 +225,7 @@ def test_bad_import_files_are_one_line_and_store_nothing(tmp_path, capsys, name,
         assert s.scalar("SELECT count(*) FROM imported_results") == 0 and s.scalar("SELECT count(*) FROM audit_events") == 0
 
 
+@pytest.mark.slow  # 10 s in a loaded `make check`
 def test_an_imported_figure_enters_no_aggregate_gate_or_verdict(synthetic, tmp_path, capsys):
     """The report's cells, the gate's checks and rules (dry run) and the run summary are identical
     with and without an imported figure for a plan engine at a swept concurrency; the report and
@@ -321,6 +325,7 @@ def bundle(synthetic, tmp_path_factory):
     return tmp / "b"
 
 
+@pytest.mark.slow  # an exported campaign (the module's bundle)
 def test_bundle_holds_the_record_and_verifies(bundle):
     r = campaign("evidence", "verify", bundle)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -345,6 +350,7 @@ def test_bundle_holds_the_record_and_verifies(bundle):
     ("workload_manifests", "SELECT * REPLACE (replace(manifest_json, 'holdout', 'h0ldout') AS manifest_json) FROM t",
      "manifests"),
 ])
+@pytest.mark.slow  # an exported campaign (the module's bundle)
 def test_an_edited_record_table_fails_verify(bundle, tmp_path, table, select, check):
     b = tmp_path / "b"
     shutil.copytree(bundle, b)
@@ -354,6 +360,7 @@ def test_an_edited_record_table_fails_verify(bundle, tmp_path, table, select, ch
     assert f"FAILED: {check}:" in line, line
 
 
+@pytest.mark.slow  # an exported campaign (the module's bundle)
 def test_an_edited_requests_json_fails_verify(bundle, tmp_path):
     b = tmp_path / "b"
     shutil.copytree(bundle, b)

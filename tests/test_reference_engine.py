@@ -302,6 +302,7 @@ def test_malformed_requests_get_4xx_in_dialect_shape(engines, dialect):
 # ---- faults --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dialect", DIALECTS)
+@pytest.mark.slow  # 2 s in a loaded `make check`
 def test_forced_faults_are_observable(engines, dialect):
     engine = engines[dialect]
     body = chat_body(dialect, TEXT)
@@ -336,6 +337,7 @@ def test_forced_faults_are_observable(engines, dialect):
     assert _ok(dialect, engine, text=SHORT).status == 200  # the engine survived all of it
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_flaky_profile_draws_faults_deterministically(engines):
     engine = engines["flaky"]
     profile = get_profile("flaky")
@@ -392,6 +394,7 @@ def _burst(url: str, concurrency: int, body: dict) -> tuple[float, float]:
     return sum(audio_s) / wall_s, float(np.mean(rtf))
 
 
+@pytest.mark.slow  # 7 s in a loaded `make check`
 def test_scheduler_throughput_saturates_at_max_num_seqs(engines):
     import httpx
 

@@ -231,6 +231,7 @@ def test_campaign_engine_commands(capsys):
     assert "no profile named 'no-such-profile'" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # imports torch in a fresh process
 def test_device_cuda_without_gpu_fails_in_one_line():
     import subprocess
     import sys

@@ -102,6 +102,7 @@ window.addEventListener('load', () => {
 </script></body>"""
 
 
+@pytest.mark.slow  # Chromium
 def test_html_report_renders_every_figure_in_headless_chromium(campaign, tmp_path):
     browser = _chromium()
     if browser is None:

@@ -42,6 +42,7 @@ def _frozen(tmp_path, **kw):
     return plan, doc, db
 
 
+@pytest.mark.slow  # a campaign run as a user would
 def test_a_cell_that_measured_nothing_is_a_nonzero_exit(tmp_path):
     """Every request of one engine fails (the reference engine's forced `http_500` fault): the runs
     are stored as measured, and the exit status says the sweep did not succeed."""
@@ -59,6 +60,7 @@ def test_a_cell_that_measured_nothing_is_a_nonzero_exit(tmp_path):
     con.close()
 
 
+@pytest.mark.slow  # a campaign run as a user would
 def test_closed_stdout_keeps_the_campaign_running_and_says_so(tmp_path):
     """`campaign run PLAN | head -3`: the campaign goes on with its output discarded, says so on
     stderr once, and its exit status is the campaign's own."""
@@ -79,6 +81,7 @@ def test_closed_stdout_keeps_the_campaign_running_and_says_so(tmp_path):
     con.close()
 
 
+@pytest.mark.slow  # a campaign run as a user would
 def test_closed_stdout_does_not_hide_a_failure(tmp_path):
     plan, doc = _plan(tmp_path, concurrencies=(1,), requests=2, repeats=2, profiles=("baseline",))
     doc["engines"][0]["request"] = {"headers": {"X-Reference-Fault": "http_500"}}
@@ -92,6 +95,7 @@ def test_closed_stdout_does_not_hide_a_failure(tmp_path):
     assert "2 of 2 cell(s) did not succeed" in r.stderr  # the summary goes where it can still be read
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_detach_checks_the_plan_in_the_foreground(tmp_path):
     db = tmp_path / "c.duckdb"
     r = campaign("run", str(tmp_path / "missing.json"), "--detach", db=db)
@@ -103,6 +107,7 @@ def test_detach_checks_the_plan_in_the_foreground(tmp_path):
     assert not (tmp_path / "c.duckdb.run.log").exists()
 
 
+@pytest.mark.slow  # 4 s in a loaded `make check`
 def test_detach_checks_ports_and_store_lock(tmp_path):
     plan, doc, db = _frozen(tmp_path, concurrencies=(1,), requests=2, repeats=1, profiles=("baseline",))
     port = doc["engines"][0]["port"]

@@ -37,6 +37,7 @@ def campaign(*args, db, **kw):
                           capture_output=True, text=True, **kw)
 
 
+@pytest.mark.slow  # a full campaign
 def test_full_small_campaign(tmp_path, capsys):
     plan = _plan(tmp_path, short=True, concurrencies=(1, 2, 4), requests=4, warmups=1, repeats=2,
                  interleave="sequential", restart="per_cell")
@@ -101,6 +102,7 @@ def test_full_small_campaign(tmp_path, capsys):
     assert sum(c["repeats"] for c in cells) == 11
 
 
+@pytest.mark.slow  # a campaign killed and resumed
 def test_resume_after_sigkill_mid_cell(tmp_path, capsys):
     plan = _plan(tmp_path, profiles=("baseline",), concurrencies=(1,), requests=6, warmups=0, repeats=3,
                  interleave="sequential", restart="per_cell")
@@ -174,6 +176,7 @@ def test_startup_failure_is_recorded_and_cells_skipped(tmp_path, capsys):
         assert s.scalar("SELECT count(*) FROM audit_events WHERE kind = 'attempt_recorded'") == 1
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_holdout_phase_needs_opening_and_then_blocks_reuse(tmp_path, capsys):
     plan = _plan(tmp_path, short=True, profiles=("baseline",), concurrencies=(1,), requests=2, warmups=0, repeats=1)
     db = tmp_path / "c.duckdb"
@@ -197,6 +200,7 @@ def test_holdout_phase_needs_opening_and_then_blocks_reuse(tmp_path, capsys):
     assert runs[0]["run_id"] in again.stderr
 
 
+@pytest.mark.slow  # a detached campaign
 def test_detached_run_survives_the_terminal_going_away(tmp_path):
     """`run --detach` puts the campaign in its own session: a hang-up of the launching terminal's
     process group (what an SSH drop delivers) does not reach it, and it completes on its own."""
@@ -253,6 +257,7 @@ def test_plan_cell_on_a_port_held_by_another_server_is_a_startup_failure(tmp_pat
         assert [a["outcome"] for a in s.query("SELECT outcome FROM attempts")] == ["startup_failed"]
 
 
+@pytest.mark.slow  # a long engine run
 def test_engine_killed_mid_run_fails_the_run_with_the_signal(tmp_path):
     """SIGKILL the reference engine while a run streams: that run is 'failed' with the cause
     stored, its launch 'crashed', and no aggregate uses it."""
@@ -304,6 +309,7 @@ def _freeze_and_run(capsys, plan: Path, db: Path) -> None:
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+@pytest.mark.slow  # 4 s in a loaded `make check`
 def test_plan_spreads_each_run_over_the_driver_processes_it_names(tmp_path, capsys):
     """`sweep.driver_shards` reaches the driver: a run at C=2 with two shards records both
     (driver_overhead_json.shards) and stores every request, as one process would."""
@@ -316,6 +322,7 @@ def test_plan_spreads_each_run_over_the_driver_processes_it_names(tmp_path, caps
         assert s.scalar("SELECT count(*) FROM requests WHERE outcome = 'ok'") == 4
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_plan_sets_each_runs_busy_poll(tmp_path, capsys):
     """`sweep.driver_busy_poll_us` reaches the driver: the run records its window and the loop
     passes that polled (docs/timing.md, "Busy polling"); a bad value is one line naming it."""

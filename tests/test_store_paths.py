@@ -27,6 +27,7 @@ def _one_line_error(r, *needles):
         assert n in r.stderr, r.stderr
 
 
+@pytest.mark.slow  # campaigns run as a user would
 def test_a_mistyped_db_creates_no_store(tmp_path):
     plan, _ = _plan(tmp_path, concurrencies=(1,), requests=2, repeats=1, profiles=("baseline",))
     typo = tmp_path / "campain.duckdb"
@@ -39,6 +40,7 @@ def test_a_mistyped_db_creates_no_store(tmp_path):
     assert campaign("plan", "freeze", str(plan), db=typo).returncode == 0 and typo.exists()
 
 
+@pytest.mark.slow  # 5 s in a loaded `make check`
 def test_run_of_a_missing_plan_file_says_so(tmp_path):
     _, _, db = _frozen(tmp_path, concurrencies=(1,), requests=2, repeats=1, profiles=("baseline",))
     r = campaign("run", str(tmp_path / "plna.json"), db=db)
@@ -50,6 +52,7 @@ def test_run_of_a_missing_plan_file_says_so(tmp_path):
     _one_line_error(campaign("run", "abcdef12", db=db), "plan abcdef12: not frozen")  # a hash is still a hash
 
 
+@pytest.mark.slow  # 6 s in a loaded `make check`
 def test_freeze_refuses_paths_that_do_not_exist(tmp_path):
     """Each path field the plan names, missing, in one line naming field and path; nothing stored."""
     plan, doc = _plan(tmp_path, concurrencies=(1,), requests=2, repeats=1, profiles=("baseline", "fast"))
@@ -103,6 +106,7 @@ def test_plan_with_a_real_duplicate_field_is_refused(tmp_path):
                     "duplicate key 'measured_repeats' at sweep.measured_repeats")
 
 
+@pytest.mark.slow  # 4 s in a loaded `make check`
 def test_plan_nested_100000_deep_is_one_line(tmp_path):
     plan = tmp_path / "deep.json"
     plan.write_text("[" * 100_000 + "]" * 100_000)

@@ -114,6 +114,7 @@ async def test_browse_drill_down_and_back(campaign_db):
 
 
 @sync
+@pytest.mark.slow  # 6 s in a loaded `make check`
 async def test_filter_and_report_drill_down(campaign_db):
     app = CampaignApp(campaign_db)
     async with app.run_test(size=SIZE) as pilot:
@@ -140,6 +141,7 @@ async def test_filter_and_report_drill_down(campaign_db):
 
 
 @sync
+@pytest.mark.slow  # 3 s in a loaded `make check`
 async def test_locked_database_is_reported_not_crashed(campaign_db, tmp_path):
     db = tmp_path / "busy.duckdb"
     Store(db).close()
@@ -176,6 +178,7 @@ async def test_locked_database_is_reported_not_crashed(campaign_db, tmp_path):
 
 
 @sync
+@pytest.mark.slow  # 4 s in a loaded `make check`
 async def test_live_following_then_finished_switches_to_browser(campaign_db, tmp_path):
     """A LiveFeed fed with records read back from the store; when it says finished the TUI
     reads the store and shows the Runs tab."""
@@ -250,14 +253,17 @@ def test_snapshot_runs(campaign_db, monkeypatch, snap_compare):
     assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=_loaded)
 
 
+@pytest.mark.slow  # 4 s in a loaded `make check`
 def test_snapshot_report(campaign_db, monkeypatch, snap_compare):
     assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=_on_tab("2"))
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_snapshot_verdicts(campaign_db, monkeypatch, snap_compare):
     assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=_on_tab("3"))
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_snapshot_audit(campaign_db, monkeypatch, snap_compare):
     assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=_on_tab("8"))
 
@@ -316,6 +322,7 @@ def live_snapshot_app(campaign_db, monkeypatch, tmp_path):
     return CampaignApp(Path(db.name), live=True, poll_s=0.05), shown
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_snapshot_live_with_streaming_requests(campaign_db, monkeypatch, snap_compare, tmp_path):
     app, shown = live_snapshot_app(campaign_db, monkeypatch, tmp_path)
     assert snap_compare(app, terminal_size=SIZE, run_before=shown)

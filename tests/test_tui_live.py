@@ -48,6 +48,7 @@ def engine():
     proc.wait(10)
 
 
+@pytest.mark.slow  # 2 s in a loaded `make check`
 def test_livefeed_follows_a_real_drive(engine, tmp_path):
     wl = load_workload(make_workload(tmp_path / "wl", n=8, n_holdout=0), "en")
     requests = [RequestSpec(u.utt_id, u.target_text, u.prompt_wav, u.prompt_text) for u in wl.utterances] * 2

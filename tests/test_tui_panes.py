@@ -209,6 +209,7 @@ async def test_live_tab_grid_events_and_stop_with_confirmation(quick_demo, tmp_p
 
 
 @sync
+@pytest.mark.slow  # 5 s in a loaded `make check`
 async def test_a_failing_load_shows_an_error_and_the_app_lives(campaign_db, tmp_path):
     db = tmp_path / "c.duckdb"
     shutil.copy(campaign_db, db)
@@ -247,14 +248,17 @@ def _snap_tab(key):
     return before
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_snapshot_plan(campaign_db, monkeypatch, snap_compare):
     assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=_snap_tab("5"))
 
 
+@pytest.mark.slow  # 4 s in a loaded `make check`
 def test_snapshot_plan_at_80x24(campaign_db, monkeypatch, snap_compare):
     assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=(80, 24), run_before=_snap_tab("5"))
 
 
+@pytest.mark.slow  # 5 s in a loaded `make check`
 def test_snapshot_gates(campaign_db, monkeypatch, snap_compare):
     assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=_snap_tab("4"))
 
@@ -270,6 +274,7 @@ def test_snapshot_sql(campaign_db, monkeypatch, snap_compare):
     assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=SIZE, run_before=before)
 
 
+@pytest.mark.slow  # 5 s in a loaded `make check`
 def test_snapshot_gates_at_80x24(campaign_db, monkeypatch, snap_compare):
     assert snap_compare(_app_in(campaign_db, monkeypatch), terminal_size=(80, 24), run_before=_snap_tab("4"))
 

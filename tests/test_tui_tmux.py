@@ -22,7 +22,7 @@ import pytest
 from console.live import live_path, read_snapshot
 from plans_helpers import make_workload, plan_dict, write_json
 
-pytestmark = [pytest.mark.timeout(300),
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300),
               pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (.ci/run installs it)")]
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import duckdb
 import jsonschema
+import pytest
 
 from console.cli import main
 from data.anchor import anchor_path
@@ -62,6 +63,7 @@ def _frozen(tmp: Path, validators: list[dict]) -> tuple[Path, Path]:
     return plan, db
 
 
+@pytest.mark.slow  # 9 s in a loaded `make check`
 def test_validate_stores_every_run_with_its_event_and_tells_the_truth_in_its_exit_code(tmp_path):
     plan, db = _frozen(tmp_path, _validators(tmp_path))
     r = campaign("validate", str(plan), db=db)
@@ -101,6 +103,7 @@ def test_validate_stores_every_run_with_its_event_and_tells_the_truth_in_its_exi
     assert only.returncode == 0 and "1 of 1 validator(s) passed" in only.stdout, only.stdout + only.stderr
 
 
+@pytest.mark.slow  # 6 s in a loaded `make check`
 def test_validate_refuses_before_running_anything(tmp_path):
     plan, db = _frozen(tmp_path, [{"name": "marker", "argv": ["touch", str(tmp_path / "ran")]}])
     bad = campaign("validate", str(plan), "--only", "nope", db=db)
@@ -119,6 +122,7 @@ def test_validate_refuses_before_running_anything(tmp_path):
         assert s.scalar("SELECT count(*) FROM validator_runs") == 0
 
 
+@pytest.mark.slow  # 4 s in a loaded `make check`
 def test_a_shell_string_and_an_unknown_engine_are_refused_at_freeze(tmp_path):
     for validators, want in (([{"name": "v", "argv": "pytest -q tests"}],
                               "validators[0].argv: 'pytest -q tests' is a shell string"),
@@ -132,6 +136,7 @@ def test_a_shell_string_and_an_unknown_engine_are_refused_at_freeze(tmp_path):
         assert r.returncode == 2 and want in r.stderr and r.stderr.count("\n") == 1, r.stderr
 
 
+@pytest.mark.slow  # 5 s in a loaded `make check`
 def test_audit_verify_catches_an_edited_validator_run(tmp_path):
     plan, db = _frozen(tmp_path, [{"name": "fails", "argv": ["false"]}])
     assert campaign("validate", str(plan), db=db).returncode == 1
@@ -178,6 +183,7 @@ def _rule_verdict(db: Path, out: str) -> dict:
     return next(d for d in rows if d["kind"] == "throughput")
 
 
+@pytest.mark.slow  # a full campaign
 def test_a_candidate_whose_validator_failed_gets_no_pass(tmp_path):
     flag = tmp_path / "flag"
     plan, db, rule = _gated_plan(tmp_path, flag)
@@ -217,6 +223,7 @@ def test_a_candidate_whose_validator_failed_gets_no_pass(tmp_path):
     assert v.returncode == 0, v.stdout + v.stderr
 
 
+@pytest.mark.slow  # 7 s in a loaded `make check`
 def test_a_pass_from_before_the_plan_was_frozen_does_not_count(tmp_path):
     """An addendum is frozen after its parent's validator passed: that run is from before the
     addendum's freeze, so it does not count for the addendum until validated again."""

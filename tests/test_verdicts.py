@@ -127,6 +127,7 @@ def test_gate_scores_bad_input_one_line(tmp_path, capsys, body, needle):
     assert code == 2 and needle in err and err.count("\n") == 1 and str(csv) in err
 
 
+@pytest.mark.slow  # 3 s in a loaded `make check`
 def test_gate_scores_cli_subprocess_error_has_no_traceback(tmp_path):
     csv = tmp_path / "scores.csv"
     csv.write_text(HAND.replace("wer_words", "words"))
@@ -197,6 +198,7 @@ def _add_run(store, plan_hash, engine, c, rep, audio_s_per_req, wall_s, kind="me
     return run_id
 
 
+@pytest.mark.slow  # 6 s in a loaded `make check`
 def test_gate_plan_issues_rule_verdict_with_throughput_table(tmp_path, capsys):
     plan_path = tmp_path / "plan.json"
     assert main(["plan", "init", "--demo", "-o", str(plan_path)]) == 0
