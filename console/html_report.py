@@ -97,6 +97,27 @@ def report_tables(res: PlanResults) -> str:
     return "".join(parts)
 
 
+def server_metrics_section(store: Store, res: PlanResults) -> str:
+    """Each aggregate run's server figures beside the client's (stats/server_reconcile.py), a
+    flagged pair marked; a line per run says what the pairs rest on."""
+    from stats.server_reconcile import COLUMNS, FLAG, pair_row, reconcile_run, summary_line
+
+    recs = [reconcile_run(store, rid) for c in res.cells for rid in c.run_ids]
+    rows = []
+    for rec in recs:
+        for p in rec.pairs:
+            cells = [f"<code>{_e(rec.run_id)}</code>"] + [_e(x) for x in pair_row(p)]
+            if p.flagged:
+                cells[-1] = f'<b class="flag">{_e(FLAG)}</b>'
+            rows.append(cells)
+    notes = "".join(f"<li>{_e(summary_line(r))}</li>" for r in recs)
+    return ((_table(list(COLUMNS), rows, "reconcile") if rows else "<p class=note>no server samples in these runs</p>")
+            + (f"<ul class=note>{notes}</ul>" if notes else "")
+            + "<p class=note>Server: the change of the engine's own families between the run's first and last scrape; "
+              "client: the same requests (warm-ups included), each figure defined as the engine defines it "
+              "(docs/results.md, \"Server metrics\").</p>")
+
+
 def engines_table(store: Store, plan) -> str:
     """What each engine was: adapter, revision, the code identities its launches recorded (commit,
     tree, patch, or installed distribution; docs/engines.md) and a precision change."""
@@ -198,7 +219,7 @@ th{background:#f4f4f4}table.defs td,table.checks td:last-child{text-align:left}.
 figure{margin:18px 0;border:1px solid #eee;padding:8px}figure img{max-width:100%;height:auto;display:block}
 figcaption{font-size:12px;color:#444;margin-top:4px}figcaption b{font-size:13px;color:#111}
 .PASS{color:#1a7f1a}.FAIL{color:#c62828}.INCONCLUSIVE{color:#9a8a00}code{font-size:11px}.meta td{text-align:left}
-.note{color:#666;font-size:12px}.noise{color:#8a5a00;font-size:12px;margin:2px 0}
+.note{color:#666;font-size:12px}.noise{color:#8a5a00;font-size:12px;margin:2px 0}.flag{color:#c62828}
 """
 
 
@@ -221,7 +242,8 @@ def render_html(store: Store, res: PlanResults, verdicts: list[VerdictResult], f
         ["aggregates", "measured, complete, not excluded runs of the sweep pool; median [min-max] cv across repeats"],
     ], "meta")
     body = [f"<h1>{_e(plan.name)}: campaign report</h1>", f'<div id="report-header">{meta}</div>', "<h2>Engines</h2>", engines_table(store, plan),
-            "<h2>Report</h2>", report_tables(res), imported_table(imported_rows(store)), "<h2>Figures</h2>"]
+            "<h2>Report</h2>", report_tables(res), imported_table(imported_rows(store)),
+            '<h2 id="server-metrics">Server metrics</h2>', server_metrics_section(store, res), "<h2>Figures</h2>"]
     for f in figs:
         data = base64.b64encode(pngs[f.key]).decode()
         body.append(f'<figure id="fig-{f.key}"><img alt="{_e(f.title)}" src="data:image/png;base64,{data}">'

@@ -67,6 +67,28 @@ def rule_lines(store, plan_hash: str) -> list[str]:
     return out
 
 
+def reconciliations(store, res) -> list:
+    """Each aggregate run's reconciliation, in report order (stats/server_reconcile.py)."""
+    from stats.server_reconcile import reconcile_run
+
+    return [reconcile_run(store, rid) for c in res.cells for rid in c.run_ids]
+
+
+def print_reconciliation(recs: list, console) -> None:
+    """The server-vs-client table (docs/results.md, "Server metrics"): one row per pair of each run
+    with server samples; a line per run says what the pairs rest on."""
+    from stats.server_reconcile import COLUMNS, pair_row, summary_line
+
+    if not recs:
+        return
+    rows = [[rec.run_id] + pair_row(p) for rec in recs for p in rec.pairs]
+    if rows:
+        print_rows(list(COLUMNS), rows, console=console,
+                   title="Server metrics: the engine's own figures beside the console's (flag: beyond tolerance)")
+    for rec in recs:
+        console.print(summary_line(rec), highlight=False, markup=False)
+
+
 def cmd_report(args) -> int:
     if args.figures and not args.html:
         from data.errors import CampaignError
@@ -94,6 +116,7 @@ def cmd_report(args) -> int:
         cands, attempts = plan_record(store, plan_lineage(store, plan.hash))  # docs/results.md, "Candidates"
         where = provenance(store, plan)  # host, GPU, driver, time span (docs/results.md, "The report's header")
         rules = rule_lines(store, plan.hash)
+        recs = reconciliations(store, res)  # the engines' own figures beside the console's
         if args.html:
             from console.html_report import write_report
             out = write_report(store, res, Path(args.html), Path(args.figures) if args.figures else None)
@@ -120,6 +143,7 @@ def cmd_report(args) -> int:
                          + (f", admits {limit} at once: larger C queues in the engine" if limit is not None else "")
                          + "".join(f", {label}" for label in identities.get(engine.name, []))
                          + (", PRECISION CHANGED" if engine.precision_change else "") + ")")
+    print_reconciliation(recs, console)
     if res.left_out:
         console.print("not in aggregates: " + ", ".join(o.label() for o in res.left_out), highlight=False)
     if imported:

@@ -82,10 +82,12 @@ def spread_text(name: str, s: Spread) -> SpreadText:
 
 
 def column_label(name: str, throughput_scale: float | None = None) -> str:
-    """The registry's label and unit (throughput's unit for the plan's scale)."""
+    """The registry's label and unit (throughput's and goodput throughput's unit for the plan's scale)."""
     d = METRICS_BY_NAME[name]
-    return d.header() if name != "throughput" or throughput_scale is None else \
-        f"{d.label} ({throughput_unit(throughput_scale)})"
+    if name not in ("throughput", "goodput_throughput") or throughput_scale is None:
+        return d.header()
+    unit = throughput_unit(throughput_scale)
+    return f"{d.label} ({unit.replace('audio s', 'audio s met') if name == 'goodput_throughput' else unit})"
 
 
 def concurrency_label(c: int, limit: int | None) -> str:
