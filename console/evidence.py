@@ -7,7 +7,7 @@ verdicts without the store, and the check itself.
 Layout: plans/<hash>.json (canonical JSON of the plan and its addenda), audit/audit_events.jsonl and
 audit/head.json, tables/<table>.parquet and .csv (runs, requests, chunks, gpu_samples,
 quality_scores, exclusions, plans, audit_events, run_metrics, validator_runs, engine_launches, attempts, candidates,
-verdicts, equivalence_measures, and the record tables with requests.json.gz: console/evidence_record.py), verdicts/<id>.json (each document as
+verdicts, equivalence_measures, server_metrics, and the record tables with requests.json.gz: console/evidence_record.py), verdicts/<id>.json (each document as
 `campaign export verdict` writes it) and verdicts/<id>.scores.parquet (the gate's input table of a
 quality verdict), report/report.html and report/figures/*.png|svg, REPRODUCE.md, and
 MANIFEST.sha256 (`sha256  path` of every other file).
@@ -17,7 +17,8 @@ loads the bundled tables into a scratch DuckDB store and runs the project's own 
 audit chain (every hash recomputed, in the table and in the jsonl), `campaign audit verify`'s plans,
 runs, exclusions, scores, verdicts, attempts and launches checks (data/integrity.py) over the events of the bundle's
 plans and its candidates check over the whole chain, every
-run's metrics from its requests and chunks (equal to the bundled `run_metrics`), one document per
+run's metrics from its requests and chunks (equal to the bundled `run_metrics`), the server samples'
+shape and each run's reconciliation from them, one document per
 `verdict_issued` event under its own id and carrying the bundle's head, each quality verdict's input
 table (its hash, and every value against quality_scores) and its checks, each throughput verdict's
 paired ratios and bounds, each acceptance verdict's pieces, each equivalence verdict from its rows and the bundled
