@@ -25,7 +25,7 @@ from console.equivalence_report import equivalence_figure, equivalence_tables, f
 from stats.results.plan_results import PlanResults, VerdictResult, load_verdicts
 from stats.results.provenance import provenance
 from stats.results.replicates import CheckReplicates, document_replicates
-from stats.results.report import column_label, columns, concurrency_label
+from stats.results.report import column_label, columns, concurrency_label, service_columns
 from stats.results.series import gpu_series, request_rtfs
 
 
@@ -78,20 +78,24 @@ def _table(head: list[str], rows: list[list[str]], cls: str = "") -> str:
 def report_tables(res: PlanResults) -> str:
     plan = res.plan
     parts = []
-    head = ["C", "n"] + [column_label(f, plan.metrics.throughput_scale) for f in columns()]
     for e in plan.engines:
         limit = res.limits.get(e.name)
-        rows = []
-        for c in res.cells_of(e.name):
-            cells = [_e(concurrency_label(c.concurrency, limit)), str(c.n)]
-            for f in columns():
-                t = c.text(f)
-                cells.append(f'<span class="med">{_e(t.median)}</span>'
-                             + (f'<br><span class="rng">{_e(t.range)}</span>' if t.range else ""))
-            rows.append(cells)
+        tables = []
+        for names in (columns(), service_columns(plan)):  # the registry's report and report_service tables
+            rows = []
+            for c in res.cells_of(e.name):
+                cells = [_e(concurrency_label(c.concurrency, limit)), str(c.n)]
+                for f in names:
+                    t = c.text(f)
+                    cells.append(f'<span class="med">{_e(t.median)}</span>'
+                                 + (f'<br><span class="rng">{_e(t.range)}</span>' if t.range else ""))
+                rows.append(cells)
+            tables.append(_table(["C", "n"] + [column_label(f, plan.metrics.throughput_scale) for f in names], rows,
+                                 "report"))
         parts.append(f"<h3>{_e(e.name)} ({_e(e.adapter)}, profile {_e(e.profile or '-')}"
-                     + (f", admits {limit} at once" if limit is not None else "") + ")</h3>"
-                     + _table(head, rows, "report"))
+                     + (f", admits {limit} at once" if limit is not None else "") + ")</h3>" + tables[0]
+                     + "<p class=note>continuity pass rates by player model (docs/metrics.md)"
+                     + (", goodput under the plan's SLO" if plan.slo is not None else "") + "</p>" + tables[1])
     if res.left_out:
         parts.append(f"<p class=note>not in aggregates: {_e(', '.join(o.label() for o in res.left_out))}</p>")
     return "".join(parts)

@@ -262,6 +262,8 @@ def pair_row(p: Pair) -> list[str]:
 def summary_line(rec: Reconciliation) -> str:
     """What the pairs rest on: the engine family, the scrapes, the baseline, the flags."""
     if rec.engine_family is None:
+        if not rec.scrapes:
+            return f"run {rec.run_id}: no server samples (its engine was not scraped)"
         return f"run {rec.run_id}: no server samples ({rec.scrapes} scrapes, {rec.failed_scrapes} failed)"
     flags = f"{len(rec.flagged)} beyond tolerance ({', '.join(LABELS.get(f, f) for f in rec.flagged)})" \
         if rec.flagged else "all within tolerance"

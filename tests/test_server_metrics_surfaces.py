@@ -12,6 +12,7 @@ import asyncio
 import csv
 import io
 import json
+import os
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -91,6 +92,8 @@ SHOWN = [(f"{m}_c{ms}", f"{m}_c{ms}_pct", 100.0, f"c{ms} {label} (%)")
          for m, label in (("pause_resume", "pause/resume"), ("deficit", "deficit")) for ms in (50, 100, 200)]
 SHOWN += [("goodput_share", "goodput_pct", 100.0, "goodput (%)"),
           ("goodput_rate", "goodput_rate_per_s", 1.0, "goodput rate (req/s)")]
+# the report_service table's order: goodput first, then the rates by model
+SHOWN_REPORT_ORDER = SHOWN[6:] + [("goodput_throughput", "goodput_throughput", 1.0, "")] + SHOWN[:6]
 REGISTRY_NAME = {k: (f"continuity_{k}" if k[0] in "pd" else k) for k, *_ in SHOWN} | {
     "goodput_throughput": "goodput_throughput"}
 
@@ -187,9 +190,17 @@ def test_campaign_report_shows_them_and_the_reconciliation(campaign):
         want = expected(db, run_id)
         for key, name in REGISTRY_NAME.items():
             assert cells[engine][f"{name}_median"] == pytest.approx(want[key], rel=1e-9), (engine, name)
-    r = cli("report", plan_hash)
+    r = subprocess.run([sys.executable, "-m", "console.cli", "report", plan_hash, "--db", str(db)],
+                       capture_output=True, text=True, env={**os.environ, "COLUMNS": "400"})
     assert r.returncode == 0, r.stderr
     out = r.stdout
+    for engine, run_id in runs.items():  # each engine's second table: continuity and goodput, one line per cell
+        want = expected(db, run_id)
+        title = out.index(f"{engine}: continuity pass rates by player model")
+        row = next(x for x in out[title:].splitlines() if x.startswith("│ 2 "))
+        cells = [c.strip() for c in row.strip("│ ").split("│")][2:]
+        assert cells == [f"{want[k] * sc:.{2 if 'rate' in k else 1}f}" for k, _, sc, _ in SHOWN_REPORT_ORDER]
+
     assert "Server metrics: the engine's own figures" in out
     lines = {run_id: [x for x in out.splitlines() if x.startswith("│") and run_id in x and "TTFA mean" in x]
              for run_id in runs.values()}
@@ -214,10 +225,11 @@ def test_html_report_shows_them_and_the_flag(campaign, tmp_path):
     p.feed(html.read_text())
     for engine, run_id in runs.items():
         want = expected(db, run_id)
-        head, *rows = next(t for h, t in p.tables if h.startswith(engine + " ("))
-        assert len(rows) == 1
+        tables = [t for h, t in p.tables if h.startswith(engine + " (")]  # its report and report_service tables
+        assert len(tables) == 2 and all(len(t) == 2 for t in tables)
+        row = {h: c for head, cells in tables for h, c in zip(head, cells)}
         for key, _, scale, header in SHOWN:
-            shown = rows[0][head.index(header)].split("\n")[0]
+            shown = row[header].split("\n")[0]
             assert shown == f"{want[key] * scale:.{2 if 'rate' in key else 1}f}", (engine, header)
     head, *rows = next(t for h, t in p.tables if h == "Server metrics")
     flags = {(r[0], r[1]): r[-1] for r in rows}

@@ -121,6 +121,8 @@ class RunDetailScreen(Screen):
             if i:
                 line.append("\n")
             for md in metrics_on(surface):
+                if md.needs_slo and m.slo_ttfa_ms is None:
+                    continue  # goodput: the run's plan set no SLO
                 name = md.name
                 value = m.get(name)
                 style = "yellow" if (name.startswith("stall") or name == "truncated") and value else "bold"
