@@ -362,7 +362,8 @@ def run_params(plan: Plan, manifest_hash: str, phase: str) -> dict[str, Any]:
     return {"sampling": plan_sampling(plan), "timeout_s": plan.sweep.timeout_s, "restart": plan.sweep.restart,
             "interleave": plan.sweep.interleave, "manifest_hash": manifest_hash,
             "throughput_scale": plan.metrics.throughput_scale, "stall_threshold_s": plan.metrics.stall_threshold_s,
-            "preroll_s": plan.metrics.preroll_s, "phase": phase}
+            "preroll_s": plan.metrics.preroll_s, "phase": phase,
+            **{k: v for k, v in plan.metrics.as_dict().items() if k.startswith("slo_")}}  # goodput's SLO, if set
 
 
 def new_cell_run_id(plan: Plan, cell: Cell) -> str:

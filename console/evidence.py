@@ -7,7 +7,7 @@ verdicts without the store, and the check itself.
 Layout: plans/<hash>.json (canonical JSON of the plan and its addenda), audit/audit_events.jsonl and
 audit/head.json, tables/<table>.parquet and .csv (runs, requests, chunks, gpu_samples,
 quality_scores, exclusions, plans, audit_events, run_metrics, validator_runs, engine_launches, attempts, candidates,
-verdicts, equivalence_measures, and the record tables with requests.json.gz: console/evidence_record.py), verdicts/<id>.json (each document as
+verdicts, equivalence_measures, server_metrics, and the record tables with requests.json.gz: console/evidence_record.py), verdicts/<id>.json (each document as
 `campaign export verdict` writes it) and verdicts/<id>.scores.parquet (the gate's input table of a
 quality verdict), report/report.html and report/figures/*.png|svg, REPRODUCE.md, and
 MANIFEST.sha256 (`sha256  path` of every other file).
@@ -17,7 +17,8 @@ loads the bundled tables into a scratch DuckDB store and runs the project's own 
 audit chain (every hash recomputed, in the table and in the jsonl), `campaign audit verify`'s plans,
 runs, exclusions, scores, verdicts, attempts and launches checks (data/integrity.py) over the events of the bundle's
 plans and its candidates check over the whole chain, every
-run's metrics from its requests and chunks (equal to the bundled `run_metrics`), one document per
+run's metrics from its requests and chunks (equal to the bundled `run_metrics`), the server samples'
+shape and each run's reconciliation from them, one document per
 `verdict_issued` event under its own id and carrying the bundle's head, each quality verdict's input
 table (its hash, and every value against quality_scores) and its checks, each throughput verdict's
 paired ratios and bounds, each acceptance verdict's pieces, each equivalence verdict from its rows and the bundled
@@ -53,10 +54,10 @@ MANIFEST = "MANIFEST.sha256"
 REPRODUCE = "REPRODUCE.md"
 TABLES = ("runs", "requests", "chunks", "gpu_samples", "quality_scores", "exclusions", "plans", "audit_events",
           "run_metrics", "validator_runs", "engine_launches", "attempts", "candidates", "verdicts", "equivalence_measures",
-          *RECORD_TABLES)
+          "server_metrics", *RECORD_TABLES)
 # absent from bundles written before they existed
 LATER_TABLES = ("validator_runs", "engine_launches", "attempts", "candidates", "verdicts", "equivalence_measures",
-                *RECORD_TABLES)
+                "server_metrics", *RECORD_TABLES)
 CHECK_FIELDS = ("status", "n_ids", "n_expected", "point", "bound", "base_value", "cand_value", "margin")
 RULE_FIELDS = ("status", "n_pairs", "geo_mean_ratio", "lower_bound_ratio", "min_ratio")
 
@@ -151,6 +152,10 @@ def export_bundle(store: Store, plan: Any, out: Path, *, html: bool = True) -> d
         "verdicts": _write_table(store, "verdicts", "SELECT * FROM verdicts WHERE list_contains(?, verdict_id) "
                                  "ORDER BY created_at, verdict_id", [issued_ids(store, hashes)], out / "tables"),
         "equivalence_measures": _write_table(store, "equivalence_measures", _equivalence_sql(marks), hashes, out / "tables"),
+        # the engines' own samples around each run (docs/results.md, "Server metrics")
+        "server_metrics": _write_table(store, "server_metrics", f"SELECT * FROM server_metrics WHERE run_id IN "
+                                       f"({in_plan}) ORDER BY run_id, scrape_seq, family NULLS FIRST, sample, labels_json",
+                                       hashes, out / "tables"),
     }
     counts.update(write_record(store, out, _write_table))  # console/evidence_record.py: manifests, imports, windows ...
     with (out / "audit" / "audit_events.jsonl").open("w", encoding="utf-8") as f:
@@ -544,16 +549,48 @@ def check_rows(store: Store, name: str, evs: list[dict[str, Any]], root: Path | 
 
 
 def check_run_metrics(store: Store) -> Step:
+    """Every bundled run's metrics re-derived, byte for byte; a row stored before later metrics were
+    added holds a prefix of today's keys and is compared over it (stats.metrics.stored.as_stored)."""
     from data.metric_params import MetricParams
-    from stats.metrics.stored import compute_from_rows
+    from stats.metrics.stored import as_stored, compute_from_rows
 
     rows = store.query("SELECT run_id, params_json, metrics_json FROM run_metrics ORDER BY run_id")
     fresh = compute_from_rows(store, [(r["run_id"], MetricParams.from_mapping(json.loads(r["params_json"]))) for r in rows])
     for r in rows:
-        if json.dumps(fresh[r["run_id"]].to_dict()) != r["metrics_json"]:
+        try:
+            stored = json.loads(r["metrics_json"])
+        except ValueError:
+            stored = None
+        if not isinstance(stored, dict) or json.dumps(as_stored(fresh[r["run_id"]], stored)) != r["metrics_json"]:
             raise EvidenceMismatch(f"run {r['run_id']}: metrics re-derived from tables/requests and tables/chunks "
                                    "differ from tables/run_metrics")
     return Step("run metrics", f"{len(rows)} run(s) re-derived from their requests and chunks")
+
+
+def check_server_metrics(root: Path, store: Store) -> Step:
+    """The bundled server samples (docs/results.md, "Server metrics"): every row belongs to a
+    bundled run and to a scrape whose own row (family NULL) is there, and each run's
+    reconciliation is re-derived from them (stats/server_reconcile.py), the flags counted."""
+    from stats.server_reconcile import reconcile_run
+
+    if not (root / "tables" / "server_metrics.parquet").is_file():
+        return Step("server metrics", "tables/server_metrics.parquet absent (a bundle written before it was bundled)",
+                    "not verified")
+    stray = store.query("SELECT DISTINCT s.run_id FROM server_metrics s LEFT JOIN runs r USING (run_id) "
+                        "WHERE r.run_id IS NULL ORDER BY 1")
+    if stray:
+        raise EvidenceMismatch(f"tables/server_metrics.parquet: samples of run {stray[0]['run_id']}, not a run of the "
+                               "bundle")
+    orphan = store.query("SELECT s.run_id, s.scrape_seq FROM server_metrics s WHERE s.family IS NOT NULL AND NOT EXISTS "
+                         "(SELECT 1 FROM server_metrics o WHERE o.run_id = s.run_id AND o.scrape_seq = s.scrape_seq "
+                         "AND o.family IS NULL) ORDER BY 1, 2 LIMIT 1")
+    if orphan:
+        raise EvidenceMismatch(f"tables/server_metrics.parquet: run {orphan[0]['run_id']} scrape "
+                               f"{orphan[0]['scrape_seq']} has samples but no scrape row (rows added or cut)")
+    runs = [r for (r,) in store.con.execute("SELECT DISTINCT run_id FROM server_metrics ORDER BY 1").fetchall()]
+    flagged = sum(1 for rid in runs if reconcile_run(store, rid).flagged)
+    return Step("server metrics", f"{len(runs)} run(s) with server samples, each reconciled "
+                                  f"({flagged} with a figure beyond tolerance)")
 
 
 def _frame(root: Path, vid: str):
@@ -855,6 +892,7 @@ def verify_bundle(root: Path, on_step: Callable[[Step], None] | None = None,
             for name, step in record_steps(root, store):  # console/evidence_record.py, against the whole chain
                 run(name, step)
             run("run metrics", lambda: check_run_metrics(store))
+            run("server metrics", lambda: check_server_metrics(root, store))
             run("verdicts", lambda: check_verdicts(root, store, evs))
             run("reproduce", lambda: check_reproduce(root, store, {e["plan_hash"] for e in evs}))
         finally:

@@ -26,7 +26,7 @@ from stats.results.plan_results import PlanResults, VerdictResult, load_verdicts
 from stats.results.provenance import provenance
 from stats.results.quality_load import QualityLoad, quality_under_load
 from stats.results.replicates import CheckReplicates, document_replicates
-from stats.results.report import column_label, columns, concurrency_label
+from stats.results.report import column_label, columns, concurrency_label, service_columns
 from stats.results.series import gpu_series, request_rtfs
 
 
@@ -82,23 +82,48 @@ def _table(head: list[str], rows: list[list[str]], cls: str = "") -> str:
 def report_tables(res: PlanResults) -> str:
     plan = res.plan
     parts = []
-    head = ["C", "n"] + [column_label(f, plan.metrics.throughput_scale) for f in columns()]
     for e in plan.engines:
         limit = res.limits.get(e.name)
-        rows = []
-        for c in res.cells_of(e.name):
-            cells = [_e(concurrency_label(c.concurrency, limit)), str(c.n)]
-            for f in columns():
-                t = c.text(f)
-                cells.append(f'<span class="med">{_e(t.median)}</span>'
-                             + (f'<br><span class="rng">{_e(t.range)}</span>' if t.range else ""))
-            rows.append(cells)
+        tables = []
+        for names in (columns(), service_columns(plan)):  # the registry's report and report_service tables
+            rows = []
+            for c in res.cells_of(e.name):
+                cells = [_e(concurrency_label(c.concurrency, limit)), str(c.n)]
+                for f in names:
+                    t = c.text(f)
+                    cells.append(f'<span class="med">{_e(t.median)}</span>'
+                                 + (f'<br><span class="rng">{_e(t.range)}</span>' if t.range else ""))
+                rows.append(cells)
+            tables.append(_table(["C", "n"] + [column_label(f, plan.metrics.throughput_scale) for f in names], rows,
+                                 "report"))
         parts.append(f"<h3>{_e(e.name)} ({_e(e.adapter)}, profile {_e(e.profile or '-')}"
-                     + (f", admits {limit} at once" if limit is not None else "") + ")</h3>"
-                     + _table(head, rows, "report"))
+                     + (f", admits {limit} at once" if limit is not None else "") + ")</h3>" + tables[0]
+                     + "<p class=note>continuity pass rates by player model (docs/metrics.md)"
+                     + (", goodput under the plan's SLO" if plan.slo is not None else "") + "</p>" + tables[1])
     if res.left_out:
         parts.append(f"<p class=note>not in aggregates: {_e(', '.join(o.label() for o in res.left_out))}</p>")
     return "".join(parts)
+
+
+def server_metrics_section(store: Store, res: PlanResults) -> str:
+    """Each aggregate run's server figures beside the client's (stats/server_reconcile.py), a
+    flagged pair marked; a line per run says what the pairs rest on."""
+    from stats.server_reconcile import COLUMNS, FLAG, pair_row, reconcile_run, summary_line
+
+    recs = [reconcile_run(store, rid) for c in res.cells for rid in c.run_ids]
+    rows = []
+    for rec in recs:
+        for p in rec.pairs:
+            cells = [f"<code>{_e(rec.run_id)}</code>"] + [_e(x) for x in pair_row(p)]
+            if p.flagged:
+                cells[-1] = f'<b class="flag">{_e(FLAG)}</b>'
+            rows.append(cells)
+    notes = "".join(f"<li>{_e(summary_line(r))}</li>" for r in recs)
+    return ((_table(list(COLUMNS), rows, "reconcile") if rows else "<p class=note>no server samples in these runs</p>")
+            + (f"<ul class=note>{notes}</ul>" if notes else "")
+            + "<p class=note>Server: the change of the engine's own families between the run's first and last scrape; "
+              "client: the same requests (warm-ups included), each figure defined as the engine defines it "
+              "(docs/results.md, \"Server metrics\").</p>")
 
 
 def engines_table(store: Store, plan) -> str:
@@ -225,7 +250,7 @@ th{background:#f4f4f4}table.defs td,table.checks td:last-child{text-align:left}.
 figure{margin:18px 0;border:1px solid #eee;padding:8px}figure img{max-width:100%;height:auto;display:block}
 figcaption{font-size:12px;color:#444;margin-top:4px}figcaption b{font-size:13px;color:#111}
 .PASS{color:#1a7f1a}.FAIL{color:#c62828}.INCONCLUSIVE{color:#9a8a00}code{font-size:11px}.meta td{text-align:left}
-.note{color:#666;font-size:12px}.noise{color:#8a5a00;font-size:12px;margin:2px 0}
+.note{color:#666;font-size:12px}.noise{color:#8a5a00;font-size:12px;margin:2px 0}.flag{color:#c62828}
 """
 
 
@@ -250,7 +275,8 @@ def render_html(store: Store, res: PlanResults, verdicts: list[VerdictResult], f
     ], "meta")
     body = [f"<h1>{_e(plan.name)}: campaign report</h1>", f'<div id="report-header">{meta}</div>', "<h2>Engines</h2>", engines_table(store, plan),
             "<h2>Report</h2>", report_tables(res), imported_table(imported_rows(store)),
-            "<h2>Quality under load</h2>", quality_load_section(quality), "<h2>Figures</h2>"]
+            "<h2>Quality under load</h2>", quality_load_section(quality),
+            '<h2 id="server-metrics">Server metrics</h2>', server_metrics_section(store, res), "<h2>Figures</h2>"]
     for f in figs:
         data = base64.b64encode(pngs[f.key]).decode()
         body.append(f'<figure id="fig-{f.key}"><img alt="{_e(f.title)}" src="data:image/png;base64,{data}">'

@@ -140,7 +140,19 @@ def finish_run(store: Store, run_id: str, *, plan_hash: str | None, note: str | 
                               "requests_sent": summary.sent if summary else None,
                               "error": (summary.error if summary else None) or fatal or engine_exit or lost,
                               "digest": run_digest(store, run_id)})  # rows as stored, for audit verify
+    if not full:  # the run's metrics, stored now so run_summary has them at once (docs/metrics.md, "In SQL")
+        store_run_metrics(store, run_id, status)
     return status
+
+
+def store_run_metrics(store: Store, run_id: str, status: str) -> None:
+    """Compute and store an ended run's metrics under the parameters it recorded (runs.params_json):
+    derived data (stats/metrics/stored.py), the same row a report would store later."""
+    from data.metric_params import MetricParams
+    from stats.metrics.stored import metrics_for_runs
+
+    params = MetricParams.from_run_json(store.scalar("SELECT params_json FROM runs WHERE run_id = ?", [run_id]))
+    metrics_for_runs(store, [{"run_id": run_id, "status": status}], params)
 
 
 @dataclass

@@ -352,6 +352,9 @@ def plan_from_dict(raw: dict[str, Any], *, hash: str = "", kind: str = "plan", p
     if "equivalence" in raw:
         sections["equivalence"] = equivalence_from_dict(raw["equivalence"])
     sections.update(server_metrics=scrape_spec(raw), slo=slo_spec(raw))
+    if sections["slo"] is not None:  # goodput is a run metric: its bounds are metric parameters
+        sections["metrics"] = replace(sections.get("metrics", MetricsSpec()), slo_ttfa_ms=sections["slo"].ttfa_ms,
+                                      slo_rtf=sections["slo"].rtf)
     return Plan(schema=raw["schema"], name=raw["name"], description=raw.get("description", ""), model=model,
                 engines=tuple(_engine(e, model) for e in raw["engines"]),
                 workload=_build(WorkloadSpec, raw["workload"]), sweep=_build(SweepSpec, raw["sweep"]),

@@ -214,3 +214,59 @@ def reconcile_run(store: Store, run_id: str) -> Reconciliation:
         requests, chunks = load_run_records(store, run_id)
         pairs = reconcile(server, client_figures(requests, chunks, family))
     return Reconciliation(run_id, family, scrapes, failed, baseline, pairs)
+
+
+# -- display (campaign report, the HTML report, the TUI run detail) --------------------------------
+
+LABELS = {"ttfa_mean_s": "TTFA mean", "rtf_mean": "RTF mean", "chunk_interval_mean_s": "chunk interval mean",
+          "underrun_mean_s": "underrun mean", "continuity_c50": "continuity c50", "continuity_c100": "continuity c100",
+          "continuity_c200": "continuity c200", "audio_s_total": "audio total", "requests_completed": "requests ok",
+          "requests_failed": "requests failed"}
+# figure -> (display unit, scale from the stored unit, format)
+_SHOWN = {"s": ("ms", 1000.0, ".1f"), "": ("", 1.0, ".3f"), "requests": ("", 1.0, ".0f"), "ratio": ("%", 100.0, ".1f")}
+COLUMNS = ("run", "figure", "server", "client", "server − client", "tolerance", "flag")
+FLAG = "BEYOND TOLERANCE"
+
+
+def _shown(figure: str) -> tuple[str, float, str]:
+    unit = UNITS.get(figure, "ratio")
+    if figure == "audio_s_total":
+        return "s", 1.0, ".2f"
+    return _SHOWN[unit]
+
+
+def figure_label(figure: str) -> str:
+    unit = _shown(figure)[0]
+    return f"{LABELS.get(figure, figure)}" + (f" ({unit})" if unit else "")
+
+
+def _fmt(figure: str, value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    _, scale, spec = _shown(figure)
+    return format(value * scale, ("+" if signed else "") + spec)
+
+
+def tolerance_text(figure: str, tol: Tolerance) -> str:
+    unit, scale, spec = _shown(figure)
+    absolute = f"{format(tol.absolute * scale, spec)}{(' ' + unit) if unit else ''}"
+    return f"±max({absolute}, {tol.relative * 100:g} %)" if tol.relative else f"±{absolute}"
+
+
+def pair_row(p: Pair) -> list[str]:
+    """One pair as display cells: figure, server, client, difference, tolerance, flag."""
+    return [figure_label(p.figure), _fmt(p.figure, p.server), _fmt(p.figure, p.client),
+            _fmt(p.figure, p.difference, signed=True), tolerance_text(p.figure, p.tolerance), FLAG if p.flagged else ""]
+
+
+def summary_line(rec: Reconciliation) -> str:
+    """What the pairs rest on: the engine family, the scrapes, the baseline, the flags."""
+    if rec.engine_family is None:
+        if not rec.scrapes:
+            return f"run {rec.run_id}: no server samples (its engine was not scraped)"
+        return f"run {rec.run_id}: no server samples ({rec.scrapes} scrapes, {rec.failed_scrapes} failed)"
+    flags = f"{len(rec.flagged)} beyond tolerance ({', '.join(LABELS.get(f, f) for f in rec.flagged)})" \
+        if rec.flagged else "all within tolerance"
+    return (f"run {rec.run_id}: {rec.engine_family}, {rec.scrapes} scrapes ({rec.failed_scrapes} failed)"
+            + ("" if rec.baseline else ", no scrape before the first request: counts since the engine started")
+            + f"; {flags}")

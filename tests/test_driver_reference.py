@@ -49,6 +49,9 @@ def test_reference_engine_all_dialects(store, tmp_path, prompt, dialect, capfd):
         assert (tmp_path / "a" / r["audio_path"]).is_file()
     m = run_metrics(store, run_id)
     assert m.completed == 4 and m.throughput > 0 and m.ttfa_p50_s > 0
+    # stored when the run ended (console/recording.py), before any report: run_summary has them at once
+    stored = store.scalar("SELECT metrics_json FROM run_metrics WHERE run_id = ?", [run_id])
+    assert stored is not None and json.loads(stored) == json.loads(json.dumps(m.to_dict()))
     if dialect != "pcm":  # SSE dialects carry the engine's emit stamp on audio events
         assert store.scalar("SELECT count(*) FROM chunks WHERE run_id = ? AND kind = 'audio' AND server_emit_ns IS NULL", [run_id]) == 0
     assert store.scalar("SELECT status FROM engine_launches WHERE launch_id = ?", [eng.launch_id]) == "stopped"

@@ -107,8 +107,8 @@ def test_untouched_bundle_verifies(bundle):
     rc, out = verify(bundle)
     assert rc == 0, out
     assert out.rstrip().endswith("evidence verified")
-    for check in ("files", "plan files", "audit", "plans", "runs", "exclusions", "scores", "run metrics", "verdicts",
-                  "reproduce", "tables"):
+    for check in ("files", "plan files", "audit", "plans", "runs", "exclusions", "scores", "run metrics",
+                  "server metrics", "verdicts", "reproduce", "tables"):
         assert re.search(rf"^ok\s+{check}:", out, re.M), (check, out)
     assert "report/: derived, not verified" in out
     assert "not verified" in (bundle / "REPRODUCE.md").read_text()
@@ -196,6 +196,31 @@ def test_40_ms_off_every_baseline_ttfa_with_run_metrics_recomputed(bundle, tmp_p
     line = failed(b)
     assert "runs:" in line and "requests: content differs from the digest recorded at run end" in line
     assert "ref-baseline" in line
+
+
+def test_server_metrics_bundled_and_a_scrape_row_cut(bundle, tmp_path):
+    """The engines' own samples are bundled (issue 31) and verify checks their shape: samples whose
+    scrape row was cut fail, naming the run and scrape."""
+    [rows] = duckdb.sql(f"SELECT count(*), count(DISTINCT run_id) FROM read_parquet("
+                        f"'{bundle / 'tables' / 'server_metrics.parquet'}') WHERE family IS NOT NULL").fetchall()
+    assert rows[0] > 0 and rows[1] > 0, rows
+    b = copy_of(bundle, tmp_path)
+    parquet(b / "tables" / "server_metrics.parquet",
+            "SELECT * FROM t WHERE NOT (family IS NULL AND run_id || '/' || scrape_seq = "
+            "(SELECT min(run_id || '/' || scrape_seq) FROM t WHERE family IS NOT NULL))")
+    resign(b)
+    line = failed(b)
+    assert "server metrics:" in line and "has samples but no scrape row" in line
+
+
+def test_a_bundle_from_before_server_metrics_verifies_saying_so(bundle, tmp_path):
+    b = copy_of(bundle, tmp_path)
+    for ext in ("parquet", "csv"):
+        (b / "tables" / f"server_metrics.{ext}").unlink()
+    resign(b)
+    rc, out = verify(b)
+    assert rc == 0, out
+    assert re.search(r"not verified\s+server metrics: tables/server_metrics.parquet absent", out), out
 
 
 def test_exclusions_table_emptied(bundle, tmp_path):

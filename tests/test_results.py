@@ -193,6 +193,52 @@ def test_one_chunk_stamp_fails_naming_the_run(bundle, tmp_path):
         verify_bundle(copy)
 
 
+def _as_version_2(text: str) -> str:
+    """A stored row as a console before issue 31 wrote it: the version-2 keys only, in their order."""
+    from stats.metrics.compute import V2_KEYS
+
+    return json.dumps({k: v for k, v in json.loads(text).items() if k in V2_KEYS})
+
+
+def test_run_metrics_stored_before_later_metrics_still_verify(bundle, tmp_path, campaign):
+    """A bundle (and a store) whose run_metrics rows lack the metrics added since (continuity pass
+    rates, goodput) verifies: the row is compared over the keys it holds, byte for byte; a row
+    cut shorter than any console wrote, or missing a metric before later ones, does not."""
+    from stats.metrics.stored import stored_metrics_problems
+
+    copy = tmp_path / "b"
+    shutil.copytree(bundle, copy)
+    t = pq.read_table(copy / "tables" / "run_metrics.parquet")
+    assert "continuity_deficit_c100" in json.loads(t.column("metrics_json")[0].as_py())  # bundled by this console
+    for i in range(t.num_rows):
+        _rewrite(copy / "tables" / "run_metrics.parquet", "metrics_json", i, _as_version_2)
+    import pyarrow.csv as pacsv
+    pacsv.write_csv(pq.read_table(copy / "tables" / "run_metrics.parquet"), copy / "tables" / "run_metrics.csv")
+    write_manifest(copy)
+    assert any(s.name == "run metrics" for s in verify_bundle(copy))
+    # the same rows in a store: audit verify's stored-metrics check finds nothing wrong
+    _, db, _ = campaign
+    store_copy = tmp_path / "c.duckdb"
+    shutil.copy(db, store_copy)
+    with Store(store_copy) as store:
+        for rid, text in store.con.execute("SELECT run_id, metrics_json FROM run_metrics").fetchall():
+            store.con.execute("UPDATE run_metrics SET metrics_json = ? WHERE run_id = ?", [_as_version_2(text), rid])
+        assert stored_metrics_problems(store)[1] == []
+        rid, text = store.con.execute("SELECT run_id, metrics_json FROM run_metrics LIMIT 1").fetchone()
+        cut = json.loads(text)
+        del cut["continuity_ok_rate"]  # the last version-2 key: shorter than any console wrote
+        store.con.execute("UPDATE run_metrics SET metrics_json = ? WHERE run_id = ?", [json.dumps(cut), rid])
+        assert any(rid in p and "(edited)" in p for p in stored_metrics_problems(store)[1])
+    # a metric dropped from before later ones in a bundle row: not a row any console wrote
+    _rewrite(copy / "tables" / "run_metrics.parquet", "metrics_json", 0,
+             lambda v: json.dumps({k: x for k, x in json.loads(v).items() if k != "throughput"}))
+    pacsv.write_csv(pq.read_table(copy / "tables" / "run_metrics.parquet"), copy / "tables" / "run_metrics.csv")
+    write_manifest(copy)
+    with pytest.raises(EvidenceMismatch, match=r"run \S+: metrics re-derived") as caught:
+        verify_bundle(copy)
+    assert caught.value.check == "run metrics"
+
+
 def test_edited_run_metrics_fail_naming_the_run(bundle, tmp_path):
     copy = tmp_path / "b"
     shutil.copytree(bundle, copy)

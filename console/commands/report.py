@@ -33,16 +33,17 @@ def register(sub) -> None:
 
 def table_rows(res: PlanResults) -> tuple[list[str], list[list[Any]]]:
     """The machine-readable report (--format csv/json/...): one row per cell, raw spread values."""
-    from stats.results.report import columns
+    from stats.results.report import columns, service_columns
 
+    names = (*columns(), *service_columns())  # both tables' metrics (goodput None without an SLO)
     rows: list[list[Any]] = []
     for cell in res.cells:
         row: list[Any] = [cell.engine, cell.concurrency, res.limits.get(cell.engine), cell.n]
-        for f in columns():
+        for f in names:
             s = cell.spreads[f]
             row += [s.median, s.min, s.max, s.cv]
         rows.append(row)
-    cols = ["engine", "concurrency", "admission_limit", "repeats"] + [f"{f}_{k}" for f in columns()
+    cols = ["engine", "concurrency", "admission_limit", "repeats"] + [f"{f}_{k}" for f in names
                                                                       for k in ("median", "min", "max", "cv")]
     return cols, rows
 
@@ -67,6 +68,28 @@ def rule_lines(store, plan_hash: str) -> list[str]:
     return out
 
 
+def reconciliations(store, res) -> list:
+    """Each aggregate run's reconciliation, in report order (stats/server_reconcile.py)."""
+    from stats.server_reconcile import reconcile_run
+
+    return [reconcile_run(store, rid) for c in res.cells for rid in c.run_ids]
+
+
+def print_reconciliation(recs: list, console) -> None:
+    """The server-vs-client table (docs/results.md, "Server metrics"): one row per pair of each run
+    with server samples; a line per run says what the pairs rest on."""
+    from stats.server_reconcile import COLUMNS, pair_row, summary_line
+
+    if not recs:
+        return
+    rows = [[rec.run_id] + pair_row(p) for rec in recs for p in rec.pairs]
+    if rows:
+        print_rows(list(COLUMNS), rows, console=console,
+                   title="Server metrics: the engine's own figures beside the console's (flag: beyond tolerance)")
+    for rec in recs:
+        console.print(summary_line(rec), highlight=False, markup=False)
+
+
 def cmd_report(args) -> int:
     if args.figures and not args.html:
         from data.errors import CampaignError
@@ -84,7 +107,7 @@ def cmd_report(args) -> int:
     from stats.metrics import METRICS_VERSION
     from stats.results.plan_results import load_plan_results
     from stats.results.provenance import provenance
-    from stats.results.report import column_label, columns, concurrency_label
+    from stats.results.report import column_label, columns, concurrency_label, service_columns
 
     with open_or_snapshot(resolve_db_path(args.db)) as store:  # a snapshot while a campaign runs
         plan = plan_for_arg(store, args.plan)
@@ -94,6 +117,7 @@ def cmd_report(args) -> int:
         cands, attempts = plan_record(store, plan_lineage(store, plan.hash))  # docs/results.md, "Candidates"
         where = provenance(store, plan)  # host, GPU, driver, time span (docs/results.md, "The report's header")
         rules = rule_lines(store, plan.hash)
+        recs = reconciliations(store, res)  # the engines' own figures beside the console's
         if args.html:
             from console.html_report import write_report
             out = write_report(store, res, Path(args.html), Path(args.figures) if args.figures else None)
@@ -120,6 +144,13 @@ def cmd_report(args) -> int:
                          + (f", admits {limit} at once: larger C queues in the engine" if limit is not None else "")
                          + "".join(f", {label}" for label in identities.get(engine.name, []))
                          + (", PRECISION CHANGED" if engine.precision_change else "") + ")")
+        service = service_columns(plan)
+        print_rows(["C", "n"] + [column_label(f, plan.metrics.throughput_scale) for f in service],
+                   [[concurrency_label(c.concurrency, limit), c.n] + [c.text(f).one_line() for f in service]
+                    for c in res.cells_of(engine.name)], console=console,
+                   title=f"{engine.name}: continuity pass rates by player model (docs/metrics.md)"
+                         + (", goodput under the plan's SLO" if plan.slo is not None else ""))
+    print_reconciliation(recs, console)
     if res.left_out:
         console.print("not in aggregates: " + ", ".join(o.label() for o in res.left_out), highlight=False)
     if imported:

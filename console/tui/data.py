@@ -20,6 +20,7 @@ from data.plan_loading import plan_from_store
 from data.queries import plan_seq
 from data.snapshot import open_reader
 from data.store import Store
+from stats.server_reconcile import Reconciliation, reconcile_run
 from stats.metrics import RequestMetrics, RunMetrics, load_run_records, metrics_for_runs, request_metrics
 from stats.results.plan_results import PlanResults, VerdictResult, load_plan_results, load_verdicts
 from stats.results.quality_load import QualityLoad, quality_under_load
@@ -93,6 +94,7 @@ class RunDetail:
     requests: list[RequestRow]
     gpu: list[GpuSeries]
     telemetry_status: str | None
+    reconciliation: Reconciliation | None = None  # the engine's own figures beside the console's
 
 
 GPU_COLUMNS = ("util_gpu_pct", "power_w", "sm_clock_mhz")
@@ -126,7 +128,7 @@ def load_run_detail(store: Store, run_id: str) -> RunDetail:
         t0 = mine[0]["t_ns"]
         series.append(GpuSeries(g, [(s["t_ns"] - t0) / 1e9 for s in mine],
                                 {c: [s[c] for s in mine] for c in GPU_COLUMNS}))
-    return RunDetail(run, metrics, rows, series, run.get("telemetry_status"))
+    return RunDetail(run, metrics, rows, series, run.get("telemetry_status"), reconcile_run(store, run_id))
 
 
 def load_reports(store: Store) -> list[PlanResults]:

@@ -27,13 +27,34 @@ from console.tui.widgets import (
 )
 from data.errors import CampaignError
 from stats.metrics import METRICS_BY_NAME
-from stats.metrics.registry import DETAIL, DETAIL_DELIVERY, metrics_on
+from stats.metrics.registry import DETAIL, DETAIL_DELIVERY, DETAIL_SERVICE, metrics_on
+from stats.server_reconcile import COLUMNS as RECONCILE_COLUMNS
+from stats.server_reconcile import Reconciliation, pair_row, summary_line
 
 REQUEST_COLUMNS = ("#", "utterance", "outcome", header(METRICS_BY_NAME["ttfa_p50_s"], "TTFA"),
                    header(METRICS_BY_NAME["ttfb_p50_s"], "TTFB"), header(METRICS_BY_NAME["rtf_mean"], "RTF"),
                    "chunks", header(METRICS_BY_NAME["audio_s_ok"], "audio"), "stalls",
                    header(METRICS_BY_NAME["stall_total_s"], "stall"), "detail")
 TIMELINE_BINS = 120
+
+
+def server_text(rec: Reconciliation | None) -> Text:
+    """The reconciliation of the run (docs/results.md, "Server metrics"): one line per pair, a
+    flagged pair in the failure style."""
+    if rec is None:
+        return Text("")
+    out = Text(summary_line(rec) + "\n", style="dim")
+    if not rec.pairs:
+        return out
+    rows = [pair_row(p) for p in rec.pairs]
+    heads = list(RECONCILE_COLUMNS[1:])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(heads)]
+    out.append("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(heads, widths))).rstrip()
+               + "\n", style="bold")
+    for p, r in zip(rec.pairs, rows):
+        line = "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+        out.append(line + "\n", style=FAIL_STYLE if p.flagged else "")
+    return out
 
 
 class RunDetailScreen(Screen):
@@ -52,6 +73,7 @@ class RunDetailScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Static(Text(f"run {self.run_id}", style="bold"), id="detail-title")
         yield Static("loading ...", id="detail-metrics")
+        yield Static("", id="detail-server")
         yield DataTable(id="requests", cursor_type="row")
         yield Label("", id="timeline-label")
         yield Sparkline([], summary_function=sum, id="timeline")
@@ -95,10 +117,12 @@ class RunDetailScreen(Screen):
             title.append(f"   {run['note']}", style="dim")
         self.query_one("#detail-title", Static).update(title)
         line = Text()
-        for i, surface in enumerate((DETAIL, DETAIL_DELIVERY)):  # the registry's two detail lines
+        for i, surface in enumerate((DETAIL, DETAIL_DELIVERY, DETAIL_SERVICE)):  # the registry's detail lines
             if i:
                 line.append("\n")
             for md in metrics_on(surface):
+                if md.needs_slo and m.slo_ttfa_ms is None:
+                    continue  # goodput: the run's plan set no SLO
                 name = md.name
                 value = m.get(name)
                 style = "yellow" if (name.startswith("stall") or name == "truncated") and value else "bold"
@@ -112,6 +136,7 @@ class RunDetailScreen(Screen):
             line.append(f"{fmt('failed', m.failed)} failed: " + ", ".join(
                 f"{k} {v}" for k, v in m.failures_by_class.items()), style=FAIL_STYLE)
         self.query_one("#detail-metrics", Static).update(line)
+        self.query_one("#detail-server", Static).update(server_text(d.reconciliation))
         table = self.query_one("#requests", DataTable)
         table.clear()
         for r in d.requests:

@@ -22,6 +22,8 @@ from data.metric_params import DEFAULT_METRIC_PARAMS, MetricParams
 from data.records import FAILURE_CLASSES
 from data.store import Store
 from stats.metrics import registry
+from stats.metrics.continuity import MODELS, continuity_rates, underrun_of
+from stats.metrics.goodput import goodput, slo_of
 from stats.metrics.registry import METRICS_VERSION, MetricDef
 from stats.playback import PlaybackResult, simulate_playback
 
@@ -71,6 +73,9 @@ class RequestMetrics:
     playback: PlaybackResult
     e2e_s: float | None = None  # t_end - t_send: the peers' headline latency
     finish_reason: str | None = None
+    # the request's underrun under each engine's player model (stats/metrics/continuity.py; None:
+    # unscored, or a request still streaming)
+    underruns: Mapping[str, float | None] = field(default_factory=dict)
 
     @property
     def truncated(self) -> bool:
@@ -115,10 +120,15 @@ def request_metrics(
     ttfa = (t_fa - t_send) / NS if t_fa is not None else None
     rtf = request_rtf(t_send, t_la, audio_s) if now_ns is None else None
     now_s = None if now_ns is None else (now_ns - t_send) / NS
+    n_audio = sum(1 for _, s in audio_chunks if s > 0)
+    underruns: dict[str, float | None] = {}
     if rate and audio_chunks:
         arrivals = [(t - t_send) / NS for t, _ in audio_chunks]
         durations = [s / rate for _, s in audio_chunks]
         pb = simulate_playback(arrivals, durations, preroll_s=preroll_s, now_s=now_s)
+        if now_ns is None:  # the engines' models play from the first audio, no pre-roll
+            pb0 = pb if preroll_s == 0 else simulate_playback(arrivals, durations)
+            underruns = {model: underrun_of(model, pb0, n_audio) for model in MODELS}
     else:
         pb = simulate_playback([], [], now_s=now_s)
     return RequestMetrics(
@@ -128,10 +138,11 @@ def request_metrics(
         ttfa_s=ttfa,
         rtf=rtf,
         audio_s=audio_s,
-        audio_chunks=sum(1 for _, s in audio_chunks if s > 0),
+        audio_chunks=n_audio,
         playback=pb,
         e2e_s=(t_end - t_send) / NS if t_end is not None and now_ns is None else None,
         finish_reason=finish,
+        underruns=underruns,
     )
 
 
@@ -144,6 +155,9 @@ _V2_ORDER = ("completed", "failed", "failures_by_class", "wall_s", "throughput",
              "ttfa_p50_s", "ttfa_p95_s", "ttfb_p50_s", "e2e_p50_s", "e2e_p95_s", "truncated", "rtf_mean", "rtf_p50",
              "chunks_mean", "chunks_min", "chunks_max", "stall_count", "stall_total_s", "stall_longest_s",
              "stall_max_deficit_s", "continuity_ok_rate")
+
+V2_KEYS = (*_BASE_FIELDS, *_V2_ORDER)  # every row any console stored holds these
+_SLO_FIELDS = ("slo_ttfa_ms", "slo_rtf")  # stored only when the plan sets an SLO
 
 Value = float | int | None
 
@@ -162,6 +176,8 @@ class RunMetrics:
     warmup_requests: int
     failures_by_class: dict[str, int] = field(default_factory=dict)
     values: dict[str, Value] = field(default_factory=dict)
+    slo_ttfa_ms: float | None = None  # the goodput SLO the values were computed under (None: none)
+    slo_rtf: float | None = None
 
     def __getattr__(self, name: str) -> Any:
         values = self.__dict__.get("values")
@@ -176,6 +192,7 @@ class RunMetrics:
     def to_dict(self) -> dict[str, Any]:
         """The flat stored form (`run_metrics.metrics_json`)."""
         out: dict[str, Any] = {k: getattr(self, k) for k in _BASE_FIELDS}
+        out.update({k: getattr(self, k) for k in _SLO_FIELDS if getattr(self, k) is not None})  # absent: no SLO
         extra = {"failures_by_class": dict(self.failures_by_class), **self.values}
         for k in _V2_ORDER:
             if k in extra:
@@ -186,12 +203,15 @@ class RunMetrics:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "RunMetrics":
         base = {k: d[k] for k in _BASE_FIELDS}
-        values = {k: v for k, v in d.items() if k not in _BASE_FIELDS and k != "failures_by_class"}
-        return cls(**base, failures_by_class=dict(d.get("failures_by_class") or {}), values=values)
+        skip = {*_BASE_FIELDS, *_SLO_FIELDS, "failures_by_class"}
+        values = {k: v for k, v in d.items() if k not in skip}
+        return cls(**base, failures_by_class=dict(d.get("failures_by_class") or {}), values=values,
+                   slo_ttfa_ms=d.get("slo_ttfa_ms"), slo_rtf=d.get("slo_rtf"))
 
     @property
     def params(self) -> MetricParams:
-        return MetricParams(self.throughput_scale, self.stall_threshold_s, self.preroll_s)
+        return MetricParams(self.throughput_scale, self.stall_threshold_s, self.preroll_s, self.slo_ttfa_ms,
+                            self.slo_rtf)
 
 
 def _params(params: MetricParams | None, overrides: Mapping[str, float]) -> MetricParams:
@@ -215,6 +235,7 @@ REQUEST_FIELDS: dict[str, Callable[[RequestMetrics, MetricParams], Any]] = {
     "longest_stall_s": lambda m, p: m.playback.longest_stall_s,
     "max_deficit_s": lambda m, p: m.playback.max_deficit_s,
     "continuity_ok": lambda m, p: m.playback.continuity_ok(p.stall_threshold_s),
+    **{f"underrun_{model}_s": (lambda model: lambda m, p: m.underruns.get(model))(model) for model in MODELS},
 }
 
 
@@ -251,7 +272,19 @@ def run_throughput(ctx: RunContext) -> float | None:
     return ctx.params.throughput_scale * audio_ok / wall_s if wall_s and wall_s > 0 else None
 
 
-NAMED_REDUCTIONS: dict[str, Callable[[RunContext], Value]] = {"wall": run_wall_s, "throughput": run_throughput}
+def _goodput(field_name: str) -> Callable[[RunContext], Value]:
+    """A goodput figure of the run under the SLO its parameters carry (stats/metrics/goodput.py); None without one."""
+    def reduce(ctx: RunContext) -> Value:
+        slo = slo_of(ctx.params)
+        if slo is None:
+            return None
+        return getattr(goodput(ctx.per, slo, run_wall_s(ctx), ctx.params.throughput_scale), field_name)
+    return reduce
+
+
+NAMED_REDUCTIONS: dict[str, Callable[[RunContext], Value]] = {
+    "wall": run_wall_s, "throughput": run_throughput, "goodput_share": _goodput("share"),
+    "goodput_rate": _goodput("rate_per_s"), "goodput_throughput": _goodput("throughput")}
 
 
 def reduce_metric(d: MetricDef, ctx: RunContext) -> Value:
@@ -267,6 +300,8 @@ def reduce_metric(d: MetricDef, ctx: RunContext) -> Value:
         return sum(bool(v) for v in raw)
     if d.reduce == "rate":
         return sum(bool(v) for v in raw) / len(raw) if raw else None
+    if (ms := d.within_ms) is not None:  # a continuity pass rate over the scored requests
+        return continuity_rates(raw, d.source, (ms,)).rate(ms)
     vals = [v for v in raw if v is not None]
     if d.reduce == "sum":
         return int(sum(vals)) if d.integer else float(sum(vals))
@@ -296,6 +331,7 @@ def metrics_from_records(
     failures = Counter(m.outcome for m in per if m.outcome != "ok")
     ctx = RunContext(measured, per, p)
     return RunMetrics(
+        slo_ttfa_ms=p.slo_ttfa_ms, slo_rtf=p.slo_rtf,
         run_id=run_id,
         metrics_version=METRICS_VERSION,
         throughput_scale=float(p.throughput_scale),

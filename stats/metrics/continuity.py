@@ -19,25 +19,31 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from stats.playback import simulate_playback
+from stats.playback import PlaybackResult, simulate_playback
 
 MODELS = ("pause_resume", "deficit")
 THRESHOLDS_MS = (50, 100, 200)
 NS = 1e9
 
 
+def underrun_of(model: str, playback: PlaybackResult, audio_chunks: int) -> float | None:
+    """A request's underrun under `model`, read off its zero-pre-roll playback simulation; None when
+    the model does not score it (pause_resume: fewer than two audio chunks; deficit: none)."""
+    if model == "pause_resume":
+        return playback.longest_stall_s if audio_chunks >= 2 else None
+    return playback.max_deficit_s if audio_chunks >= 1 else None
+
+
 def pause_resume_underrun_s(arrivals_s: Sequence[float], durations_s: Sequence[float]) -> float | None:
     """Longest pause of a pause/resume player; None with fewer than two audio chunks (unscored)."""
-    if sum(1 for d in durations_s if d > 0) < 2:
-        return None
-    return simulate_playback(arrivals_s, durations_s).longest_stall_s
+    n = sum(1 for d in durations_s if d > 0)
+    return underrun_of("pause_resume", simulate_playback(arrivals_s, durations_s), n) if n >= 2 else None
 
 
 def deficit_underrun_s(arrivals_s: Sequence[float], durations_s: Sequence[float]) -> float | None:
     """Largest delivery deficit of a never-rebuffering player; None without audio (unscored)."""
-    if not any(d > 0 for d in durations_s):
-        return None
-    return simulate_playback(arrivals_s, durations_s).max_deficit_s
+    n = sum(1 for d in durations_s if d > 0)
+    return underrun_of("deficit", simulate_playback(arrivals_s, durations_s), n) if n else None
 
 
 UNDERRUN = {"pause_resume": pause_resume_underrun_s, "deficit": deficit_underrun_s}

@@ -10,11 +10,13 @@ seconds / wall time), beside the run's throughput over every successful request.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from data.metric_params import MetricParams
 from data.server_plan import SloSpec
-from stats.metrics.compute import RequestMetrics, metrics_from_records, request_metrics
+
+if TYPE_CHECKING:  # compute's named reductions call goodput(): no import cycle at run time
+    from stats.metrics.compute import RequestMetrics
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,11 @@ class Goodput:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def slo_of(params: MetricParams) -> SloSpec | None:
+    """The SLO a run's metric parameters carry (data/metric_params.py), None without one."""
+    return None if params.slo_ttfa_ms is None else SloSpec(params.slo_ttfa_ms, params.slo_rtf)
 
 
 def meets(m: RequestMetrics, slo: SloSpec) -> bool:
@@ -57,6 +64,8 @@ def run_goodput(run_id: str, requests: Sequence[Mapping[str, Any]],
                 params: MetricParams | None = None) -> Goodput:
     """A run's goodput from its stored rows (stats.metrics.compute.load_run_records), with the
     run's wall time as its other metrics count it."""
+    from stats.metrics.compute import metrics_from_records, request_metrics
+
     p = params or MetricParams()
     measured = [r for r in requests if not r["is_warmup"]]
     per = [request_metrics(r, chunks_by_request.get(r["request_index"], ()), preroll_s=p.preroll_s) for r in measured]

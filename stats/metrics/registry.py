@@ -24,18 +24,23 @@ METRICS_VERSION = "2"  # 2: e2e latency p50/p95 and the truncated count
 RUNS = "runs"  # the TUI's runs table (console/tui/app.py)
 DETAIL = "detail"  # a run's detail screen, first line: latency (console/tui/screens.py)
 DETAIL_DELIVERY = "detail_delivery"  # a run's detail screen, second line: delivery and stalls
+DETAIL_SERVICE = "detail_service"  # ... third line: continuity pass rates by model, goodput
 LIVE = "live"  # the live view of a run in progress (console/live.py)
 REPORT = "report"  # the report table: `campaign report`, the TUI's report tab, the HTML report
+REPORT_SERVICE = "report_service"  # each engine's second report table (`campaign report`, HTML): continuity, goodput
 VERDICT = "verdict"  # per-repeat figures in a verdict document's throughput table (stats/verdict_doc.py)
 VERDICT_SPREAD = "verdict_spread"  # ... and a spread across repeats there
 PROBE = "probe"  # `campaign probe`'s metrics table
-SURFACES = (RUNS, DETAIL, DETAIL_DELIVERY, LIVE, REPORT, VERDICT, VERDICT_SPREAD, PROBE)
+SURFACES = (RUNS, DETAIL, DETAIL_DELIVERY, DETAIL_SERVICE, LIVE, REPORT, REPORT_SERVICE, VERDICT, VERDICT_SPREAD, PROBE)
 # Every metric is also a column of the `run_summary` view and of `campaign export summary`.
 
 # Reductions (MetricDef.reduce): "p<q>" percentile q (numpy 'linear'), "mean", "sum", "max",
 # "min", "count" (requests of the population, or those whose source is true), "rate" (share of
-# the population whose source is true), or "fn:<name>" (a named function of stats/metrics/compute.py).
+# the population whose source is true), "within<ms>ms" (a continuity pass rate: the share of the
+# requests the source scores, i.e. not None, whose value is at most ms milliseconds;
+# stats/metrics/continuity.py) or "fn:<name>" (a named function of stats/metrics/compute.py).
 _PERCENTILE = re.compile(r"^p(\d+(?:\.\d+)?)$")
+_WITHIN = re.compile(r"^within(\d+)ms$")
 REDUCTIONS = ("mean", "sum", "max", "min", "count", "rate")
 POPULATIONS = ("ok", "failed", "measured")  # which measured requests the reduction runs over
 
@@ -77,6 +82,16 @@ class MetricDef:
         return self.column or self.name
 
     @property
+    def needs_slo(self) -> bool:
+        """A goodput figure: None, and left off the screens, for a run whose plan sets no SLO."""
+        return self.reduce.startswith("fn:goodput")
+
+    @property
+    def within_ms(self) -> int | None:
+        m = _WITHIN.match(self.reduce)
+        return int(m.group(1)) if m else None
+
+    @property
     def percentile_q(self) -> float | None:
         m = _PERCENTILE.match(self.reduce)
         return float(m.group(1)) if m else None
@@ -101,10 +116,32 @@ def _all(*extra: str) -> frozenset[str]:
 
 M = MetricDef
 _R, _D, _DD, _L, _P, _V, _VS, _PR = RUNS, DETAIL, DETAIL_DELIVERY, LIVE, REPORT, VERDICT, VERDICT_SPREAD, PROBE
+_DS, _PS = DETAIL_SERVICE, REPORT_SERVICE
+_MODEL_LABEL = {"pause_resume": "pause/resume", "deficit": "deficit"}
+_MODEL_DOC = {"pause_resume": "SGLang-Omni's pause/resume player: longest single pause; needs ≥ 2 audio chunks",
+              "deficit": "vLLM-Omni's never-rebuffering player: largest deficit, gaps add up"}
+
+
+def _continuity(model: str, ms: int) -> MetricDef:
+    """c50 / c100 / c200 under one engine's player model (docs/metrics.md, "Continuity pass rates")."""
+    return MetricDef(
+        f"continuity_{model}_c{ms}", f"c{ms} {_MODEL_LABEL[model]}", "%", ".1f", True, False, 100.0,
+        f"share of scored ok requests whose underrun ≤ {ms} ms under {_MODEL_DOC[model]} (zero pre-roll)",
+        source=f"underrun_{model}_s", reduce=f"within{ms}ms", on=frozenset({DETAIL_SERVICE, REPORT_SERVICE, VERDICT, PROBE}),
+        column=f"{model}_c{ms}_pct")
 METRICS: tuple[MetricDef, ...] = (
     M("throughput", "audio tok/s", "25 × audio s / wall s", ".1f", True, True,
       doc="throughput_scale × Σ audio_s of ok requests / wall_s: 25 Hz codec tokens, not text tokens",
       reduce="fn:throughput", on=_all(_R, _D, _L, _P, _V, _VS, _PR), figure="throughput", table_unit=False),
+    M("goodput_share", "goodput", "%", ".1f", True, True, 100.0,
+      "share of measured requests that met the plan's SLO (ok, TTFA ≤ slo.ttfa_ms, RTF ≤ slo.rtf if set); "
+      "None without an SLO", reduce="fn:goodput_share", on=_all(_DS, _PS, _V), column="goodput_pct"),
+    M("goodput_rate", "goodput rate", "req/s", ".2f", True, False,
+      doc="requests that met the plan's SLO / wall_s; None without an SLO", reduce="fn:goodput_rate",
+      on=_all(_DS, _PS, _V), column="goodput_rate_per_s"),
+    M("goodput_throughput", "goodput tok/s", "25 × audio s met / wall s", ".1f", True, False,
+      doc="throughput_scale × Σ audio_s of the requests that met the plan's SLO / wall_s; None without an SLO",
+      reduce="fn:goodput_throughput", on=_all(_DS, _PS, _V), table_unit=False),
     M("ttfa_p50_s", "TTFA p50", "ms", ".1f", False, True, 1000.0,
       "first audio-bearing chunk arrival − t_send, median over ok requests", source="ttfa_s", reduce="p50",
       on=_all(_R, _D, _L, _P, _V, _VS, _PR), figure="latency", column="ttfa_p50_ms"),
@@ -166,6 +203,7 @@ METRICS: tuple[MetricDef, ...] = (
     M("continuity_ok_rate", "continuity OK", "%", ".1f", True, True, 100.0,
       "share of ok requests whose total stall ≤ stall_threshold_s", source="continuity_ok", reduce="rate",
       on=_all(_DD, _L, _V, _PR), column="continuity_ok_pct"),
+    *(_continuity(model, ms) for model in ("pause_resume", "deficit") for ms in (50, 100, 200)),
 )
 
 
@@ -219,7 +257,8 @@ def check_registry(metrics: tuple[MetricDef, ...]) -> list[str]:
     for m in metrics:
         if unknown := sorted(m.on - set(SURFACES)):
             problems.append(f"{m.name}: unknown surface(s) {', '.join(unknown)}")
-        if not (m.reduce in REDUCTIONS or m.percentile_q is not None or m.reduce.startswith("fn:")):
+        if not (m.reduce in REDUCTIONS or m.percentile_q is not None or m.within_ms is not None
+                or m.reduce.startswith("fn:")):
             problems.append(f"{m.name}: unknown reduction {m.reduce!r}")
         if m.population not in POPULATIONS:
             problems.append(f"{m.name}: unknown population {m.population!r}")

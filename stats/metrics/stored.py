@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from data.metric_params import MetricParams
 from data.store import Store, utcnow
-from stats.metrics.compute import _REQUEST_COLUMNS, RunMetrics, metrics_from_records
+from stats.metrics.compute import _REQUEST_COLUMNS, V2_KEYS, RunMetrics, metrics_from_records
 from stats.metrics.registry import METRICS_BY_NAME, METRICS_VERSION
 
 ParamsOf = MetricParams | Callable[[Mapping[str, Any]], MetricParams]
@@ -100,6 +100,17 @@ def store_metrics(store: Store, rows: Sequence[tuple[RunMetrics, int]]) -> None:
              for m, n in rows])
 
 
+def as_stored(fresh: RunMetrics, stored: Mapping[str, Any]) -> dict[str, Any]:
+    """`fresh`'s stored form cut to as many keys as `stored` holds: a row stored before metrics were
+    added (docs/metrics.md, "Adding a metric") holds a prefix of today's keys, since new metrics
+    follow the old ones, so a faithful old row equals this byte for byte. Never fewer keys than
+    version 2 stored (a row cut shorter is not one any console wrote)."""
+    d = fresh.to_dict()
+    keys = list(d)
+    least = max(keys.index(k) for k in V2_KEYS) + 1
+    return {k: d[k] for k in keys[:max(len(stored), least)]}
+
+
 def stored_metrics_problems(store: Store) -> tuple[int, list[str]]:
     """(rows checked, problems): every stored `run_metrics` row recomputed from the run's rows now
     and compared field by field. The table is a cache that every view reads, so an edited row
@@ -128,7 +139,12 @@ def stored_metrics_problems(store: Store) -> tuple[int, list[str]]:
         if r["requests"] != counts.get(r["run_id"], 0):
             continue  # stale, not wrong: every view recomputes a row whose request count changed
         stored = json.loads(r["metrics_json"])
-        wrong = [k for k, v in json.loads(json.dumps(m.to_dict())).items() if stored.get(k) != v]
+        derived = json.loads(json.dumps(as_stored(m, stored)))
+        if list(stored) != list(derived):
+            problems.append(f"run {r['run_id']}: stored metrics hold keys {', '.join(list(stored)[:4])} ... not in the "
+                            "order this console stores them, or with metrics missing before later ones (edited)")
+            continue
+        wrong = [k for k, v in derived.items() if stored.get(k) != v]
         if wrong:
             problems.append(f"run {r['run_id']}: stored metrics differ from the ones its requests and chunks give "
                             f"({', '.join(wrong[:4])}) (edited)")

@@ -57,8 +57,10 @@ def run_summary_columns() -> list[ViewColumn]:
 
 
 def run_summary_sql() -> str:
-    params = " AND ".join(f"TRY_CAST(m.params_json->>'$.{p}' AS DOUBLE) = {_param(p)}"
-                          for p in ("throughput_scale", "stall_threshold_s", "preroll_s"))
+    params = " AND ".join([*(f"TRY_CAST(m.params_json->>'$.{p}' AS DOUBLE) = {_param(p)}"
+                             for p in ("throughput_scale", "stall_threshold_s", "preroll_s")),
+                           *(f"TRY_CAST(m.params_json->>'$.{p}' AS DOUBLE) IS NOT DISTINCT FROM "
+                             f"TRY_CAST(r.params_json->>'$.{p}' AS DOUBLE)" for p in ("slo_ttfa_ms", "slo_rtf"))])
     metrics = ", ".join(_metric_sql(d) for d in registry.METRICS)
     return (
         "SELECT r.run_id, r.plan_hash, r.engine, r.concurrency, r.repeat_index AS repeat, r.kind, r.pool, r.status, "

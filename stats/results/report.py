@@ -14,12 +14,21 @@ from typing import Any
 from data.queries import launch_seq
 from data.store import Store
 from stats.metrics import METRICS_BY_NAME, SWEEP_POOL, CellRun, Spread, plan_cell_runs, spread
-from stats.metrics.registry import REPORT, names_on, throughput_unit
+from stats.metrics.registry import REPORT, REPORT_SERVICE, names_on, throughput_unit
 
 
 def columns() -> tuple[str, ...]:
     """The report table's metrics (RunMetrics names) in order: the registry's `report` surface."""
     return names_on(REPORT)
+
+
+def service_columns(plan: Any = None) -> tuple[str, ...]:
+    """Each engine's second report table (the registry's `report_service` surface: continuity pass
+    rates by player model, goodput); with `plan`, the goodput columns only when it sets an SLO."""
+    names = names_on(REPORT_SERVICE)
+    if plan is None or plan.metrics.slo_ttfa_ms is not None:
+        return names
+    return tuple(n for n in names if not METRICS_BY_NAME[n].needs_slo)
 
 
 @dataclass(frozen=True)
@@ -57,7 +66,7 @@ def build_report(store: Store, plan: Any, pool: Any = SWEEP_POOL) -> list[Report
     for engine in plan.engines:
         for c in plan.sweep.concurrencies:
             runs = by_cell.get((engine.name, int(c)), [])
-            spreads = {f: spread(x.metrics.get(f) for x in runs) for f in columns()}
+            spreads = {f: spread(x.metrics.get(f) for x in runs) for f in (*columns(), *service_columns())}
             out.append(ReportCell(engine.name, int(c), [x.run_id for x in runs], spreads, runs))
     return out
 
@@ -82,10 +91,12 @@ def spread_text(name: str, s: Spread) -> SpreadText:
 
 
 def column_label(name: str, throughput_scale: float | None = None) -> str:
-    """The registry's label and unit (throughput's unit for the plan's scale)."""
+    """The registry's label and unit (throughput's and goodput throughput's unit for the plan's scale)."""
     d = METRICS_BY_NAME[name]
-    return d.header() if name != "throughput" or throughput_scale is None else \
-        f"{d.label} ({throughput_unit(throughput_scale)})"
+    if name not in ("throughput", "goodput_throughput") or throughput_scale is None:
+        return d.header()
+    unit = throughput_unit(throughput_scale)
+    return f"{d.label} ({unit.replace('audio s', 'audio s met') if name == 'goodput_throughput' else unit})"
 
 
 def concurrency_label(c: int, limit: int | None) -> str:
