@@ -148,6 +148,9 @@ class ServerScrape:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        if exc_type is not None:  # the run did not end (its cell runs again on --resume): keep nothing
+            self._client.close()
+            return
         try:
             self.settle(self._client)
         finally:

@@ -77,13 +77,13 @@ def test_lossy_scores_worse_and_fast_scores_identically(store, tmp_path):
 
     fast = scores_frame(store, fast_plan, art)
     assert (fast["gap"] == "wer: not scored yet").all()
-    cols = ["utt_id", "sim", "utmos"]
+    cols = ["utt_id", "sim", "mos"]
     b = fast[fast.arm == "baseline"][cols].sort_values("utt_id").reset_index(drop=True)
     f = fast[fast.arm == "candidate"][cols].sort_values("utt_id").reset_index(drop=True)
     assert b.equals(f), (b, f)
 
     lossy = scores_frame(store, lossy_plan, art)
-    assert lossy["sim"].notna().all() and lossy["utmos"].notna().all()
+    assert lossy["sim"].notna().all() and lossy["mos"].notna().all()
     cells = {c.arm: c for c in summarise(lossy)}
     base, cand = cells["baseline"], cells["candidate"]
     print(f"baseline: SIM {base.sim:.2f} DNSMOS {base.mos:.3f}; lossy: SIM {cand.sim:.2f} DNSMOS {cand.mos:.3f}")

@@ -196,8 +196,8 @@ def test_score_plan_writes_utmos22_rows(tmp_path, model_dir):
         again = score_plan(store, plan, scorers=["utmos22"], artifacts_dir=art)
         assert again[0].existing == 7 and store.scalar("SELECT count(*) FROM quality_scores") == 7
         df = scores_frame(store, plan, art)
-        assert df.attrs["scorers"]["mos"] == "utmos22" and df.attrs["labels"]["utmos"] == "UTMOS22 strong"
-        scored = df[df["utmos"].notna()]
-        assert len(scored) == 7 and scored["utmos"].apply(math.isfinite).all()
+        assert df.attrs["scorers"]["mos"] == "utmos22" and df.attrs["labels"]["mos"] == "UTMOS22 strong"
+        scored = df[df["mos"].notna()]
+        assert len(scored) == 7 and scored["mos"].apply(math.isfinite).all()
     finally:
         store.close()
