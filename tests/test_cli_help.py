@@ -55,6 +55,7 @@ def test_one_placeholder_for_sub_actions():
     assert {m for _, m in metavars} == {"COMMAND", "ACTION"}, metavars
 
 
+@pytest.mark.slow  # 2.5 s or more in the full run of 2026-12-03 (docs/testing.md)
 def test_scorers_and_tui_help_name_every_action_and_tab():
     r = cli("scorers", "--help")
     assert r.returncode == 0 and re.search(r"^    list\s", r.stdout, re.M) and re.search(r"^    run\s", r.stdout, re.M)
@@ -87,6 +88,7 @@ def probed(tmp_path_factory):
     yield tmp, db, r, old
 
 
+@pytest.mark.slow  # 2.5 s or more in the full run of 2026-12-03 (docs/testing.md)
 def test_probe_format_json_and_output_file(probed):
     tmp, _db, r, old = probed
     assert r.returncode == 0, r.stderr
@@ -99,6 +101,7 @@ def test_probe_format_json_and_output_file(probed):
     assert "│" in old.stdout
 
 
+@pytest.mark.slow  # 2.5 s or more in the full run of 2026-12-03 (docs/testing.md)
 def test_plan_hash_flag_and_its_hidden_old_spelling(probed, tmp_path):
     tmp, db, _, _ = probed
     from plans_helpers import make_workload, plan_dict, write_json

@@ -388,6 +388,7 @@ ARRIVED = {
 
 
 @pytest.mark.parametrize("client", ["stamped", "aiohttp", "httpx"])
+@pytest.mark.slow  # 2.5 s or more in the full run of 2026-12-03 (docs/testing.md)
 def test_what_arrived_is_said_from_the_response_headers(raw_server, prompt, tmp_path, client):
     """A 200 that is a non-streaming JSON answer or a gzip-encoded body is reported as what it is
     (not as a missing end marker); a stream cut after events keeps its class and says the server

@@ -220,6 +220,7 @@ def test_sglang_omni_presets_and_stream_false(wire):
     assert run_c["voice_placement"] == "audios"
 
 
+@pytest.mark.slow  # 2.5 s or more in the full run of 2026-12-03 (docs/testing.md)
 def test_max_tokens_caps_thinker_text_and_is_counted_truncated(wire):
     _, store, _ = wire
     full_id, full, _ = _drive(wire, "vllm-omni", {}, "v-full")

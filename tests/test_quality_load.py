@@ -133,6 +133,7 @@ def _dom_json(browser: str, page: Path, pre: str, width: int) -> object:
     return json.loads(text.replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&"))
 
 
+@pytest.mark.slow  # 2.5 s or more in the full run of 2026-12-03 (docs/testing.md)
 def test_html_report_draws_quality_under_load_in_chromium(campaign, tmp_path):
     browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if browser is None:
@@ -181,6 +182,7 @@ def test_html_report_draws_quality_under_load_in_chromium(campaign, tmp_path):
         assert close > 200, (colour, close)
 
 
+@pytest.mark.slow  # 2.5 s or more in the full run of 2026-12-03 (docs/testing.md)
 def test_tui_report_tab_shows_the_same_cells(campaign, monkeypatch):
     from textual.widgets import DataTable, TabbedContent
 

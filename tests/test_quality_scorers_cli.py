@@ -136,6 +136,7 @@ def test_score_stores_what_scorers_run_prints(tmp_path, models):
         assert again.scalar("SELECT count(*) FROM quality_scores") == before
 
 
+@pytest.mark.slow  # 2.5 s or more in the full run of 2026-12-03 (docs/testing.md)
 def test_run_format_json_is_one_array_of_the_old_json_lines(models, files):
     """`scorers run --format json` (issue 32: --format everywhere) prints one JSON array holding the
     objects the older, hidden `--json` prints one per line; that spelling still works unchanged."""

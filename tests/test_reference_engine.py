@@ -104,6 +104,7 @@ def _ok(dialect: str, engine: EngineProcess, text: str = TEXT, speaker: str | No
 # ---- health, models ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dialect", DIALECTS)
+@pytest.mark.slow  # 2.5 s or more in the full run of 2026-12-03 (docs/testing.md)
 def test_health_and_models(engines, dialect):
     import httpx
 

@@ -133,6 +133,7 @@ def test_html_report_renders_every_figure_in_headless_chromium(campaign, tmp_pat
     assert img.size == (1300, 900) and len(img.getcolors(maxcolors=1 << 16) or ()) > 50  # drawn, not a blank page
 
 
+@pytest.mark.slow  # 2.5 s or more in the full run of 2026-12-03 (docs/testing.md)
 def test_export_then_verify_passes(bundle, capsys):
     capsys.readouterr()
     assert main(["evidence", "verify", str(bundle)]) == 0

@@ -51,6 +51,7 @@ def test_spread_and_steal_above_their_thresholds_are_named():
     assert CheckRow.from_rule_cell(cells[0]).test.endswith("> 1.0 → PASS")
 
 
+@pytest.mark.slow  # 2.5 s or more in the full run of 2026-12-03 (docs/testing.md)
 def test_gate_report_and_demo_ending_name_a_run_the_host_stole_from(campaign, tmp_path, capsys):
     from console.demo import Layout, verdict_lines
 

@@ -17,6 +17,7 @@ from test_run_exit import _frozen, campaign
 pytestmark = pytest.mark.timeout(240)
 
 
+@pytest.mark.slow  # 2.5 s or more in the full run of 2026-12-03 (docs/testing.md)
 def test_each_cell_prints_requests_throughput_and_ttfa_p50(tmp_path):
     plan, doc, db = _frozen(tmp_path, concurrencies=(1, 2), requests=3, repeats=1)
     r = campaign("run", str(plan), db=db)

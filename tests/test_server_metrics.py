@@ -175,6 +175,7 @@ def test_pcm_dialect_publishes_nothing_and_a_failed_scrape_is_a_row(tmp_path):
 
 # ---- a real campaign run: samples stored, reconciled, the wrong figure flagged ------------------------------
 
+@pytest.mark.slow  # 2.5 s or more in the full run of 2026-12-03 (docs/testing.md)
 def test_campaign_run_stores_and_reconciles_server_metrics(tmp_path):
     import subprocess
 

@@ -24,7 +24,7 @@ import stats.metrics.views  # noqa: F401  registers run_summary (data/views.py)
 from data.store import Store
 from plans_helpers import make_workload, plan_dict, write_json
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # one real campaign (module fixture): 9 s and more in the full run
 SLO_TTFA_MS = 400.0
 SLO_RTF = 1.0  # the slow stream's RTF is about 1.25: it meets the TTFA bound but not this one
 SCALE = 25.0
