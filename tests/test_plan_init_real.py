@@ -134,3 +134,25 @@ def test_plan_init_default_gpu_is_what_nvml_sees(tmp_path):
     name = json.loads(plan.read_text())["gpu"]["expected_name"]
     assert name == (gpus[0]["name"] if gpus else "<GPU name as NVML reports it, e.g. NVIDIA L20X>")
     assert f"gpu.expected_name: {name}" in r.stdout
+
+
+def test_real_engine_templates_need_no_installed_console(monkeypatch):
+    """On a GPU host the console may run from a checkout (PYTHONPATH): only the demo's engines name
+    the installed distribution, so only `plan init --demo` needs it (seen on the H200 machine,
+    2026-12-03: `plan init --engines` refused with 'omni-campaign-console is not installed')."""
+    import importlib.metadata
+
+    from console.commands.plan import template
+
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    assert template(False, ["vllm-omni", "sglang-omni", "peer"], "NVIDIA H200")["gpu"]["expected_name"] == "NVIDIA H200"
+    assert template(False)["engines"][0]["revision"] == "<git sha>"
+    try:
+        template(True)
+    except Exception as exc:  # the demo's engines are the installed console: named in one line
+        assert "is not installed" in str(exc)
+    else:
+        raise AssertionError("the demo template named an engine source that is not installed")

@@ -150,11 +150,12 @@ def demo_validators(engines: list[str]) -> list[dict]:
 
 def template(demo: bool, real_engines: list[str] | None = None, gpu: str | None = None) -> dict:
     """The plan written by `plan init`; `_comment` keys document each section (JSON has no comments)."""
-    engines = [_reference_engine("ref-baseline", "baseline", 8091), _reference_engine("ref-fast", "fast", 8092),
-               _reference_engine("ref-lossy", "lossy", 8093), _reference_engine("ref-peer", "peer", 8094)]
-    if real_engines:
+    if real_engines:  # before the demo engines: a checkout on a GPU host need not be an installed distribution
         return real_template(real_engines, gpu or GPU_PLACEHOLDER)
-    if not demo:
+    if demo:
+        engines = [_reference_engine("ref-baseline", "baseline", 8091), _reference_engine("ref-fast", "fast", 8092),
+                   _reference_engine("ref-lossy", "lossy", 8093), _reference_engine("ref-peer", "peer", 8094)]
+    else:
         engines = [
             {**_engine("vllm-omni-main", "default", 8091), "adapter": "vllm_omni", "revision": "<git sha>",
              "argv": ["vllm", "serve", "<model dir>", "--omni", "--trust-remote-code", "--port", "8091"],
