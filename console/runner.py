@@ -23,6 +23,7 @@ to the cluster dispatcher (console/cluster/dispatch.py), which only decides wher
 
 from __future__ import annotations
 
+from collections import deque
 
 from console.cell_executor import (  # noqa: F401 - the runner's public names, re-exported for its callers
     EXPLORATORY_NOTE,
@@ -112,9 +113,9 @@ def run_plan(store: Store, plan: Plan, opts: RunnerOptions) -> RunnerResult:
 
     windows = open_plan_windows(store, plan, todo)  # a profiled sweep is one window per engine
     try:
-        for _ in run_cells(todo, plan.sweep.restart, EngineManager(launches), engine_of=lambda c: plan.engine(c.engine),
-                           drive=drive, skip=skip, before=lambda c: prewarm()):
-            pass  # a local launcher and drive record as they go: nothing to forward
+        # run to the end: the local launcher and drive record as they go, so no message is forwarded
+        deque(run_cells(todo, plan.sweep.restart, EngineManager(launches), engine_of=lambda c: plan.engine(c.engine),
+                        drive=drive, skip=skip, before=lambda c: prewarm()), maxlen=0)
     finally:
         discard_warm()
         close_plan_windows(store, windows)

@@ -174,14 +174,8 @@ class ServerScrape:
             **{c: pa.array(cols[c], pa.string()) for c in ("family", "type", "sample", "labels_json", "error")},
             "value": pa.array(cols["value"], pa.float64()),
         })
-        con = self.store.con
         with self.store.transaction():
-            con.register("_server_metrics", arrow)
-            try:
-                names = ", ".join(arrow.column_names)
-                con.execute(f"INSERT INTO server_metrics ({names}) SELECT {names} FROM _server_metrics")
-            finally:
-                con.unregister("_server_metrics")
+            self.store.insert_arrow("server_metrics", arrow)
 
 
 def scrape_target(run_id: str, engine: Any, interval_s: float | None) -> ScrapeTarget | None:

@@ -211,6 +211,16 @@ class Store:
             f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({placeholders})", [row[c] for c in cols]
         )
 
+    def insert_arrow(self, table: str, arrow: Any) -> None:
+        """Insert an Arrow table's rows in one statement (its columns by name; the caller holds the
+        transaction when several tables must land together)."""
+        self.con.register("_arrow_rows", arrow)
+        try:
+            cols = ", ".join(arrow.column_names)
+            self.con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _arrow_rows")
+        finally:
+            self.con.unregister("_arrow_rows")
+
     @contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """One transaction; nested uses join the outermost (DuckDB has no nesting, and a failed

@@ -83,18 +83,11 @@ class BatchWriter:
             self._write(batches)
 
     def _write(self, batches: dict[str, pa.Table]) -> None:
-        con = self.store.con
         # requests before chunks: readers that join them never see orphans mid-batch
         order = [t for t in ("requests", "chunks", "audio_files", "gpu_samples") if t in batches]
         with self.store.transaction():
             for table in order:
-                arrow = batches[table]
-                con.register("_batch", arrow)
-                try:
-                    cols = ", ".join(arrow.column_names)
-                    con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _batch")
-                finally:
-                    con.unregister("_batch")
+                self.store.insert_arrow(table, batches[table])
         for name, written in batches.items():
             self.rows_written[name] += written.num_rows
 
