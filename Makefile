@@ -18,14 +18,23 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# Two passes (docs/testing.md, "Two workers"): the tests on $(WORKERS) pytest-xdist workers, each
+# module's tests on one worker and every reader of the quick demo on one; then the `serial` tests
+# (tests/conftest.py, SERIAL_MODULES) alone. Exit status 5 (nothing selected, e.g. by a -k in
+# PYTEST_ARGS) is not a failure of a pass.
+WORKERS ?= 2
+PARALLEL := -n $(WORKERS) --dist loadgroup
+
 # every test (what CI runs through .ci/run)
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q $(PARALLEL) -m "not serial" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(BIN)/python -m pytest -q -m "serial" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # the fast tier for the edit loop: every test not marked `slow` (the demo, tmux, Chromium, Ray,
 # long engine runs, the wheel install; docs/testing.md), under 3 minutes on a 2-core box
 check: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q $(PARALLEL) -m "not slow and not serial" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(BIN)/python -m pytest -q -m "serial and not slow" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # ruff on the whole tree; mypy on the product packages ([tool.mypy] in pyproject.toml)
 lint: $(STAMP)

@@ -66,6 +66,8 @@ def _message(err: jsonschema.ValidationError) -> str:
         extra = sorted(set(instance) - set(schema.get("properties", {})))
         extra = [e for e in extra if not e.startswith("_")]
         return f"unknown field(s) {', '.join(map(repr, extra))} (comments must start with '_')"
+    if err.validator == "enum" and isinstance(values, list) and "propertyNames" in err.schema_path:
+        return f"key {err.instance!r} is not one of {', '.join(map(repr, values))}"
     if err.validator == "enum" and isinstance(values, list):
         return f"{err.instance!r} is not one of {', '.join(map(repr, values))}"
     if err.validator == "oneOf" and isinstance(values, list) and all("required" in v for v in values):

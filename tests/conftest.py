@@ -31,13 +31,44 @@ def prompt(tmp_path_factory):
     return prompt_wav(tmp_path_factory.mktemp("p") / "prompt.wav")
 
 
+# Modules whose tests measure their own process's scheduling, CPU ticks, threads or a live
+# terminal's redraws: `make test` and `make check` run them alone, after the parallel pass
+# (docs/testing.md, "Two workers").
+SERIAL_MODULES = {
+    "tests/test_driver_runqueue.py": "pins CPUs and counts a thread's wait for one",
+    "tests/test_driver_stall_trace.py": "counts each gap's time on and off a CPU",
+    "tests/test_driver_busy_poll.py": "spins a core for its window",
+    "tests/test_driver_heap.py": "counts the driver process's page faults",
+    "tests/test_driver_ticker.py": "times the loop's timer against the clock",
+    "tests/test_driver_pacing.py": "counts sends per loop pass at a measured rate",
+    "tests/test_store_threads.py": "counts CPU ticks of the store's threads",
+    "tests/test_tui_live.py": "follows a real drive live (failed under load average 7-11)",
+    "tests/test_tui_tmux.py": "reads tmux's screen after redraws (clipped once under load)",
+    "tests/test_server_metrics.py": "holds the client's TTFA to the engine's own within 50 ms",
+    "tests/test_server_metrics_surfaces.py": "holds every client figure to the engine's within its tolerance "
+                                             "(a second figure was flagged under a second worker, 2026-12-03)",
+    "tests/test_cluster.py": "compares CPU float32 scores of two processes bit for bit (they differed in the "
+                             "last bits once under a second worker, 2026-12-03)",
+}
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m reads the marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that reads the quick demo is in the slow tier (`make check` leaves it out:
-    docs/testing.md), wherever it is and whether it takes the fixture itself or through another."""
+    """Marks by where a test is and what it uses (docs/testing.md):
+    - a test that reads the quick demo is `slow` (`make check` leaves it out), wherever it is and
+      whether it takes the fixture itself or through another; under pytest-xdist every such test
+      is in one group, so the demo runs once, on one worker;
+    - every other test is grouped with its module, so a module's fixtures are built once;
+    - a test of SERIAL_MODULES is `serial`."""
     for item in items:
+        module = item.nodeid.split("::", 1)[0]
         if "quick_demo" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.xdist_group("quick_demo"))
+        else:
+            item.add_marker(pytest.mark.xdist_group(module))
+        if module in SERIAL_MODULES:
+            item.add_marker(pytest.mark.serial)
 
 
 @pytest.fixture(scope="session")

@@ -136,18 +136,25 @@ def _announce(store: Store, plan, runs: list[dict], scores: pd.DataFrame) -> Non
 def build_campaign(root: Path, *, concurrencies=(1, 2, 4), repeats: int = 3, requests: int = 8, chunks: int = 4,
                    holdout: int = 6, gpu: bool = True, gate: bool = True, seed: int = 7,
                    sim_gap: bool = True, quality_concurrencies=(1,),
-                   gated: tuple[int, ...] | None = None) -> tuple[Path, Path]:
+                   gated: tuple[int, ...] | None = None, precision_change: bool = False,
+                   margins: dict[str, float] | None = None) -> tuple[Path, Path]:
     """`root/campaign.duckdb` and `root/plan.json`: two engines x concurrencies x repeats of the
     sweep pool, quality runs of both arms on the holdout at each of `quality_concurrencies` (C1)
     with scores, and (gate=True) the verdicts `campaign gate plan.json` issues. `gated`: the plan's
     `quality.concurrencies` (default: `quality_concurrencies`). `sim_gap`: one candidate SIM score
-    is a scorer error, so the SIM check is a coverage gap (INCONCLUSIVE) while WER and MOS are decided."""
+    is a scorer error, so the SIM check is a coverage gap (INCONCLUSIVE) while WER and MOS are decided.
+    `precision_change`: the candidate engine declares one (docs/equivalence.md). `margins`: the
+    plan's quality margins (wide ones let the candidate PASS)."""
     rng = np.random.default_rng(seed)
     wl = make_workload(root / "wl", n=12 + holdout, n_holdout=holdout)
     doc = plan_dict(wl, concurrencies=concurrencies, requests=requests, repeats=repeats, ports=[8101, 8102])
     doc["decision_rules"] = [{"name": "fast-exceeds-baseline", "kind": "throughput_exceeds", "candidate": "ref-fast",
                               "reference": "ref-baseline", "concurrencies": [max(concurrencies)], "confidence": 0.95}]
     doc["quality"]["concurrencies"] = list(quality_concurrencies if gated is None else gated)
+    if precision_change:
+        doc["engines"][1]["precision_change"] = True
+    if margins is not None:
+        doc["quality"]["margins"] = margins
     plan_path = root / "plan.json"
     plan_path.write_text(json.dumps(doc, indent=2))
     db = root / "campaign.duckdb"

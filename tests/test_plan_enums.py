@@ -30,7 +30,9 @@ from data.store import open_store
 from plans_helpers import make_workload, minimal_plan_doc, plan_dict, write_json
 from stats.bootstrap import METHODS as BOOTSTRAP_METHODS
 from stats.gates import GateConfig
+from stats.quality.base import METRICS as QUALITY_METRICS
 from stats.quality.precision import DTYPES
+from stats.quality.registry import SCORERS, dtype_for, make_scorer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,6 +58,7 @@ REGISTRIES: dict[str, Any] = {
     "sweep.interleave": lambda: _literal(SweepSpec, "interleave"),
     "sweep.kind": lambda: _literal(SweepSpec, "kind"),
     "quality.dtypes.*": lambda: DTYPES,
+    "quality.dtypes{}": lambda: (*QUALITY_METRICS, *{n for c in SCORERS.values() for n in (c.name, c.scorer_id)}),
     "bootstrap.method": lambda: METHODS,
     "decision_rules[].kind": lambda: _literal(DecisionRule, "kind"),
     "selection": lambda: _literal(Plan, "selection"),
@@ -74,6 +77,8 @@ def schema_enums(node: Any, path: str = "") -> Iterator[tuple[str, list[Any]]]:
             yield from schema_enums(node["items"], f"{path}[]")
         if isinstance(node.get("additionalProperties"), dict):
             yield from schema_enums(node["additionalProperties"], f"{path}.*")
+        if isinstance(node.get("propertyNames"), dict):
+            yield from schema_enums(node["propertyNames"], f"{path}{{}}")
 
 
 def test_every_schema_enum_has_a_registry():
@@ -140,6 +145,23 @@ def test_every_offered_dtype_validates(dtypes):
 def test_an_unknown_dtype_is_still_refused():
     with pytest.raises(CampaignError, match=r"quality\.dtypes\.sim: 'bf16' is not one of 'float32', 'tf32', 'float16'"):
         validate_plan_dict(minimal_plan_doc(quality={"dtypes": {"sim": "bf16"}}))
+
+
+def test_a_dtypes_key_naming_no_scorer_or_metric_is_refused():
+    """A misspelt key was frozen and then silently ignored: the scorer ran at its default dtype."""
+    with pytest.raises(CampaignError, match=r"quality\.dtypes: key 'siim' is not one of 'wer', 'sim', 'mos', "):
+        validate_plan_dict(minimal_plan_doc(quality={"dtypes": {"siim": "tf32"}}))
+
+
+def test_a_metric_key_sets_the_dtype_of_the_scorer_that_measures_it():
+    """`{"sim": "tf32"}` (the issue's own example) reached no scorer: dtypes were looked up by scorer
+    name or id only. A scorer's own key wins over its metric's."""
+    assert dtype_for("seedtts-sim", {"sim": "tf32"}) == "tf32"
+    assert make_scorer("seedtts-sim", dtypes={"sim": "tf32"}, device="cpu").dtype == "tf32"
+    assert dtype_for("seedtts-sim", {"sim": "tf32", "seedtts-sim": "float16"}) == "float16"
+    assert dtype_for("whisper", {"sim": "tf32"}) is None
+    with pytest.raises(ValueError, match="resemblyzer: dtype 'tf32' is not offered"):
+        make_scorer("resemblyzer", dtypes={"sim": "tf32"}, device="cpu")
 
 
 def test_a_plan_with_tf32_freezes(tmp_path):

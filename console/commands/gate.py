@@ -164,6 +164,7 @@ def gate_scores(args, console: Console) -> int:
 def gate_plan(args, console: Console) -> int:
     from console.candidates import on_verdict
     from console.gate_tables import print_checks, print_rule, require_controls
+    from console.quality_decision import decide_quality
     from data.plan_freeze import frozen_plan_for_file
     from data.pool_status import pool_status
     from data.store import open_store
@@ -221,9 +222,11 @@ def gate_plan(args, console: Console) -> int:
         for candidate, view, frame in quality:
             status = scorer_status(view)
             result = evaluate_gates(frame, cfg, scorer_status=status, source=f"plan {plan.hash[:12]}")
-            result = _equivalence_cap(console, store, plan, candidate, result)  # a precision change needs it
-            validators = precondition(store, plan, candidate)  # a PASS needs its validators (docs/plans.md)
-            result.verdict = validators.verdict(result.verdict)
+            decision = decide_quality(store, plan, candidate, result)  # equivalence, then validators
+            result, validators = decision.result, decision.validators
+            if decision.equivalence_cap is not None:
+                console.print(f"{candidate}: quality PASS capped to {decision.equivalence_cap.cap}: "
+                              f"{decision.equivalence_cap.reason}", markup=False, highlight=False)
             evidence = pool_status(store, view)
             print_checks(console, result, f"noninferiority gates: {plan.name} ({candidate} vs {q.baseline})",
                          evidence)
@@ -257,19 +260,6 @@ def gate_plan(args, console: Console) -> int:
         raise CampaignError(f"plan {plan.hash[:12]}: nothing to gate (no quality arms and no decision rules)")
     # a verdict not issued for want of evidence leaves the plan's question open: at least 3
     return max(exit_status(verdicts), 3) if missing and FAIL not in verdicts else exit_status(verdicts)
-
-
-def _equivalence_cap(console: Console, store, plan, candidate: str, result):
-    """No quality PASS for a precision-changing candidate without a PASS equivalence verdict
-    against the baseline (console/equivalence.py, docs/equivalence.md)."""
-    from console.equivalence import apply_precondition, equivalence_precondition
-
-    pre = equivalence_precondition(store, plan, candidate, getattr(plan.engine(candidate), "precision_change", False))
-    capped = apply_precondition(result, pre)
-    if capped is not result and pre is not None:
-        console.print(f"{candidate}: quality {result.verdict} capped to {capped.verdict}: {pre.reason}",
-                      markup=False, highlight=False)
-    return capped
 
 
 def print_earlier_verdicts(console: Console, db, plan) -> None:

@@ -54,10 +54,12 @@ def model_dir_for(name: str, model_paths: Mapping[str, Any] | None = None,
 
 
 def dtype_for(name: str, dtypes: Mapping[str, Any] | None = None) -> str | None:
-    """The plan's quality.dtypes entry for this scorer (None: the scorer's default)."""
+    """The plan's quality.dtypes entry for this scorer: keyed by its name or id, else by the metric
+    it measures (`{"sim": "tf32"}`: whichever scorer the plan gives SIM); None: the scorer's
+    default (docs/quality.md)."""
     cls = scorer_class(name)
     d = dict(dtypes or {})
-    value = d.get(cls.name) or d.get(cls.scorer_id)
+    value = d.get(cls.name) or d.get(cls.scorer_id) or d.get(cls.metric)
     return str(value) if value else None
 
 

@@ -86,6 +86,7 @@ class CandidateGates:
     evidence: str
     gaps: list[dict[str, Any]]
     attribution: list[str]
+    preconditions: list[str] = field(default_factory=list)  # why a PASS was turned down, as the gate says it
 
 
 @dataclass
@@ -131,6 +132,7 @@ def load_gates(store, plan_hash: str | None = None) -> GatesData | None:
     """The dry run for the newest frozen plan (or `plan_hash`), and the equivalence verdicts issued
     for it and its family; None when no plan is frozen."""
     from console.equivalence import equivalence_lines, family_equivalence
+    from console.quality_decision import decide_quality
     from data.plan_loading import plan_from_store
     from data.pool_status import pool_status
     from data.validators import precondition
@@ -155,14 +157,17 @@ def load_gates(store, plan_hash: str | None = None) -> GatesData | None:
             data.note = "no quality rows yet (run the holdout phase and `campaign score`)"
             continue
         result = evaluate_gates(frame, cfg, scorer_status=scorer_status(view), source=f"plan {plan.hash[:12]}")
+        decision = decide_quality(store, plan, cand, result)  # as `campaign gate` decides
         checks = result.checks_dicts()
         hists = []
         for c in checks:
             reps = _replicates(frame, cfg, int(c["concurrency"]), c["metric"]) if c["bound"] is not None else None
             hists.append(histogram(reps, c["bound"], float(c["margin"])) if reps is not None else None)
         data.candidates.append(CandidateGates(
-            cand, baseline, precondition(store, plan, cand).verdict(result.verdict), checks, hists, short_events(pool_status(store, view).summary),
-            coverage(store, view)[1], attribution_lines(result)))
+            cand, baseline, decision.result.verdict, checks, hists, short_events(pool_status(store, view).summary),
+            coverage(store, view)[1], attribution_lines(result),
+            [why for why in ((decision.equivalence_cap.reason if decision.equivalence_cap else ""),
+                             decision.validators.reason) if why]))
     data.rules = [evaluate_rule(r, collect_values(store, plan, r)) for r in plan.decision_rules
                   if r.kind == "throughput_exceeds"]
     for rr in data.rules:  # as `campaign gate` decides: a PASS needs the candidate's validators (docs/plans.md)
@@ -319,4 +324,6 @@ class GatesPane(Pane):
                 out.append("  coverage: every expected output scored\n", style="dim")
             for line in cg.attribution:
                 out.append(f"  WER attribution {line}\n", style="dim")
+            for why in cg.preconditions:
+                out.append(f"  no PASS: {why}\n", style=STALL_STYLE)
         return out

@@ -1,0 +1,35 @@
+"""The quality verdict a candidate's gate result becomes once its preconditions are applied: a
+precision change needs a PASS equivalence verdict (docs/equivalence.md) and a PASS needs the
+candidate's validators (docs/plans.md, "Validators"). `campaign gate` and the TUI's Gates tab (a dry
+run) both decide here, so the screen never shows a verdict the gate would not issue."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from console.equivalence import Precondition as EquivalencePrecondition
+from console.equivalence import apply_precondition, equivalence_precondition
+from data.plan_model import Plan
+from data.store import Store
+from data.validators import Precondition as ValidatorPrecondition
+from data.validators import precondition
+
+
+@dataclass(frozen=True)
+class QualityDecision:
+    """`result` is the gate result to issue: capped by the equivalence precondition, its verdict
+    then passed through the validators'."""
+
+    result: Any  # stats.gates.GateResult
+    equivalence_cap: EquivalencePrecondition | None  # the cap that turned a PASS down, if one did
+    validators: ValidatorPrecondition
+
+
+def decide_quality(store: Store, plan: Plan, candidate: str, result: Any) -> QualityDecision:
+    precision_change = bool(getattr(plan.engine(candidate), "precision_change", False))
+    pre = equivalence_precondition(store, plan, candidate, precision_change)
+    capped = apply_precondition(result, pre)
+    validators = precondition(store, plan, candidate)
+    capped.verdict = validators.verdict(capped.verdict)
+    return QualityDecision(capped, pre if capped is not result else None, validators)
