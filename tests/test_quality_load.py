@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +30,8 @@ from data.plan_loading import plan_from_store
 from data.queries import exclude_run
 from data.store import Store
 from stats.results.quality_load import NO_RUN, quality_under_load
+
+ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.timeout(600)
 EXCLUDED = "fast-q2-r1"
@@ -99,6 +103,31 @@ def test_levels_equal_numpy_on_the_stored_scores_at_every_measured_concurrency(c
     assert [ql.cell("ref-baseline", c).levels["wer"].value for c in (1, 2, 4)] == sorted(
         ql.cell("ref-baseline", c).levels["wer"].value for c in (1, 2, 4))
     assert ql.header("mos") == "MOS (DNSMOS OVRL (P.835))" and ql.header("wer") == "WER (%)"
+
+
+def test_the_text_report_shows_the_same_table(campaign):
+    """`campaign report` printed no quality-under-load table while the HTML report and the TUI did:
+    the same cells, from the same computation, with the numbers checked here against numpy."""
+    _, db, _ = campaign
+    plan, ql = _load(db)
+    want = _independent(db, plan)
+    out = subprocess.run([sys.executable, "-m", "console.cli", "report", plan.hash, "--db", str(db)],
+                         capture_output=True, text=True, env={**os.environ, "COLUMNS": "400"}, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout[out.stdout.index("Quality under load: quality runs (pool holdout)"):]
+    assert text.splitlines()[0].endswith(f"95 % percentile bootstrap over utterance ids, B={plan.bootstrap.draws}; * gated")
+    rows = {tuple(x[:2]): x[2:] for x in ([c.strip() for c in line.strip("│ ").split("│")]
+                                          for line in text.splitlines() if line.startswith("│ ref-"))}
+    assert sorted(rows) == sorted((e, f"C{c}" + ("*" if c in (1, 4) else "")) for e in ql.engines for c in (1, 2, 4, 8))
+    for (engine, conc), cells in rows.items():
+        c = int(conc.strip("C*"))
+        if c == 8:
+            assert cells == ["0", "no quality run", "no quality run", "no quality run"]
+            continue
+        for metric, cell in zip(("wer", "sim", "mos"), cells[1:]):
+            point, low, high, k = want[(engine, c, metric)]
+            d = {"wer": 2, "sim": 2, "mos": 3}[metric]
+            assert cell == f"{point:.{d}f} [{low:.{d}f}, {high:.{d}f}] {k} ids", (engine, c, metric)
 
 
 def test_unscored_panels_say_why(campaign, tmp_path):

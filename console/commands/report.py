@@ -90,6 +90,21 @@ def print_reconciliation(recs: list, console) -> None:
         console.print(summary_line(rec), highlight=False, markup=False)
 
 
+def print_quality_load(ql, console) -> None:
+    """Quality under load (docs/results.md): the table the HTML report and the TUI show, from the
+    one computation (stats/results/quality_load.py): each engine's WER, SIM and MOS at every
+    measured concurrency, the estimate and its percentile bootstrap interval, or why none."""
+    if not ql.cells:
+        return
+    metrics = ("wer", "sim", "mos")
+    rows = [[c.engine, f"C{c.concurrency}" + ("*" if c.concurrency in ql.gated else ""), c.runs]
+            + [" ".join(x for x in (c.text(m).value, c.text(m).interval) if x) for m in metrics] for c in ql.cells]
+    console.print(f"Quality under load: quality runs (pool {ql.pool or 'any'}) at every measured C; "
+                  f"{100 * ql.confidence:g} % percentile bootstrap over utterance ids, B={ql.draws}; * gated",
+                  highlight=False, markup=False)
+    print_rows(["engine", "C", "runs", *map(ql.header, metrics)], rows, console=console)
+
+
 def cmd_report(args) -> int:
     if args.figures and not args.html:
         from data.errors import CampaignError
@@ -107,6 +122,7 @@ def cmd_report(args) -> int:
     from stats.metrics import METRICS_VERSION
     from stats.results.plan_results import load_plan_results
     from stats.results.provenance import provenance
+    from stats.results.quality_load import quality_under_load
     from stats.results.report import column_label, columns, concurrency_label, service_columns
 
     with open_or_snapshot(resolve_db_path(args.db)) as store:  # a snapshot while a campaign runs
@@ -118,6 +134,7 @@ def cmd_report(args) -> int:
         where = provenance(store, plan)  # host, GPU, driver, time span (docs/results.md, "The report's header")
         rules = rule_lines(store, plan.hash)
         recs = reconciliations(store, res)  # the engines' own figures beside the console's
+        quality = quality_under_load(store, plan)  # the HTML report's and the TUI's table
         if args.html:
             from console.html_report import write_report
             out = write_report(store, res, Path(args.html), Path(args.figures) if args.figures else None)
@@ -151,6 +168,7 @@ def cmd_report(args) -> int:
                    title=f"{engine.name}: continuity pass rates by player model (docs/metrics.md)"
                          + (", goodput under the plan's SLO" if plan.slo is not None else ""))
     print_reconciliation(recs, console)
+    print_quality_load(quality, console)
     if res.left_out:
         console.print("not in aggregates: " + ", ".join(o.label() for o in res.left_out), highlight=False)
     if imported:
