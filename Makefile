@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 # module's tests on one worker and every reader of the quick demo on one; then the `serial` tests
 # (tests/conftest.py, SERIAL_MODULES) alone. Exit status 5 (nothing selected, e.g. by a -k in
 # PYTEST_ARGS) is not a failure of a pass.
-WORKERS ?= 2
+WORKERS ?= 3
 PARALLEL := -n $(WORKERS) --dist loadgroup
 
 # every test (what CI runs through .ci/run)
