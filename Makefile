@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-# Two passes (docs/testing.md, "Two workers"): the tests on $(WORKERS) pytest-xdist workers, each
+# Two passes (docs/testing.md, "Parallel workers"): the tests on $(WORKERS) pytest-xdist workers, each
 # module's tests on one worker and every reader of the quick demo on one; then the `serial` tests
 # (tests/conftest.py, SERIAL_MODULES) alone. Exit status 5 (nothing selected, e.g. by a -k in
 # PYTEST_ARGS) is not a failure of a pass.

@@ -33,7 +33,7 @@ def prompt(tmp_path_factory):
 
 # Modules whose tests measure their own process's scheduling, CPU ticks, threads or a live
 # terminal's redraws: `make test` and `make check` run them alone, after the parallel pass
-# (docs/testing.md, "Two workers").
+# (docs/testing.md, "Parallel workers").
 SERIAL_MODULES = {
     "tests/test_driver_runqueue.py": "pins CPUs and counts a thread's wait for one",
     "tests/test_driver_stall_trace.py": "counts each gap's time on and off a CPU",
