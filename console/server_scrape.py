@@ -1,193 +1,53 @@
-"""Scrape an engine's own Prometheus metrics while a run drives it (docs/results.md, "Server metrics").
-
-A thread of the recording process (never the driver's: its loop stamps chunks) GETs the engine's
-`metrics_path` once before the run's first request, every `interval_s` while it runs, and once
-after its last, parses the text with prometheus_client's parser and keeps the samples of the
-audio-serving families (`KEPT_PREFIXES`). When the run ends they are stored in `server_metrics`
-in one transaction. Every scrape has its own row (family NULL, sample 'scrape'): the samples it
-kept, or why it failed (refused, timeout, HTTP error, unparsable text); nothing here ever fails
-the run.
-
-Bounded cost: one GET per interval (>= 0.1 s, 1 s by default) with a timeout of
-min(interval, 2 s); at most `MAX_SAMPLES_PER_SCRAPE` samples kept per scrape (the rest dropped,
-counted in the scrape's row) and at most `MAX_ROWS_PER_RUN` rows held per run: past it, only the last
-scrape is still kept (the one the per-run figures read). `_created` samples are not kept.
-
-The scrape after the run settles: an engine counts a request after it has written the stream's
-end, so the client can be done before the server's counters are. The last scrape is repeated
-every `SETTLE_S` until two in a row read the same samples, at most `SETTLE_TRIES` times.
-"""
+"""Storing the engine's own metrics scraped around a local run (engine_adapters/server_scrape.py
+scrapes; docs/results.md, "Server metrics"): in `server_metrics`, in one transaction, once the run
+has ended. A storing failure is said on stderr and is not the run's failure; a run that raised
+keeps no samples."""
 
 from __future__ import annotations
 
 import sys
-import threading
-import time
-from dataclasses import dataclass, field
+from contextlib import nullcontext
 from types import TracebackType
 from typing import Any
 
-import httpx
 import pyarrow as pa
-from prometheus_client.parser import text_string_to_metric_families
 
-from data.hashing import canonical_json
 from data.store import Store
-
-# vLLM-Omni >= 0.24 (vllm_omni:), vLLM-Omni before 0.24 (vllm:omni_), SGLang-Omni (sglang_omni:)
-KEPT_PREFIXES = ("vllm_omni:", "vllm:omni_", "sglang_omni:")
-MAX_SAMPLES_PER_SCRAPE = 5_000
-MAX_ROWS_PER_RUN = 1_000_000
-MAX_TIMEOUT_S = 2.0
-SETTLE_S = 0.1
-SETTLE_TRIES = 10
+from engine_adapters.server_scrape import Scraper, ScrapeTarget, one_line
+from engine_adapters.server_scrape import scrape_target as _target
 
 
-@dataclass(frozen=True)
-class ScrapeTarget:
-    run_id: str
-    engine: str
-    url: str  # the engine's base URL plus its metrics path
-    interval_s: float
+def store_server_metrics(store: Store, table: pa.Table | None) -> None:
+    """A run's scraped rows into `server_metrics`, in one transaction (nothing when there are none)."""
+    if table is None or table.num_rows == 0:
+        return
+    with store.transaction():
+        store.insert_arrow("server_metrics", table)
 
 
-@dataclass(frozen=True)
-class Row:
-    scrape_seq: int
-    t_ns: int
-    family: str | None = None
-    type: str | None = None
-    sample: str | None = None
-    labels_json: str | None = None
-    value: float | None = None
-    error: str | None = None
+class ServerScrape(Scraper):
+    """`with ServerScrape(store, target):` around a local run: scrapes, then stores the rows."""
 
-
-SCRAPE_SAMPLE = "scrape"  # the `sample` of each scrape's own row (family NULL)
-
-
-def parse_exposition(text: str, seq: int, t_ns: int) -> list[Row]:
-    """One scrape's rows: its own row (sample 'scrape', value = samples kept, labels
-    {"dropped": N} past the cap), then the kept samples (prometheus_client's parser; ValueError
-    if the text is not the exposition format)."""
-    rows: list[Row] = []
-    dropped = 0
-    for fam in text_string_to_metric_families(text):
-        if not fam.name.startswith(KEPT_PREFIXES):
-            continue
-        for s in fam.samples:
-            if s.name.endswith("_created"):
-                continue
-            if len(rows) >= MAX_SAMPLES_PER_SCRAPE:
-                dropped += 1
-                continue
-            rows.append(Row(seq, t_ns, fam.name, fam.type, s.name, canonical_json(dict(s.labels)), float(s.value)))
-    marker = Row(seq, t_ns, sample=SCRAPE_SAMPLE, labels_json=canonical_json({"dropped": dropped} if dropped else {}),
-                 value=float(len(rows)))
-    return [marker, *rows]
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
-
-
-@dataclass
-class ServerScrape:
-    """`with ServerScrape(store, target):` around a run: scrapes before, during and after it."""
-
-    store: Store
-    target: ScrapeTarget
-    rows: list[Row] = field(default_factory=list)
-    _seq: int = 0
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def scrape(self, client: httpx.Client, last: bool = False) -> tuple[tuple[Any, ...], ...] | None:
-        """One GET and parse; a failure becomes an error row. Returns the samples read (None on a
-        failure), for the settling of the last scrape."""
-        seq, self._seq = self._seq, self._seq + 1
-        try:
-            resp = client.get(self.target.url)
-            t_ns = time.perf_counter_ns()
-            resp.raise_for_status()
-            rows = parse_exposition(resp.text, seq, t_ns)
-        except Exception as exc:  # evidence, not a gate: any failure is recorded, never raised
-            rows = [Row(seq, time.perf_counter_ns(), sample=SCRAPE_SAMPLE, labels_json="{}", error=_one_line(exc))]
-        if last or len(self.rows) + len(rows) <= MAX_ROWS_PER_RUN:
-            self.rows.extend(rows)
-        if rows[0].error is not None:
-            return None
-        return tuple((r.sample, r.labels_json, r.value) for r in rows[1:])
-
-    def settle(self, client: httpx.Client) -> None:
-        """The scrape after the run, repeated until two in a row agree (module docstring)."""
-        seen = self.scrape(client, last=True)
-        for _ in range(SETTLE_TRIES):
-            if seen is None:
-                return
-            time.sleep(SETTLE_S)
-            again = self.scrape(client, last=True)
-            if again == seen:
-                return
-            seen = again
-
-    def _loop(self, client: httpx.Client) -> None:
-        while not self._stop.wait(self.target.interval_s):
-            self.scrape(client)
-
-    def __enter__(self) -> "ServerScrape":
-        self._client = httpx.Client(timeout=min(self.target.interval_s, MAX_TIMEOUT_S))
-        self.scrape(self._client)
-        self._thread = threading.Thread(target=self._loop, args=(self._client,), name="server-scrape", daemon=True)
-        self._thread.start()
-        return self
+    def __init__(self, store: Store, target: ScrapeTarget) -> None:
+        super().__init__(target)
+        self.store = store
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        if exc_type is not None:  # the run did not end (its cell runs again on --resume): keep nothing
-            self._client.close()
+        super().__exit__(exc_type, exc, tb)
+        if exc_type is not None:
             return
         try:
-            self.settle(self._client)
-        finally:
-            self._client.close()
-            try:
-                self.save()
-            except Exception as exc:  # noqa: BLE001 - the run is stored already; say so, do not fail it
-                print(f"server metrics of run {self.target.run_id} not stored: {_one_line(exc)}", file=sys.stderr)
-
-    def save(self) -> None:
-        """Store the rows in one transaction (a storing failure is not the run's failure either)."""
-        if not self.rows:
-            return
-        cols: dict[str, list[Any]] = {n: [getattr(r, n) for r in self.rows] for n in Row.__dataclass_fields__}
-        n = len(self.rows)
-        arrow = pa.table({
-            "run_id": pa.array([self.target.run_id] * n, pa.string()),
-            "engine": pa.array([self.target.engine] * n, pa.string()),
-            "scrape_seq": pa.array(cols["scrape_seq"], pa.int32()),
-            "t_ns": pa.array(cols["t_ns"], pa.int64()),
-            **{c: pa.array(cols[c], pa.string()) for c in ("family", "type", "sample", "labels_json", "error")},
-            "value": pa.array(cols["value"], pa.float64()),
-        })
-        with self.store.transaction():
-            self.store.insert_arrow("server_metrics", arrow)
+            store_server_metrics(self.store, self.table())
+        except Exception as exc:  # noqa: BLE001 - the run is stored already; say so, do not fail it
+            print(f"server metrics of run {self.target.run_id} not stored: {one_line(exc)}", file=sys.stderr)
 
 
 def scrape_target(run_id: str, engine: Any, interval_s: float | None) -> ScrapeTarget | None:
-    """The run's target from the plan engine (`metrics_path`) and the plan's interval; None when off."""
-    path = getattr(engine, "metrics_path", None)
-    if interval_s is None or not path:
-        return None
-    return ScrapeTarget(run_id, engine.name, engine.url + path, interval_s)
+    """The run's target from the plan engine (`url`, `metrics_path`) and the plan's interval."""
+    return _target(run_id, engine.name, engine.url, getattr(engine, "metrics_path", None), interval_s)
 
 
 def server_scrape(store: Store, target: ScrapeTarget | None) -> Any:
     """The context manager the runner wraps a run in: a `ServerScrape`, or nothing when off."""
-    from contextlib import nullcontext
-
     return ServerScrape(store, target) if target is not None else nullcontext()

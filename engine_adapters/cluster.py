@@ -15,7 +15,8 @@ Messages are (kind, payload dict):
   launch_ended  the launch row once stopped (stopped / crashed), run_ids it served, log_bytes
   run_started   cell_key, run_id, launch_id, url
   batch         run_id, tables (table -> pyarrow.Table), audio (relpath -> WAV bytes), requests
-  run_ended     run_id, summary (DriveSummary), fatal, engine_exit, requests
+  run_ended     run_id, summary (DriveSummary), fatal, engine_exit, requests, server_metrics (the
+                engine's own metrics scraped on the node around the run, an Arrow table or None)
   skipped       cell_key, reason (its engine did not start on this node)
 This module imports Ray only inside the functions a node runs.
 """
@@ -28,6 +29,7 @@ import shutil
 import socket
 import tempfile
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator
@@ -39,6 +41,7 @@ from engine_adapters.cell_loop import EngineManager, Launch, run_cells
 from engine_adapters.driver import DriveSpec, DriverProcess
 from engine_adapters.lifecycle import EngineProcess, EngineStartError, port_in_use
 from engine_adapters.placement import assigned_gpu, slot_port, with_port
+from engine_adapters.server_scrape import Scraper, scrape_target
 
 Message = tuple[str, dict[str, Any]]
 PORT_WAIT_S = 15.0
@@ -52,6 +55,8 @@ class NodeCell:
     engine: EngineSpec  # adapter spec with the real environment (data/plan_loading.py engine_environment)
     drive: DriveSpec
     concurrency: int
+    metrics_path: str | None = None  # the engine's own metrics, scraped around the run (docs/cluster.md)
+    scrape_interval_s: float | None = None  # the plan's server_metrics.interval_s; None: not scraped
 
 
 @dataclass(frozen=True)
@@ -197,24 +202,29 @@ def drive_cell(cell: NodeCell, eng: EngineProcess, scratch: Path, telemetry: boo
         sampler.start(spec.run_id)
     yield "run_started", {"cell_key": cell.cell_key, "run_id": spec.run_id, "launch_id": eng.launch_id,
                           "url": spec.url}
-    proc = DriverProcess(spec).start()
+    # the engine's own metrics, scraped from this node around the run, as the local runner does
+    target = scrape_target(spec.run_id, cell.engine.name, spec.url, cell.metrics_path, cell.scrape_interval_s)
+    scraper = Scraper(target) if target is not None else None
     sent = transport = 0
-    try:
-        for records in proc.batches():
-            records = records + (sampler.drain() if sampler else [])
-            done = sum(1 for r in records if isinstance(r, RequestRecord))
-            transport += sum(1 for r in records if isinstance(r, RequestRecord) and r.outcome == "transport")
-            sent += done
-            yield "batch", {"run_id": spec.run_id, "tables": records_to_tables(records),
-                            "audio": _audio_bytes(records, Path(spec.artifacts_dir)), "requests": done}
-    finally:
-        proc.join()
+    with scraper if scraper is not None else nullcontext():
+        proc = DriverProcess(spec).start()
+        try:
+            for records in proc.batches():
+                records = records + (sampler.drain() if sampler else [])
+                done = sum(1 for r in records if isinstance(r, RequestRecord))
+                transport += sum(1 for r in records if isinstance(r, RequestRecord) and r.outcome == "transport")
+                sent += done
+                yield "batch", {"run_id": spec.run_id, "tables": records_to_tables(records),
+                                "audio": _audio_bytes(records, Path(spec.artifacts_dir)), "requests": done}
+        finally:
+            proc.join()
     tail = sampler.stop() if sampler else []
     if tail:
         yield "batch", {"run_id": spec.run_id, "tables": records_to_tables(tail), "audio": {}, "requests": 0}
     engine_exit = eng.exit_cause(0.5 if transport else 0.0)
     yield "run_ended", {"run_id": spec.run_id, "summary": proc.summary, "fatal": proc.fatal,
-                        "engine_exit": engine_exit, "requests": sent}
+                        "engine_exit": engine_exit, "requests": sent,
+                        "server_metrics": scraper.table() if scraper is not None else None}
 
 
 def drive_group(group: NodeGroup) -> Iterator[Message]:

@@ -110,6 +110,28 @@ def test_the_same_plan_locally_and_on_the_cluster_stores_the_same_requests(ray_l
         by_slot.setdefault((x["concurrency"], x["repeat_index"]), set()).add((x["node_id"], x["gpu_uuid"]))
     assert all(len(v) == 1 for v in by_slot.values())
     assert all(x["node_id"] is None for x in runs_l)
+    # the engines' own metrics, scraped on the node around each run as the local runner scrapes them
+    # (cluster runs stored none before 2026-12-03): the same family and figures as the local run's,
+    # scrape 0 before the first request, and the run's requests counted by the engine, none failed
+    # (the reference engine counted a client that hung up after its last event as a failure until
+    # 2026-12-03: docs/engines.md, "Engine metrics")
+    from stats.server_reconcile import reconcile_run
+
+    recs = {}
+    for db in (local, remote):
+        with Store(db) as s:
+            cells = {r["cell_key"]: r["run_id"] for r in s.query("SELECT cell_key, run_id FROM runs")}
+            recs[db] = {k: reconcile_run(s, rid) for k, rid in cells.items()}
+    assert sorted(recs[local]) == sorted(recs[remote])
+    for key, rec in recs[remote].items():
+        mine = recs[local][key]
+        assert rec.engine_family == mine.engine_family is not None and rec.baseline and rec.scrapes >= 2, rec
+        got = {p.figure: (p.server, p.client) for p in rec.pairs}
+        want_done = {k: next((p.server, p.client) for p in r.pairs if p.figure == "requests_completed")
+                     for k, r in recs[local].items()}
+        assert sorted(got) == sorted(p.figure for p in mine.pairs)
+        assert got["requests_failed"] == (0.0, 0.0) and got["requests_completed"][1] == 3.0, rec
+        assert got["requests_completed"] == want_done[key] == (3.0, 3.0) and got["audio_s_total"][0] > 0, rec
 
     # the quality phase on both, scored locally and by one scorer replica per (fake) GPU
     for db, where in ((local, []), (remote, ["--cluster", "local"])):

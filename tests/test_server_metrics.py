@@ -13,7 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from console.server_scrape import ScrapeTarget, ServerScrape, parse_exposition
+from console.server_scrape import ServerScrape
+from engine_adapters.server_scrape import ScrapeTarget, parse_exposition
 from data.errors import CampaignError
 from data.plan_validation import validate_plan_dict
 from data.server_plan import SloSpec

@@ -100,7 +100,9 @@ def run_plan_on_cluster(store: Store, plan: Plan, opts: RunnerOptions) -> Runner
         gid = next(ids)
         specs = {new_cell_run_id(plan, c): c for c in keep}
         node_cells = [NodeCell(c.key, adapter_spec(plan.engine(c.engine), phase.env, frozen),
-                               drive_spec(plan, c, rid, requests[c.concurrency], opts.artifacts_dir), c.concurrency)
+                               drive_spec(plan, c, rid, requests[c.concurrency], opts.artifacts_dir), c.concurrency,
+                               metrics_path=plan.engine(c.engine).metrics_path,
+                               scrape_interval_s=plan.server_metrics.interval_s)  # scraped on the node
                       for rid, c in specs.items()]
         recorder.register(gid, keep, {rid: n.drive for rid, n in zip(specs, node_cells)})
         return NodeGroup(gid, plan.hash, plan.sweep.restart, node_cells, telemetry=opts.telemetry, plan=plan,

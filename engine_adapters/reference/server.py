@@ -495,9 +495,11 @@ class ReferenceEngine:
         finish = "length" if seq.rendered.result().truncated else "stop"
         for frame in self.encoder.finish(ctx, finish, self._usage(req, prompt, total)):
             await self._write(resp, ctx, frame, -1)
-        await resp.write_eof()
+        # counted once its last frame is written, before the body's terminator: a client that has its
+        # last event and hangs up does not turn it into a failure (docs/engines.md, "Engine metrics")
         self.outcomes.completed += 1
         self.metrics.finish(ctx.request_id, time.perf_counter_ns(), reason=finish)
+        await resp.write_eof()
         return resp
 
 
@@ -513,11 +515,11 @@ class ReferenceEngine:
         ended = await direct.done  # raises ConnectionResetError if the client went away
         if ended == "abort":
             return self._abort(request, resp)
-        await resp.write_eof()
-        if ended == "completed":
+        if ended == "completed":  # counted before the terminator, as above
             self.outcomes.completed += 1
             self.metrics.finish(ctx.request_id, time.perf_counter_ns(),
                                 reason="length" if seq.rendered.result().truncated else "stop")
+        await resp.write_eof()
         return resp
 
 
