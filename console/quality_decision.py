@@ -25,10 +25,15 @@ class QualityDecision:
     equivalence_cap: EquivalencePrecondition | None  # the cap that turned a PASS down, if one did
     validators: ValidatorPrecondition
 
+    @property
+    def reasons(self) -> list[str]:
+        """Why a PASS was turned down (the equivalence cap's, then the validators'), as the gate says."""
+        return [why for why in (self.equivalence_cap.reason if self.equivalence_cap else "", self.validators.reason)
+                if why]
+
 
 def decide_quality(store: Store, plan: Plan, candidate: str, result: Any) -> QualityDecision:
-    precision_change = bool(getattr(plan.engine(candidate), "precision_change", False))
-    pre = equivalence_precondition(store, plan, candidate, precision_change)
+    pre = equivalence_precondition(store, plan, candidate, plan.engine(candidate).precision_change)
     capped = apply_precondition(result, pre)
     validators = precondition(store, plan, candidate)
     capped.verdict = validators.verdict(capped.verdict)

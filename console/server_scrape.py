@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from contextlib import nullcontext
 from types import TracebackType
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow as pa
 
@@ -17,12 +17,17 @@ from engine_adapters.server_scrape import Scraper, ScrapeTarget, one_line
 from engine_adapters.server_scrape import scrape_target as _target
 
 
-def store_server_metrics(store: Store, table: pa.Table | None) -> None:
-    """A run's scraped rows into `server_metrics`, in one transaction (nothing when there are none)."""
+def store_server_metrics(store: Store, run_id: str, table: pa.Table | None,
+                         say: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> None:
+    """A run's scraped rows into `server_metrics`, in one transaction (nothing when there are none).
+    The run is stored already: a failure here is said in one line, not raised."""
     if table is None or table.num_rows == 0:
         return
-    with store.transaction():
-        store.insert_arrow("server_metrics", table)
+    try:
+        with store.transaction():
+            store.insert_arrow("server_metrics", table)
+    except Exception as exc:  # noqa: BLE001 - the run is stored already; say so, do not fail it
+        say(f"server metrics of run {run_id} not stored: {one_line(exc)}")
 
 
 class ServerScrape(Scraper):
@@ -35,12 +40,8 @@ class ServerScrape(Scraper):
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         super().__exit__(exc_type, exc, tb)
-        if exc_type is not None:
-            return
-        try:
-            store_server_metrics(self.store, self.table())
-        except Exception as exc:  # noqa: BLE001 - the run is stored already; say so, do not fail it
-            print(f"server metrics of run {self.target.run_id} not stored: {one_line(exc)}", file=sys.stderr)
+        if exc_type is None:
+            store_server_metrics(self.store, self.target.run_id, self.table())
 
 
 def scrape_target(run_id: str, engine: Any, interval_s: float | None) -> ScrapeTarget | None:

@@ -123,12 +123,12 @@ def test_the_same_plan_locally_and_on_the_cluster_stores_the_same_requests(ray_l
             cells = {r["cell_key"]: r["run_id"] for r in s.query("SELECT cell_key, run_id FROM runs")}
             recs[db] = {k: reconcile_run(s, rid) for k, rid in cells.items()}
     assert sorted(recs[local]) == sorted(recs[remote])
+    want_done = {k: next((p.server, p.client) for p in r.pairs if p.figure == "requests_completed")
+                 for k, r in recs[local].items()}
     for key, rec in recs[remote].items():
         mine = recs[local][key]
         assert rec.engine_family == mine.engine_family is not None and rec.baseline and rec.scrapes >= 2, rec
         got = {p.figure: (p.server, p.client) for p in rec.pairs}
-        want_done = {k: next((p.server, p.client) for p in r.pairs if p.figure == "requests_completed")
-                     for k, r in recs[local].items()}
         assert sorted(got) == sorted(p.figure for p in mine.pairs)
         assert got["requests_failed"] == (0.0, 0.0) and got["requests_completed"][1] == 3.0, rec
         assert got["requests_completed"] == want_done[key] == (3.0, 3.0) and got["audio_s_total"][0] > 0, rec

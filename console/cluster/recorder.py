@@ -22,7 +22,6 @@ from data.hashing import sha256_bytes
 from data.launches import store_launch, update_launch
 from data.store import Store
 from data.writer import BatchWriter
-from engine_adapters.server_scrape import one_line
 
 
 @dataclass
@@ -185,10 +184,8 @@ class Recorder:
 
     def _on_run_ended(self, g: GroupState, p: dict[str, Any]) -> None:
         self._end_run(g, p["run_id"], summary=p["summary"], fatal=p["fatal"], engine_exit=p["engine_exit"])
-        try:  # the engine's own metrics, scraped on the node (console/server_scrape.py stores a local run's)
-            store_server_metrics(self.store, p.get("server_metrics"))
-        except Exception as exc:  # noqa: BLE001 - the run is stored already; say so, do not fail it
-            self.log(f"server metrics of run {p['run_id']} not stored: {one_line(exc)}")
+        # the engine's own metrics, scraped on the node; stored as a local run's are
+        store_server_metrics(self.store, p["run_id"], p.get("server_metrics"), say=self.log)
 
     def _end_run(self, g: GroupState, run_id: str, *, summary: Any = None, fatal: str | None = None,
                  engine_exit: str | None = None, lost: str | None = None) -> str:

@@ -99,9 +99,7 @@ def print_quality_load(ql, console) -> None:
     metrics = ("wer", "sim", "mos")
     rows = [[c.engine, f"C{c.concurrency}" + ("*" if c.concurrency in ql.gated else ""), c.runs]
             + [" ".join(x for x in (c.text(m).value, c.text(m).interval) if x) for m in metrics] for c in ql.cells]
-    console.print(f"Quality under load: quality runs (pool {ql.pool or 'any'}) at every measured C; "
-                  f"{100 * ql.confidence:g} % percentile bootstrap over utterance ids, B={ql.draws}; * gated",
-                  highlight=False, markup=False)
+    console.print(f"Quality under load: {ql.caption()}", highlight=False, markup=False)
     print_rows(["engine", "C", "runs", *map(ql.header, metrics)], rows, console=console)
 
 

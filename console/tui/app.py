@@ -521,8 +521,7 @@ def quality_load_table(ql: QualityLoad) -> DataTable:
     concurrency, the estimate over a dim line with its percentile bootstrap interval, or why none."""
     metrics = ("wer", "sim", "mos")
     table: DataTable[Text] = DataTable(cursor_type="row", classes="quality-load-table")
-    table.border_title = (f"quality under load: quality runs (pool {ql.pool or 'any'}) at every measured C; "
-                          f"{100 * ql.confidence:g} % percentile bootstrap over utterance ids, B={ql.draws}; * gated")
+    table.border_title = f"quality under load: {ql.caption()}"
     table.add_columns(Text("engine"), *[Text(c, justify="right") for c in ("C", "runs", *map(ql.header, metrics))])
     for c in ql.cells:
         row = [Text(c.engine), num(f"C{c.concurrency}" + ("*" if c.concurrency in ql.gated else "")), num(str(c.runs))]

@@ -96,6 +96,11 @@ class QualityLoad:
         label, unit = self.labels[metric], self.units[metric]
         return label if label.split(" ")[0] == unit else f"{label} ({unit})"
 
+    def caption(self) -> str:
+        """What the table's rows are, as the TUI and the text report title it."""
+        return (f"quality runs (pool {self.pool or 'any'}) at every measured C; {100 * self.confidence:g} % "
+                f"percentile bootstrap over utterance ids, B={self.draws}; * gated")
+
     def cell(self, engine: str, concurrency: int) -> LoadCell | None:
         return next((c for c in self.cells if c.engine == engine and c.concurrency == concurrency), None)
 

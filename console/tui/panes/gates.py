@@ -165,9 +165,7 @@ def load_gates(store, plan_hash: str | None = None) -> GatesData | None:
             hists.append(histogram(reps, c["bound"], float(c["margin"])) if reps is not None else None)
         data.candidates.append(CandidateGates(
             cand, baseline, decision.result.verdict, checks, hists, short_events(pool_status(store, view).summary),
-            coverage(store, view)[1], attribution_lines(result),
-            [why for why in ((decision.equivalence_cap.reason if decision.equivalence_cap else ""),
-                             decision.validators.reason) if why]))
+            coverage(store, view)[1], attribution_lines(result), decision.reasons))
     data.rules = [evaluate_rule(r, collect_values(store, plan, r)) for r in plan.decision_rules
                   if r.kind == "throughput_exceeds"]
     for rr in data.rules:  # as `campaign gate` decides: a PASS needs the candidate's validators (docs/plans.md)
