@@ -24,6 +24,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from stats.metrics.registry import metrics_in_figure  # noqa: E402
 from stats.results.plan_results import PlanResults, VerdictResult  # noqa: E402
+from stats.quality.metrics import NAMES as QUALITY_NAMES  # noqa: E402  (wer, sim, mos)
 from stats.results.quality_load import QualityLoad  # noqa: E402
 from stats.results.replicates import CheckReplicates  # noqa: E402
 from stats.results.series import GpuRunSeries  # noqa: E402
@@ -472,8 +473,7 @@ def quality_load_figure(ql: QualityLoad) -> FigureOut:
     title = "Quality under load: WER, SIM and MOS vs concurrency"
     fig, axes = _figure(title, ncols=3, width=13.0, height=3.8)
     engines = list(ql.engines)
-    pct = f"{100 * ql.confidence:g} %"
-    for ax, m in zip(axes[0], ("wer", "sim", "mos")):
+    for ax, m in zip(axes[0], QUALITY_NAMES):
         ax.set_title(ql.header(m))
         drawn = False
         for i, e in enumerate(engines):
@@ -509,8 +509,5 @@ def quality_load_figure(ql: QualityLoad) -> FigureOut:
                for c in ql.cells if any(lv is None for lv in c.levels.values())]
     return FigureOut("quality_load", title,
                      f"Each engine's quality runs at every measured concurrency ({_cells_text(ql, ql.concurrencies)}; "
-                     f"the gate judges {_cells_text(ql, ql.gated)}): the point is the figure over the cell's utterance "
-                     f"ids (WER: 100 × Σ errors / Σ words; SIM, MOS: mean of each id's mean), the bar its central {pct} "
-                     f"percentile bootstrap interval over ids (B={ql.draws}, seed {ql.seed}). Scorers: "
-                     + ", ".join(f"{m} {ql.scorers[m]}" for m in ("wer", "sim", "mos")) + "."
+                     f"the gate judges {_cells_text(ql, ql.gated)}): each point is the figure {ql.method()}"
                      + (f" Not scored (some or every metric): {'; '.join(missing)}." if missing else ""), fig)

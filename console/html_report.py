@@ -24,6 +24,7 @@ from stats.rule_noise import noise_summary, store_rule_noise
 from console.equivalence_report import equivalence_figure, equivalence_tables, family_equivalence
 from stats.results.plan_results import PlanResults, VerdictResult, load_verdicts
 from stats.results.provenance import provenance
+from stats.quality.metrics import NAMES as QUALITY_NAMES  # wer, sim, mos
 from stats.results.quality_load import QualityLoad, quality_under_load
 from stats.results.replicates import CheckReplicates, document_replicates
 from stats.results.report import column_label, columns, concurrency_label, service_columns
@@ -153,7 +154,7 @@ def imported_table(rows: list[dict]) -> str:
 def quality_load_section(ql: QualityLoad) -> str:
     """Quality under load (docs/results.md): each engine's WER, SIM and MOS at every measured
     concurrency with its percentile bootstrap interval over utterance ids, or why a cell has none."""
-    metrics = ("wer", "sim", "mos")
+    metrics = QUALITY_NAMES
     rows = []
     for c in ql.cells:
         cells = [_e(c.engine), _e(f"C{c.concurrency}" + (" (gated)" if c.concurrency in ql.gated else "")), str(c.runs)]
@@ -163,13 +164,10 @@ def quality_load_section(ql: QualityLoad) -> str:
                          + (f'<br><span class="rng">{_e(t.interval)}</span>' if t.interval else ""))
         rows.append(cells)
     head = ["engine", "C", "runs"] + [ql.header(m) for m in metrics]
-    pct = f"{100 * ql.confidence:g} %"
     return ('<div id="quality-load">'
             f"<p class=note>The plan's quality runs (measured, complete, not excluded; pool {_e(ql.pool or 'any')}) at "
-            f"every measured concurrency; gated: a concurrency the quality gate judges. Each figure is over the cell's "
-            f"utterance ids (WER: 100 × Σ errors / Σ words; SIM, MOS: mean of each id's mean across repeats), with "
-            f"its central {pct} percentile bootstrap interval over ids (B={ql.draws}, seed {ql.seed}). Scorers: "
-            + _e(", ".join(f"{m} {ql.scorers[m]}" for m in metrics)) + ".</p>"
+            f"every measured concurrency; gated: a concurrency the quality gate judges. Each figure is "
+            f"{_e(ql.method())}</p>"
             + _table(head, rows, "report") + "</div>")
 
 

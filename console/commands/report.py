@@ -96,7 +96,9 @@ def print_quality_load(ql, console) -> None:
     measured concurrency, the estimate and its percentile bootstrap interval, or why none."""
     if not ql.cells:
         return
-    metrics = ("wer", "sim", "mos")
+    from stats.quality.metrics import NAMES as QUALITY_NAMES  # wer, sim, mos
+
+    metrics = QUALITY_NAMES
     rows = [[c.engine, f"C{c.concurrency}" + ("*" if c.concurrency in ql.gated else ""), c.runs]
             + [" ".join(x for x in (c.text(m).value, c.text(m).interval) if x) for m in metrics] for c in ql.cells]
     console.print(f"Quality under load: {ql.caption()}", highlight=False, markup=False)

@@ -58,6 +58,7 @@ from stats.metrics import METRICS_VERSION
 from stats.metrics.registry import RUNS, metrics_on
 from stats.results.report import columns as report_columns
 from stats.results.report import column_label as report_label
+from stats.quality.metrics import NAMES as QUALITY_NAMES  # wer, sim, mos
 from stats.results.quality_load import QualityLoad
 from stats.results.report import SpreadText, concurrency_label
 
@@ -519,7 +520,7 @@ class CampaignApp(App):
 def quality_load_table(ql: QualityLoad) -> DataTable:
     """Quality under load (docs/results.md): each engine's WER, SIM and MOS at every measured
     concurrency, the estimate over a dim line with its percentile bootstrap interval, or why none."""
-    metrics = ("wer", "sim", "mos")
+    metrics = QUALITY_NAMES
     table: DataTable[Text] = DataTable(cursor_type="row", classes="quality-load-table")
     table.border_title = f"quality under load: {ql.caption()}"
     table.add_columns(Text("engine"), *[Text(c, justify="right") for c in ("C", "runs", *map(ql.header, metrics))])

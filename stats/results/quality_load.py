@@ -96,6 +96,13 @@ class QualityLoad:
         label, unit = self.labels[metric], self.units[metric]
         return label if label.split(" ")[0] == unit else f"{label} ({unit})"
 
+    def method(self) -> str:
+        """How each figure and its interval are computed, as the HTML report and its figure say it."""
+        return (f"over the cell's utterance ids (WER: 100 × Σ errors / Σ words; SIM, MOS: mean of each id's mean "
+                f"across repeats), with its central {100 * self.confidence:g} % percentile bootstrap interval over "
+                f"ids (B={self.draws}, seed {self.seed}). Scorers: "
+                + ", ".join(f"{m} {self.scorers[m]}" for m in NAMES) + ".")
+
     def caption(self) -> str:
         """What the table's rows are, as the TUI and the text report title it."""
         return (f"quality runs (pool {self.pool or 'any'}) at every measured C; {100 * self.confidence:g} % "
