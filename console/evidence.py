@@ -677,10 +677,24 @@ def check_quality(root: Path, store: Store, doc: dict[str, Any]) -> str:
         raise EvidenceMismatch(f"verdict {vid}: {len(derived)} checks re-derived, the document has {len(stored)}")
     for s, d in zip(stored, derived):
         _compare(f"verdict {vid} C{s.get('concurrency')} {s.get('metric')}", s, d, CHECK_FIELDS)
-    verdict = with_validators(store, plan, doc, result.verdict)
+    verdict = decided_quality(store, plan, doc, result)
     if verdict != doc.get("verdict"):
         raise EvidenceMismatch(f"verdict {vid}: re-derived {verdict}, the document says {doc.get('verdict')}")
     return f"{vid} {verdict}: {len(derived)} checks, bounds bit-identical"
+
+
+def decided_quality(store: Store, plan: Any, doc: dict[str, Any], result: Any) -> str:
+    """The quality verdict as `campaign gate` decided it (console/quality_decision.py: the
+    equivalence cap of a precision-changing candidate, then its validators), from the bundled
+    record before the verdict's own `verdict_issued` event. A document without `validators` was
+    issued before those preconditions existed and is re-derived from its statistics alone."""
+    from console.quality_decision import decide_quality
+
+    if not isinstance(doc.get("validators"), dict):
+        return result.verdict
+    issued = store.scalar("SELECT seq FROM audit_events WHERE kind = 'verdict_issued' AND subject = ?",
+                          [doc["verdict_id"]])
+    return decide_quality(store, plan, doc["validators"]["engine"], result, before_seq=issued).result.verdict
 
 
 def check_throughput(store: Store, doc: dict[str, Any]) -> str:
