@@ -114,9 +114,10 @@ def build_manifest(plan: "Plan", label: str = "plan") -> Manifest:
     return Manifest(sha256_text(canonical_json(doc)), wl.root, wl.locale, meta_sha, pools, hashes, pools_sha)
 
 
-def freeze_manifest(store: Store, plan: "Plan", label: str = "plan") -> Manifest:
-    """Build, check against the plan's pinned hash (if any) and store the manifest (idempotent)."""
-    m = build_manifest(plan, label)
+def freeze_manifest(store: Store, plan: "Plan", label: str = "plan", built: Manifest | None = None) -> Manifest:
+    """Build (unless `built` is given), check against the plan's pinned hash (if any) and store the
+    manifest (idempotent)."""
+    m = built or build_manifest(plan, label)
     pinned = plan.workload.manifest_sha256
     if pinned and pinned != m.hash:
         raise CampaignError(f"{label}: workload.manifest_sha256: {pinned} does not match the workload on disk ({m.hash})")
@@ -197,6 +198,13 @@ def open_holdout(store: Store, plan: "Plan", reason: str,
                        payload={"reason": reason, "pool": plan.workload.holdout_pool,
                                 **({"selection": selection} if selection is not None else {})})
     return seq, True
+
+
+def frozen_manifest(store: Store, plan_hash: str) -> dict[str, Any] | None:
+    """The manifest a plan (or addendum) was frozen with, by its freeze event."""
+    h = store.scalar("SELECT json_extract_string(payload_json, '$.manifest_hash') FROM audit_events "
+                     "WHERE kind IN ('plan_frozen', 'addendum_frozen') AND plan_hash = ? ORDER BY seq LIMIT 1", [plan_hash])
+    return stored_manifest(store, h) if h else None
 
 
 def stored_manifest(store: Store, manifest_hash: str) -> dict[str, Any] | None:

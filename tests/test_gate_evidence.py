@@ -118,17 +118,18 @@ def test_reserved_holdout_verdict_at_plan_concurrencies_then_addendum_on_reused_
     assert [c["expected_repeats"] for c in doc["coverage"]["cells"]] == [[0, 1], [0, 1]]
     assert "measured repeats" in doc["coverage"]["rule"] and "Coverage:" in doc["rule"]
 
-    # An addendum drops the reservation and keeps the now-used pool at quality concurrency [1]; its
-    # parent is the same hash prefix the command line takes.
+    # An addendum keeps the protocol and the now-used reservation (it may not drop it, nor narrow the
+    # quality concurrencies: docs/plans.md, "What an addendum may change"); its parent is the same
+    # hash prefix the command line takes.
     add = world["tmp"] / "addendum.json"
     add.write_text(json.dumps({"schema": "omni-campaign-addendum/1", "parent": plan.hash[:10],
                                "name": "post-integration", "reason": "regression check after integration",
-                               "changes": {"workload": {"holdout_pool": None}, "quality": {"concurrencies": [1]}}}))
+                               "changes": {"description": "post-integration regression check"}}))
     assert main(["plan", "addendum", plan.hash[:8], str(add), "--db", str(db)]) == 0
     with Store(db) as store:
         child = plan_from_store(store, store.scalar("SELECT plan_hash FROM plans WHERE name = 'post-integration'"))
         assert child.parent_hash == plan.hash
-        add_cells(store, child, world["art"], world["wl"], (1,), prefix="a-")
+        add_cells(store, child, world["art"], world["wl"], (1, 4), prefix="a-")
         score_plan(store, child, artifacts_dir=world["art"])
     assert main(["controls", "--plan", str(world["plan_path"])]) == 0
     rc, out = gate(capsys, add, "--db", db)
@@ -142,7 +143,7 @@ def test_reserved_holdout_verdict_at_plan_concurrencies_then_addendum_on_reused_
     jsonschema.validate(doc2, load_schema())
     assert doc2["evidence"]["status"] == "reused" and doc2["evidence"]["earlier_runs_total"] == 8
     assert {r["plan_hash"] for r in doc2["evidence"]["earlier_runs"]} == {plan.hash}
-    assert [c["concurrency"] for c in doc2["cells"]] == [1]
+    assert [c["concurrency"] for c in doc2["cells"]] == [1, 4]
 
     # The earlier verdict is never re-judged: its row is byte-for-byte what it was; both are listed.
     assert verdict_row(db, v1) == old_row

@@ -366,12 +366,12 @@ def _pool_size(doc: dict) -> int | None:
 def cmd_freeze(args) -> int:
     from data.plan_freeze import freeze
     from data.store import open_store
-    from engine_adapters.sampling import sampling_errors
+    from engine_adapters.sampling import freeze_errors
 
     from console.candidates import register_plan
 
     with open_store(args.db, create=True) as store:  # a campaign's record starts here
-        res = freeze(store, args.plan, checks=[sampling_errors])
+        res = freeze(store, args.plan, checks=[freeze_errors])
         register_plan(store, res.plan)  # each engine a proposed candidate (docs/results.md, "Candidates")
         print(res.message)
         if res.manifest_hash:
@@ -399,10 +399,10 @@ def cmd_addendum(args) -> int:
     from console.candidates import register_plan
     from data.plan_freeze import freeze
     from data.store import open_store
-    from engine_adapters.sampling import sampling_errors
+    from engine_adapters.sampling import freeze_errors
 
     with open_store(args.db) as store:
-        res = freeze(store, args.addendum, expected_parent=args.parent, checks=[sampling_errors])
+        res = freeze(store, args.addendum, expected_parent=args.parent, checks=[freeze_errors])
         register_plan(store, res.plan)
         print(res.message)
         print(f"parent {res.plan.parent_hash}")

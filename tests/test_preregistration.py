@@ -1,0 +1,167 @@
+"""A pre-registration nobody can bend (issue 38): an addendum keeps its parent's protocol (item 1)
+and one name in a store names one frozen plan (item 2). Real plan files frozen into real DuckDB
+stores, through the library and the `campaign` command line; every refusal stores nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from plans_helpers import make_workload, plan_dict, write_json
+
+from data.errors import CampaignError
+from data.plan_freeze import freeze
+from data.store import Store
+from engine_adapters.sampling import freeze_errors
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def campaign(*args: object, db: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "console.cli", *map(str, args), "--db", str(db)], cwd=ROOT,
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+
+
+def addendum(parent: str, changes: dict, name: str = "amend") -> dict:
+    return {"schema": "omni-campaign-addendum/1", "parent": parent, "name": name, "reason": "test", "changes": changes}
+
+
+def counts(store: Store) -> tuple[int, int]:
+    return store.scalar("SELECT count(*) FROM plans"), store.scalar("SELECT count(*) FROM audit_events")
+
+
+@pytest.fixture
+def parent(tmp_path, store):
+    wl = make_workload(tmp_path / "wl")
+    doc = plan_dict(wl, profiles=("baseline", "fast", "lossy"))
+    return freeze(store, write_json(tmp_path / "plan.json", doc), checks=[freeze_errors]).hash, wl
+
+
+def refused(store: Store, tmp_path: Path, parent_hash: str, changes: dict) -> str:
+    before = counts(store)
+    with pytest.raises(CampaignError) as err:
+        freeze(store, write_json(tmp_path / "add.json", addendum(parent_hash, changes)), checks=[freeze_errors])
+    assert counts(store) == before  # nothing stored, not even the addendum's manifest
+    assert "\n" not in str(err.value)
+    return str(err.value)
+
+
+# -- item 1: an addendum keeps the protocol -----------------------------------------------------
+
+@pytest.mark.parametrize("changes,named", [
+    ({"quality": {"margins": {"wer_pp": 50}}}, ["quality.margins.wer_pp: 0.2 in the parent, 50 in the addendum"]),
+    ({"bootstrap": {"draws": 500, "seed": 1}}, ["bootstrap.draws: 1000 in the parent, 500 in the addendum",
+                                               "bootstrap.seed: 20261022 in the parent, 1 in the addendum"]),
+    ({"sampling": {"temperature": 0.9, "seed": 1}}, ["sampling.temperature: 0.0 in the parent, 0.9 in the addendum",
+                                                    "sampling.seed: 42 in the parent, 1 in the addendum"]),
+    ({"sampling": {"max_tokens": 64}}, ["sampling.max_tokens: None in the parent, 64 in the addendum"]),
+    ({"workload": {"holdout_pool": None}}, ["workload.holdout_pool: 'holdout' in the parent, None in the addendum"]),
+    ({"quality": {"concurrencies": [1, 16]}}, ["quality.concurrencies: [1] in the parent, [1, 16] in the addendum"]),
+    ({"quality": {"baseline": "ref-fast", "candidate": "ref-lossy"}},
+     ["quality.baseline: 'ref-baseline' in the parent, 'ref-fast' in the addendum"]),
+    ({"quality": {"scorers": {"wer": "pocketsphinx-domain"}}},
+     ["quality.scorers.wer: <absent> in the parent, 'pocketsphinx-domain' in the addendum"]),
+    ({"metrics": {"stall_threshold_s": 0.5}}, ["metrics.stall_threshold_s: 0.1 in the parent, 0.5 in the addendum"]),
+    ({"model": {"revision": "other"}}, ["model.revision: '503e754' in the parent, 'other' in the addendum"]),
+    ({"validators": []}, ["validators['controls']: "]),
+])
+def test_an_addendum_that_changes_the_protocol_is_refused_naming_each_field(tmp_path, store, parent, changes, named):
+    msg = refused(store, tmp_path, parent[0], changes)
+    assert "an addendum keeps its parent's protocol" in msg and 'docs/plans.md, "What an addendum may change"' in msg
+    for text in named:
+        assert text in msg, msg
+
+
+def test_the_issues_relaxations_at_once_are_all_named(tmp_path, store, parent):
+    msg = refused(store, tmp_path, parent[0], {
+        "workload": {"holdout_pool": None}, "quality": {"margins": {"wer_pp": 50}},
+        "bootstrap": {"draws": 500, "seed": 1}, "sampling": {"temperature": 0.9, "seed": 1}})
+    assert "6 decision-bearing field(s) differ" in msg, msg
+    for field in ("quality.margins.wer_pp", "bootstrap.draws", "bootstrap.seed", "sampling.temperature",
+                  "sampling.seed", "workload.holdout_pool"):
+        assert field in msg
+
+
+def test_the_baseline_engine_and_an_engines_sampling_are_inherited(tmp_path, store, parent):
+    doc = plan_dict(parent[1], profiles=("baseline", "fast", "lossy"))
+    base = {**doc["engines"][0], "profile": "lossy"}
+    msg = refused(store, tmp_path, parent[0], {"engines": [base, *doc["engines"][1:]]})
+    assert "engines['ref-baseline'].profile: 'baseline' in the parent, 'lossy' in the addendum" in msg
+    lossy = {**doc["engines"][2], "request": {"extra_body": {"temperature": 0.9}}}
+    msg = refused(store, tmp_path, parent[0], {"engines": [*doc["engines"][:2], lossy]})
+    assert "engines['ref-lossy'] temperature: 0.0 in the parent, 0.9 in the addendum (request.extra_body)" in msg
+
+
+def test_an_addendum_may_add_runs_repeats_candidates_and_a_new_holdout(tmp_path, store, parent):
+    doc = plan_dict(parent[1], profiles=("baseline", "fast", "lossy", "peer"))
+    pools = json.loads((parent[1] / "pools.json").read_text())
+    new_pool = pools["tuning"][-2:]
+    pools["tuning"] = pools["tuning"][:-2]
+    pools["fresh"] = new_pool
+    write_json(parent[1] / "pools2.json", pools)
+    res = freeze(store, write_json(tmp_path / "add.json", addendum(parent[0], {
+        "sweep": {"measured_repeats": 3, "concurrencies": [1, 2, 4]}, "engines": doc["engines"],
+        "quality": {"candidate": None, "candidates": ["ref-fast", "ref-lossy", "ref-peer"]}, "selection": "required",
+        "workload": {"holdout_pool": "fresh", "pools_file": str(parent[1] / "pools2.json")}})), checks=[freeze_errors])
+    assert res.created and res.plan.workload.holdout_pool == "fresh" and res.plan.sweep.measured_repeats == 3
+
+
+def test_the_reserved_ids_of_an_inherited_holdout_cannot_change(tmp_path, store, parent):
+    pools = json.loads((parent[1] / "pools.json").read_text())
+    pools["holdout"], pools["tuning"] = pools["holdout"][:-1], pools["tuning"] + pools["holdout"][-1:]
+    write_json(parent[1] / "pools2.json", pools)
+    msg = refused(store, tmp_path, parent[0], {"workload": {"pools_file": str(parent[1] / "pools2.json")}})
+    assert "workload.holdout_pool 'holdout' ids (the reservation)" in msg, msg
+
+
+def test_the_command_line_refuses_in_one_line(tmp_path):
+    db = tmp_path / "c.duckdb"
+    wl = make_workload(tmp_path / "wl")
+    plan = write_json(tmp_path / "plan.json", plan_dict(wl))
+    assert campaign("plan", "freeze", plan, db=db).returncode == 0
+    with Store(db) as s:
+        h = s.scalar("SELECT plan_hash FROM plans")
+    add = write_json(tmp_path / "add.json", addendum(h[:8], {"quality": {"margins": {"wer_pp": 50}}}))
+    r = campaign("plan", "addendum", h[:8], add, db=db)
+    assert r.returncode == 2 and "quality.margins.wer_pp: 0.2 in the parent, 50 in the addendum" in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+# -- item 2: one name, one frozen plan ----------------------------------------------------------
+
+def test_an_edited_plan_refrozen_under_its_name_is_refused_with_the_diff(tmp_path, store):
+    wl = make_workload(tmp_path / "wl")
+    path = write_json(tmp_path / "plan.json", plan_dict(wl))
+    first = freeze(store, path).hash
+    doc = json.loads(path.read_text())
+    doc["quality"]["margins"]["wer_pp"] = 5.0
+    write_json(path, doc)
+    before = counts(store)
+    with pytest.raises(CampaignError) as err:
+        freeze(store, path)
+    msg = str(err.value)
+    assert f"name 'test-plan' is already frozen in this store as plan {first[:12]}" in msg
+    assert "quality.margins.wer_pp: 0.2 -> 5.0" in msg and f"campaign plan addendum {first[:12]} FILE" in msg
+    assert counts(store) == before
+    doc["name"] = "test-plan-2"  # starting over is deliberate: a new name
+    write_json(path, doc)
+    assert freeze(store, path).created
+
+
+def test_run_of_an_altered_file_points_to_an_addendum(tmp_path):
+    db = tmp_path / "c.duckdb"
+    wl = make_workload(tmp_path / "wl")
+    path = write_json(tmp_path / "plan.json", plan_dict(wl))
+    assert campaign("plan", "freeze", path, db=db).returncode == 0
+    doc = json.loads(path.read_text())
+    doc["quality"]["margins"]["wer_pp"] = 5.0
+    write_json(path, doc)
+    r = campaign("plan", "freeze", path, db=db)
+    assert r.returncode == 2 and "already frozen in this store" in r.stderr and "plan addendum" in r.stderr
+    r = campaign("run", path, db=db)
+    assert r.returncode == 2 and "altered since it was frozen" in r.stderr
+    assert r.stderr.index("plan addendum") < r.stderr.index("new `name`"), r.stderr
