@@ -731,9 +731,11 @@ def check_acceptance(store: Store, doc: dict[str, Any], seq: int) -> str:
     """Each piece re-derived from the bundled chain, verdicts, candidates and validator runs as
     they stood before the acceptance's own event (stats/acceptance.py), equal to the document's."""
     from data.plan_loading import plan_from_store
-    from stats.acceptance import decide
+    from stats.acceptance import RULES_VERSION, decide
 
     vid = doc["verdict_id"]
+    if doc.get("rules_version") != RULES_VERSION:
+        return f"{vid} {doc.get('verdict')}: not re-derived (decided under the acceptance rules before 2026-12-04)"
     plan = plan_from_store(store, doc["plan"]["hash"])
     acc = decide(store, plan, str(doc.get("candidate")), doc.get("candidate_config_sha256"), before_seq=seq)
     derived, stored = [p.as_dict() for p in acc.pieces], doc.get("pieces") or []

@@ -95,8 +95,7 @@ def freeze(store: Store, path: str | Path, expected_parent: str | None = None,
     inherited = parent is not None and bool(plan.workload.holdout_pool) \
         and plan.workload.holdout_pool == parent.workload.holdout_pool
     try:
-        if not inherited:  # an inherited reservation was audited when its plan was frozen
-            check_holdout_unused(store, plan, manifest, label)
+        check_holdout_unused(store, plan, manifest, label, inherited)
     except CampaignError as exc:  # the refusal is itself an event: the manifest frozen above has its reason
         with atomic(store):
             append_event(store, "freeze_refused", plan_hash=None, subject=h,
@@ -115,6 +114,8 @@ def freeze(store: Store, path: str | Path, expected_parent: str | None = None,
                    "manifest_hash": manifest.hash if manifest else None,
                    "holdout_pool": plan.workload.holdout_pool,
                    "holdout_ids": len(manifest.pools.get(plan.workload.holdout_pool, [])) if manifest and plan.workload.holdout_pool else 0}
+        if unpinned := [e.name for e in plan.engines if e.source is None]:  # they run whatever is installed
+            payload["unpinned"] = unpinned
         if plan.cluster.gpu_name or plan.cluster.gpus:  # the cluster shape the plan expects (docs/cluster.md)
             payload["cluster"] = {"gpu_name": plan.cluster.gpu_name, "gpus": plan.cluster.gpus}
         if checkpoints:  # the frozen digests (data/checkpoints.py); the row hash below covers them too

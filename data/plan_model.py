@@ -164,6 +164,7 @@ class QualitySpec:
     dtypes: dict[str, str] = field(default_factory=dict)  # scorer name -> 'float32' | 'tf32' | 'float16' (docs/quality.md)
     margins: Margins = field(default_factory=Margins)
     allow_truncated: bool = False  # truncated outputs (finish_reason "length") count as covered
+    regression_check: bool = False  # declared: the verdicts check reused prompts; acceptance may PASS on them
     named: frozenset[str] = frozenset()  # the fields the plan itself sets (the others hold the defaults above)
 
     @property

@@ -100,12 +100,13 @@ def test_reserved_holdout_verdict_at_plan_concurrencies_then_addendum_on_reused_
     assert main(["controls", "--plan", str(world["plan_path"])]) == 0
     rc, out = gate(capsys, world["plan_path"], "--db", db)
     assert rc == 0, out
-    assert re.search(r"synthetic controls: (\d+)/\1 gave their known answer", out) and "Quality verdict: PASS" in out
+    assert re.search(r"synthetic controls: (\d+)/\1 gave their known answer", out)
+    assert "Quality verdict: PASS (untouched holdout)" in out
     assert "every id needs exactly measured repeats 0, 1 in both arms" in out
     with Store(db) as s:
         frozen_ev = next(e for e in events(s, kind="plan_frozen", plan_hash=plan.hash))
         opened_ev = events(s, kind="holdout_opened", plan_hash=plan.hash)[0]
-    assert (f"evidence: reserved — holdout pool 'holdout' (3 ids) reserved and unused at freeze (audit "
+    assert (f"evidence: untouched — holdout pool 'holdout' (3 ids) reserved and unused at freeze (audit "
             f"#{frozen_ev['seq']} plan_frozen {frozen_ev['event_hash'][:12]}), opened by audit #{opened_ev['seq']} "
             f"holdout_opened {opened_ev['event_hash'][:12]}") in out
     v1 = re.search(r"verdict issued: (quality-\S+)", out).group(1)
@@ -113,7 +114,7 @@ def test_reserved_holdout_verdict_at_plan_concurrencies_then_addendum_on_reused_
     doc = json.loads(old_row["document_json"])
     jsonschema.validate(doc, load_schema())
     ev = doc["evidence"]
-    assert ev["status"] == "reserved" and ev["earlier_runs"] == [] and ev["ids"] == 3
+    assert ev["status"] == "untouched" and ev["earlier_runs"] == [] and ev["ids"] == 3
     assert ev["frozen"]["event_hash"] == frozen_ev["event_hash"] and ev["opened"]["seq"] == opened_ev["seq"]
     assert [c["expected_repeats"] for c in doc["coverage"]["cells"]] == [[0, 1], [0, 1]]
     assert "measured repeats" in doc["coverage"]["rule"] and "Coverage:" in doc["rule"]
@@ -134,7 +135,7 @@ def test_reserved_holdout_verdict_at_plan_concurrencies_then_addendum_on_reused_
     assert main(["controls", "--plan", str(world["plan_path"])]) == 0
     rc, out = gate(capsys, add, "--db", db)
     assert rc == 0, out
-    assert re.search(r"synthetic controls: (\d+)/\1 gave", out) and "Quality verdict: PASS" in out
+    assert re.search(r"synthetic controls: (\d+)/\1 gave", out) and "Quality verdict: PASS (reused prompts)" in out
     assert ("evidence: reused — REUSED prompts: pool 'holdout' (3 ids) was requested by 8 earlier run(s) of plan(s) "
             f"{plan.hash[:12]}") in out and "not a new untouched holdout" in out
     v2 = re.search(r"verdict issued: (quality-\S+)", out).group(1)
@@ -150,7 +151,7 @@ def test_reserved_holdout_verdict_at_plan_concurrencies_then_addendum_on_reused_
     capsys.readouterr()
     assert main(["verdicts", "--format", "csv", "--db", str(db)]) == 0
     listing = capsys.readouterr().out
-    assert re.search(rf"{v1},.*,PASS,reserved,", listing) and re.search(rf"{v2},.*,PASS,reused,", listing), listing
+    assert re.search(rf"{v1},.*,PASS,untouched,", listing) and re.search(rf"{v2},.*,PASS,reused,", listing), listing
 
 
 @pytest.mark.slow  # a full campaign (the module's world)
@@ -179,7 +180,7 @@ def test_tui_verdicts_view_shows_the_evidence(world, capsys):
             return rows, title
 
     rows, title = asyncio.run(look())
-    assert rows[vid][VERDICT_COLUMNS.index("evidence")] == "reserved"
+    assert rows[vid][VERDICT_COLUMNS.index("evidence")] == "untouched"
     assert vid in title and "evidence: holdout pool 'holdout' (3 ids) reserved and unused at freeze" in title
 
 

@@ -105,7 +105,8 @@ def test_an_addendum_may_add_runs_repeats_candidates_and_a_new_holdout(tmp_path,
     write_json(parent[1] / "pools2.json", pools)
     res = freeze(store, write_json(tmp_path / "add.json", addendum(parent[0], {
         "sweep": {"measured_repeats": 3, "concurrencies": [1, 2, 4]}, "engines": doc["engines"],
-        "quality": {"candidate": None, "candidates": ["ref-fast", "ref-lossy", "ref-peer"]}, "selection": "required",
+        "quality": {"candidate": None, "candidates": ["ref-fast", "ref-lossy", "ref-peer"], "pool": "fresh"},
+        "selection": "required",
         "workload": {"holdout_pool": "fresh", "pools_file": str(parent[1] / "pools2.json")}})), checks=[freeze_errors])
     assert res.created and res.plan.workload.holdout_pool == "fresh" and res.plan.sweep.measured_repeats == 3
 
@@ -165,3 +166,89 @@ def test_run_of_an_altered_file_points_to_an_addendum(tmp_path):
     r = campaign("run", path, db=db)
     assert r.returncode == 2 and "altered since it was frozen" in r.stderr
     assert r.stderr.index("plan addendum") < r.stderr.index("new `name`"), r.stderr
+
+
+# -- item 3: no request path outside a plan's quality arms sends its unopened holdout ----------
+
+@pytest.fixture(scope="module")
+def engine():
+    from reference_server import launch_engine, stop_engine, wait_ready
+
+    eng = wait_ready(launch_engine("vllm-omni", "fast"), "vllm-omni", "fast")
+    yield eng
+    stop_engine(eng)
+
+
+def _reserved_store(tmp_path: Path) -> tuple[Path, Path, list[str]]:
+    db = tmp_path / "c.duckdb"
+    wl = make_workload(tmp_path / "wl", n=10, n_holdout=4)
+    plan = write_json(tmp_path / "plan.json", plan_dict(wl))
+    assert campaign("plan", "freeze", plan, db=db).returncode == 0
+    return db, wl, json.loads((wl / "pools.json").read_text())["holdout"]
+
+
+def _probe(engine, db: Path, wl: Path, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
+    return campaign("probe", "--url", engine.url, "--dialect", "vllm-omni", "-c", "2", "-n", "12", "--workload", wl,
+                    "--artifacts", tmp_path / "art", "--no-telemetry", *extra, db=db)
+
+
+@pytest.mark.slow  # a reference engine and three probes as subprocesses
+def test_a_probe_never_sends_an_unopened_holdout(engine, tmp_path):
+    db, wl, holdout = _reserved_store(tmp_path)
+    with Store(db) as s:
+        before = counts(s)
+    r = _probe(engine, db, wl, tmp_path, "--pool", "holdout")  # named: refused before anything is sent or stored
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    assert "would send 4 id(s) of the holdout pool 'holdout' of plan 'test-plan'" in r.stderr and "not opened" in r.stderr
+    with Store(db) as s:
+        assert counts(s) == before and s.scalar("SELECT count(*) FROM runs") == 0
+    r = _probe(engine, db, wl, tmp_path)  # by default: the tuning pool, never a reserved id
+    assert r.returncode == 0, r.stdout + r.stderr
+    with Store(db) as s:
+        sent = {u for (u,) in s.con.execute("SELECT DISTINCT utt_id FROM requests").fetchall()}
+    assert sent and not sent & set(holdout)
+
+
+def test_another_plans_pool_may_not_hold_an_unopened_reservation(tmp_path):
+    db, wl, holdout = _reserved_store(tmp_path)
+    doc = {**plan_dict(wl), "name": "other"}
+    pools = json.loads((wl / "pools.json").read_text())
+    write_json(wl / "pools2.json", {"tuning": pools["tuning"] + holdout[:1], "h2": []})
+    doc["workload"] = {**doc["workload"], "pools_file": str(wl / "pools2.json"), "holdout_pool": None}
+    doc["quality"]["pool"] = "tuning"
+    r = campaign("plan", "freeze", write_json(tmp_path / "other.json", doc), db=db)
+    assert r.returncode == 2 and "workload pool 'tuning' would send 1 id(s) of the holdout pool 'holdout'" in r.stderr, \
+        r.stderr
+
+
+# -- item 4: selection before the holdout -----------------------------------------------------
+
+def test_a_selection_after_the_holdout_is_recorded_post_holdout(tmp_path, store):
+    from data import candidates as cands
+    from data.audit import events
+    from data.manifest import open_holdout
+    from data.plan_loading import plan_from_store
+    from stats.acceptance import candidate_state, selection_piece
+
+    wl = make_workload(tmp_path / "wl")
+    plan = plan_from_store(store, freeze(store, write_json(tmp_path / "plan.json", plan_dict(wl))).hash)
+    early = cands.register(store, "a", {"x": 1}, plan_hash=plan.hash)
+    late = cands.register(store, "b", {"x": 2}, plan_hash=plan.hash)
+    for key in (early, late):
+        cands.record_outcome(store, key, "measured", plan_hash=plan.hash)
+    cands.select(store, early, ["v1"], None, plan_hash=plan.hash)
+    seq, _ = open_holdout(store, plan, "sweep done")
+    cands.select(store, late, ["v2"], None, plan_hash=plan.hash)
+    recorded = {e["subject"]: e["payload"] for e in events(store, kind="candidate_recorded") if e["payload"]["change"] == "selected"}
+    assert "post_holdout" not in recorded[early]
+    assert recorded[late]["post_holdout"] == {"opened_seq": seq, "pool": "holdout", "plan_hash": plan.hash}
+    assert selection_piece("a", candidate_state(store, early)).status == "PASS"
+    piece = selection_piece("b", candidate_state(store, late))
+    assert piece.status == "INCONCLUSIVE" and f"after the holdout was opened (seq {seq}): POST-HOLDOUT" in piece.detail
+
+
+def test_the_templates_require_a_selection(tmp_path):
+    from console.commands.plan import template
+
+    assert template(demo=True)["selection"] == "required"
+    assert template(False, ["vllm-omni", "peer"], "NVIDIA H200")["selection"] == "required"

@@ -73,13 +73,24 @@ GPU_PLACEHOLDER = "<GPU name as NVML reports it, e.g. NVIDIA L20X>"  # when NVML
 VLLM_DEPLOY = "<path to minicpmo_4_5_turn.yaml (vllm_omni/deploy/ of the installed vllm-omni)>"
 
 
+def _source(kind: str) -> dict:
+    """What an engine's code is pinned by (docs/engines.md, "Engine identity and patches"): a git
+    checkout (its commit, tree and dirty flag are recorded at every launch) or an installed
+    distribution (its version). A placeholder, so freeze refuses the template until it is filled
+    in; an engine without `source` runs whatever is installed and is recorded `unpinned`."""
+    dist = {"vllm-omni": "vllm-omni", "sglang-omni": "sglang-omni"}.get(kind)
+    return {"source": f"<{{\"git\": \"{kind} checkout at the engine's revision\"}}"
+                      + (f" or {{\"dist\": \"{dist}\"}} (the installed distribution)" if dist else "") + ">",
+            "_source": "pinned source: acceptance is INCONCLUSIVE for an unpinned compared engine (docs/plans.md)"}
+
+
 def _real_engine(kind: str, port: int, admission: int) -> dict:
     """One real engine of `plan init --engines` (docs/engines.md): every value the console cannot
     know is a `<...>` placeholder, and `plan freeze` refuses any that is left. `admission` (the
     sweep's largest concurrency) goes into each argv's admission-limit flag, so the engine admits
     every request of the largest cell at once and its recorded capacity says so."""
     if kind == "vllm-omni":
-        return {**_engine("vllm-omni-main", "default", port), "adapter": "vllm_omni",
+        return {**_engine("vllm-omni-main", "default", port), "adapter": "vllm_omni", **_source("vllm-omni"),
                 "_comment": "vllm serve MODEL --omni --deploy-config YAML; config_path names the same YAML, so its "
                             "hash and its per-stage admission limits are recorded with every launch",
                 "revision": "<vllm-omni version or git sha>",
@@ -91,7 +102,7 @@ def _real_engine(kind: str, port: int, admission: int) -> dict:
                 "config_path": VLLM_DEPLOY, "health_timeout_s": 1800,
                 "checkpoint_paths": ["<model dir>"]}
     if kind == "sglang-omni":
-        return {**_engine("sglang-omni-main", "default", port, "sglang-omni"), "adapter": "sglang_omni",
+        return {**_engine("sglang-omni-main", "default", port, "sglang-omni"), "adapter": "sglang_omni", **_source("sglang-omni"),
                 "_comment": "options as --stage.section.key value are recorded with every launch",
                 "revision": "<sglang-omni git sha>", "health_timeout_s": 1800,
                 "_admission": "--thinker-max-running-requests N caps the thinker's running requests (sgl-omni "
@@ -103,6 +114,7 @@ def _real_engine(kind: str, port: int, admission: int) -> dict:
     from engine_adapters.dialects import DIALECTS
 
     return {**_engine("peer", "<peer profile name>", port, "<" + " | ".join(DIALECTS) + ">"), "adapter": "peer",
+            **_source("peer"),
             "_comment": "the peer: any single-GPU MiniCPM-o server you compare against, pinned by git revision and "
                         "profile; nothing beyond its dialect is assumed. Fill in: argv = the command that starts it "
                         "on this port (the console launches it and waits for GET /health; put its admission-limit "
@@ -208,6 +220,9 @@ def template(demo: bool, real_engines: list[str] | None = None, gpu: str | None 
                             "reference": reference, "concurrencies": [16, 32], "confidence": 0.95}],
         "validators": (demo_validators([e["name"] for e in engines]) if demo
                        else [{"name": "synthetic-controls", "argv": ["campaign", "controls"]}]),
+        "_selection": "required: the holdout opens only after a candidate is selected on tuning data "
+                      "(`campaign candidates select`); a selection after it is post-holdout and acceptance does not PASS",
+        "selection": "required",
     }
 
 
