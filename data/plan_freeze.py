@@ -15,7 +15,9 @@ from data.checkpoints import freeze_checkpoints
 from data.digest import row_sha256
 from data.errors import CampaignError
 from data.hashing import canonical_json, sha256_text
-from data.manifest import Manifest, build_manifest, check_holdout_unused, freeze_manifest, frozen_manifest
+from data.manifest import (Manifest, build_manifest, check_holdout_unused, freeze_manifest, frozen_manifest,
+                           holdout_ids)
+from data.reuse_audit import audit_sources
 from data.plan_addenda import Change, protocol_changes, reserved_ids_change
 from data.plan_hashing import diff_documents, document_hash, is_addendum, legacy_hash
 from data.plan_ids import ADDENDUM_SCHEMA_ID
@@ -51,13 +53,14 @@ FreezeCheck = Callable[[Plan, Plan | None], list[str]]
 
 
 def freeze(store: Store, path: str | Path, expected_parent: str | None = None,
-           checks: Sequence[FreezeCheck] = ()) -> FreezeResult:
+           checks: Sequence[FreezeCheck] = (), reuse_audit: Sequence[str | Path] = ()) -> FreezeResult:
     """Validate, check every path the plan names exists, reserve the holdout (refusing reuse),
     hash the checkpoints (refusing compared engines on different bytes), store canonical JSON +
     hash, audit it. An addendum may not change what its parent's verdicts are judged under
     (data/plan_addenda.py). `checks`: further rules on the typed plan and its parent that need more
     than data/ knows (the console passes the compared engines' sampling rule,
-    engine_adapters/sampling.py); each returns one-line problems."""
+    engine_adapters/sampling.py); each returns one-line problems. `reuse_audit`: further stores,
+    bundles and per-request CSVs the holdout ids must be absent from (data/reuse_audit.py)."""
     doc = read_json(path)
     label = str(path)
     if expected_parent is not None:
@@ -94,8 +97,11 @@ def freeze(store: Store, path: str | Path, expected_parent: str | None = None,
     manifest = freeze_manifest(store, plan, label, built)
     inherited = parent is not None and bool(plan.workload.holdout_pool) \
         and plan.workload.holdout_pool == parent.workload.holdout_pool
+    if reuse_audit and not plan.workload.holdout_pool:
+        raise CampaignError(f"{label}: --reuse-audit: the plan reserves no holdout (workload.holdout_pool) to audit")
     try:
         check_holdout_unused(store, plan, manifest, label, inherited)
+        audited = audit_sources(reuse_audit, holdout_ids(plan, manifest), label)
     except CampaignError as exc:  # the refusal is itself an event: the manifest frozen above has its reason
         with atomic(store):
             append_event(store, "freeze_refused", plan_hash=None, subject=h,
@@ -114,6 +120,8 @@ def freeze(store: Store, path: str | Path, expected_parent: str | None = None,
                    "manifest_hash": manifest.hash if manifest else None,
                    "holdout_pool": plan.workload.holdout_pool,
                    "holdout_ids": len(manifest.pools.get(plan.workload.holdout_pool, [])) if manifest and plan.workload.holdout_pool else 0}
+        if audited:  # the sources beyond this store the holdout was checked against
+            payload["reuse_audit"] = [a.as_dict() for a in audited]
         if unpinned := [e.name for e in plan.engines if e.source is None]:  # they run whatever is installed
             payload["unpinned"] = unpinned
         if plan.cluster.gpu_name or plan.cluster.gpus:  # the cluster shape the plan expects (docs/cluster.md)
@@ -156,6 +164,21 @@ def reserved_holdout_change(store: Store, parent: Plan, manifest: Manifest) -> C
     if not pool or frozen is None or pool not in frozen.get("pools", {}) or pool not in manifest.pools:
         return None
     return reserved_ids_change(pool, frozen["pools"][pool], manifest.pools[pool])
+
+
+def frozen_plan_records(store: Store, before_seq: int | None = None) -> list[dict[str, Any]]:
+    """Every plan and addendum frozen in the store, abandoned ones too, in chain order, from their
+    freeze events (so a bundle, which carries the whole chain, lists them as the store does):
+    seq, plan_hash, name, kind, parent_hash, and the sources its reuse audit read."""
+    rows = store.query("SELECT seq, kind, plan_hash, subject, payload_json FROM audit_events WHERE kind IN "
+                       "('plan_frozen', 'addendum_frozen') AND seq < ? ORDER BY seq", [before_seq or 2**62])
+    out = []
+    for r in rows:
+        p = json.loads(r["payload_json"])
+        out.append({"seq": r["seq"], "plan_hash": r["plan_hash"], "name": p.get("name") or r["subject"],
+                    "kind": "addendum" if r["kind"] == "addendum_frozen" else "plan",
+                    "parent_hash": p.get("parent_hash"), "reuse_audit": p.get("reuse_audit") or []})
+    return out
 
 
 def freeze_plan(store: Store, path: str | Path) -> str:

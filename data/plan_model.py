@@ -201,6 +201,7 @@ class ClaimsSpec:
     status: ClaimStatus = "draft"
     scope: str = ""
     non_claims: tuple[str, ...] = ()
+    concurrencies: tuple[int, ...] = ()  # the quality concurrencies claimed (each one the plan checks)
 
 
 DEFAULT_VALIDATOR_TIMEOUT_S = 600.0  # docs/plans.md, "Validators"

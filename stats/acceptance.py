@@ -277,13 +277,36 @@ def decide(store: Store, plan: Plan, candidate: str, key: str | None, before_seq
 
 
 def claims_section(plan: Plan) -> dict[str, Any] | None:
-    """The plan's `claims` as the verdict carries them (docs/plans.md, "Claims"); None when unset."""
+    """The plan's `claims` as the verdict carries them (docs/plans.md, "Claims"), with what the
+    plan's checks cover (`covers`); None when unset."""
     c = plan.claims
-    return None if c is None else {"status": c.status, "scope": c.scope, "non_claims": list(c.non_claims)}
+    if c is None:
+        return None
+    out: dict[str, Any] = {"status": c.status, "scope": c.scope, "non_claims": list(c.non_claims)}
+    if c.concurrencies:
+        out["concurrencies"] = list(c.concurrencies)
+    out["covers"] = coverage(plan)
+    return out
+
+
+def coverage(plan: Plan) -> dict[str, Any]:
+    """What the plan's verdicts can support: its quality checks (metrics x concurrencies) and each
+    decision rule's concurrencies. A claim beyond them is refused at freeze (claims.concurrencies)."""
+    concs = list(plan.quality.scored_concurrencies)
+    return {"quality_checks": 3 * len(concs), "quality_concurrencies": concs, "quality_metrics": ["wer", "sim", "mos"],
+            "rules": {r.name: list(r.concurrencies) for r in plan.decision_rules}}
+
+
+def coverage_text(plan: Plan) -> str:
+    cov = coverage(plan)
+    rules = "; ".join(f"{n} at C{', C'.join(map(str, cs))}" for n, cs in cov["rules"].items()) or "none"
+    return (f"covers: {cov['quality_checks']} quality checks (WER, SIM, MOS at "
+            f"C{', C'.join(map(str, cov['quality_concurrencies']))}); throughput rules: {rules}")
 
 
 def acceptance_document(store: Store, plan: Plan, acc: Acceptance, *, verdict_id: str, created_at: Any,
                         metrics_version: str | None) -> dict[str, Any]:
+    from data.plan_freeze import frozen_plan_records
     from stats.verdict_doc import SCHEMA_VERSION, engines_section, finite, plan_section
 
     return finite({
@@ -291,6 +314,7 @@ def acceptance_document(store: Store, plan: Plan, acc: Acceptance, *, verdict_id
         "kind": "acceptance", "name": f"{plan.name}: {acc.candidate} acceptance", "verdict": acc.verdict,
         "rule": RULE, "rules_version": RULES_VERSION, "candidate": acc.candidate, "candidate_config_sha256": acc.config_sha256,
         "pieces": [p.as_dict() for p in acc.pieces], "claims": claims_section(plan),
+        "store_plans": frozen_plan_records(store),  # every plan frozen in the store, abandoned ones too
         "plan": plan_section(store, plan), "engines": engines_section(store, plan), "validators": None,
         "metrics_version": metrics_version,
         "checks": [{"piece": p.piece, "status": p.status, "verdicts": list(p.verdicts)} for p in acc.pieces],

@@ -248,7 +248,7 @@ def test_reuse_is_decided_by_the_audit_sequence_not_the_wall_clock(tmp_path):
     """A probe of the reserved ids stamped a day ahead, whose run_started precedes holdout_opened
     and the quality runs in the chain, is reuse; one stamped a day back but announced after the
     quality runs is not (pool status used to compare runs.started_at)."""
-    from data.pool_status import REUSED, RESERVED, pool_status
+    from data.pool_status import REUSED, UNTOUCHED, pool_status
 
     wl_root = write_workload(tmp_path / "workload")
     wl = load_workload(wl_root, "en")
@@ -268,7 +268,7 @@ def test_reuse_is_decided_by_the_audit_sequence_not_the_wall_clock(tmp_path):
         ahead, quality = store.scalar("SELECT started_at FROM runs WHERE run_id = 'probe-ahead'"), \
             store.scalar("SELECT min(started_at) FROM runs WHERE plan_hash = ?", [plan.hash])
     assert seqs["probe-ahead"] < opened < seqs["ref-base-c1-r0"] < seqs["probe-late"] and ahead > quality
-    assert st.status == REUSED and st.status != RESERVED, st.summary
+    assert st.status == REUSED and st.status != UNTOUCHED, st.summary
     assert [r["run_id"] for r in st.earlier_runs] == ["probe-ahead"] and st.earlier_runs_total == 1
     assert st.earlier_runs[0]["audit_seq"] == seqs["probe-ahead"]
 

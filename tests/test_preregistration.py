@@ -21,8 +21,8 @@ from engine_adapters.sampling import freeze_errors
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def campaign(*args: object, db: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "console.cli", *map(str, args), "--db", str(db)], cwd=ROOT,
+def campaign(*args: object, db: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "console.cli", *map(str, args), *(["--db", str(db)] if db else [])], cwd=ROOT,
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
 
 
@@ -252,3 +252,82 @@ def test_the_templates_require_a_selection(tmp_path):
 
     assert template(demo=True)["selection"] == "required"
     assert template(False, ["vllm-omni", "peer"], "NVIDIA H200")["selection"] == "required"
+
+
+# -- item 8: the holdout audited beyond this store ---------------------------------------------
+
+def test_reuse_audit_reads_stores_bundles_and_csvs_and_is_recorded(tmp_path):
+    import duckdb
+
+    from data.audit import events
+
+    db = tmp_path / "c.duckdb"
+    wl = make_workload(tmp_path / "wl", n=10, n_holdout=4)
+    holdout = json.loads((wl / "pools.json").read_text())["holdout"]
+    other = tmp_path / "other.duckdb"  # another team's store that requested one of the ids
+    con = duckdb.connect(str(other))
+    con.execute("CREATE TABLE requests (run_id VARCHAR, utt_id VARCHAR)")
+    con.execute("INSERT INTO requests VALUES ('r1', ?), ('r1', 'spk9-9999')", [holdout[2]])
+    con.close()
+    (tmp_path / "bundle" / "tables").mkdir(parents=True)
+    duckdb.sql("SELECT 'x' AS run_id, 'spk9-9999' AS utt_id").write_parquet(str(tmp_path / "bundle" / "tables" /
+                                                                               "requests.parquet"))
+    csv = tmp_path / "bench.csv"
+    csv.write_text("utt_id,ttfa_ms\nspk9-9999,120\nspk9-9998,130\n")
+    plan = write_json(tmp_path / "plan.json", plan_dict(wl))
+    r = campaign("plan", "freeze", plan, "--reuse-audit", other, csv, db=db)
+    assert r.returncode == 2 and f"1 of 4 holdout id(s) were already requested in store {other}: {holdout[2]}" in r.stderr
+    with Store(db) as s:
+        assert s.scalar("SELECT count(*) FROM plans") == 0
+        assert events(s, kind="freeze_refused")[0]["payload"]["reason"].endswith("reserve genuinely unused ids")
+    r = campaign("plan", "freeze", plan, "--reuse-audit", tmp_path / "bundle", csv, db=db)
+    assert r.returncode == 0 and f"holdout ids absent from {csv}" in r.stdout, r.stderr
+    with Store(db) as s:
+        audited = events(s, kind="plan_frozen")[0]["payload"]["reuse_audit"]
+    assert [(a["kind"], a["ids"], a["requests"]) for a in audited] == [("bundle", 1, 1), ("csv", 2, 2)]
+    r = campaign("plan", "freeze", write_json(tmp_path / "p2.json", {**plan_dict(wl), "name": "x"}), "--reuse-audit",
+                 tmp_path / "wl", db=db)
+    assert r.returncode == 2 and "not an evidence bundle (no tables/requests.parquet)" in r.stderr
+
+
+# -- item 9: the claim's scope and the requester's sign-off -----------------------------------
+
+def test_a_claim_beyond_the_checked_concurrencies_is_refused(tmp_path, store):
+    wl = make_workload(tmp_path / "wl")
+    doc = {**plan_dict(wl), "claims": {"status": "final", "scope": "C1 and C32", "concurrencies": [1, 32]}}
+    with pytest.raises(CampaignError, match=r"claims.concurrencies\[1\]: C32 is claimed but not checked "
+                                            r"\(quality.concurrencies \[1\]\)"):
+        freeze(store, write_json(tmp_path / "plan.json", doc))
+    doc["claims"]["concurrencies"] = [1]
+    assert freeze(store, write_json(tmp_path / "plan.json", doc)).created
+
+
+@pytest.mark.slow  # a synthetic campaign gated, accepted with a sign-off and exported
+def test_sign_off_and_every_plan_of_the_store_reach_the_record_and_the_bundle(tmp_path):
+    from results_store import build_campaign
+
+    from data.verdicts import sign_offs
+
+    db, plan = build_campaign(tmp_path, concurrencies=(1,), repeats=2, requests=4, holdout=6, gpu=False, gate=True,
+                              sim_gap=False)
+    doc = json.loads(plan.read_text())  # a start abandoned for another: no holdout of its own, tuning pool only
+    doc.update(name="abandoned-start", workload={**doc["workload"], "holdout_pool": None},
+               quality={**doc["quality"], "pool": "tuning"})
+    abandoned = write_json(tmp_path / "abandoned.json", doc)
+    assert campaign("plan", "freeze", abandoned, db=db).returncode == 0
+    r = campaign("accept", plan, "--candidate", "ref-fast", "--requester", "Amy", "--statement", "not accepted yet",
+                 db=db)
+    assert r.returncode in (1, 3), r.stdout + r.stderr
+    assert "signed off by Amy (audit seq" in r.stdout and "plans frozen in this store (2): test-plan" in r.stdout
+    assert "abandoned-start (plan" in r.stdout and "claim covers: 3 quality checks" in r.stdout
+    with Store(db) as s:
+        [signed] = sign_offs(s)
+        doc = json.loads(s.scalar("SELECT document_json FROM verdicts WHERE kind = 'acceptance'"))
+    assert signed["requester"] == "Amy" and signed["verdict_id"] == doc["verdict_id"]
+    assert [p["name"] for p in doc["store_plans"]] == ["test-plan", "abandoned-start"]
+    assert campaign("export", "evidence", plan, tmp_path / "b", db=db).returncode == 0
+    text = (tmp_path / "b" / "REPRODUCE.md").read_text()
+    assert "## Every plan frozen in the store" in text and "plan `abandoned-start`" in text
+    assert f"Amy on {doc['verdict_id']}" in text and ": not accepted yet" in text
+    v = campaign("evidence", "verify", tmp_path / "b")
+    assert v.returncode == 0, v.stdout + v.stderr

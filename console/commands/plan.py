@@ -292,6 +292,7 @@ def register(sub) -> None:
 
     fr = ps.add_parser("freeze", help="validate, reserve the holdout, store canonical JSON + SHA-256")
     fr.add_argument("plan")
+    _reuse_audit_arg(fr)
     add_db_arg(fr)
     fr.set_defaults(func=cmd_freeze)
 
@@ -303,6 +304,7 @@ def register(sub) -> None:
     ad = ps.add_parser("addendum", help="freeze a change bound to its parent plan hash")
     ad.add_argument("parent", help="parent plan hash (or unique prefix)")
     ad.add_argument("addendum", help=f"addendum JSON ({ADDENDUM_SCHEMA_ID}: parent, name, reason, changes)")
+    _reuse_audit_arg(ad)
     add_db_arg(ad)
     ad.set_defaults(func=cmd_addendum)
 
@@ -321,6 +323,17 @@ def register(sub) -> None:
     add_format(ls)
     add_db_arg(ls)
     ls.set_defaults(func=cmd_list)
+
+
+def _print_audited(paths: list[str]) -> None:
+    for p in paths:
+        print(f"holdout ids absent from {p} (reuse audit)")
+
+
+def _reuse_audit_arg(p) -> None:
+    p.add_argument("--reuse-audit", nargs="+", default=[], metavar="PATH",
+                   help="also check the holdout ids against these stores, evidence bundles or per-request CSVs "
+                        "(an utt_id column); the sources are recorded in the freeze event (docs/plans.md)")
 
 
 def cmd_init(args) -> int:
@@ -386,11 +399,12 @@ def cmd_freeze(args) -> int:
     from console.candidates import register_plan
 
     with open_store(args.db, create=True) as store:  # a campaign's record starts here
-        res = freeze(store, args.plan, checks=[freeze_errors])
+        res = freeze(store, args.plan, checks=[freeze_errors], reuse_audit=args.reuse_audit)
         register_plan(store, res.plan)  # each engine a proposed candidate (docs/results.md, "Candidates")
         print(res.message)
         if res.manifest_hash:
             print(f"workload manifest {res.manifest_hash}")
+        _print_audited(args.reuse_audit)
     return 0
 
 
@@ -417,10 +431,12 @@ def cmd_addendum(args) -> int:
     from engine_adapters.sampling import freeze_errors
 
     with open_store(args.db) as store:
-        res = freeze(store, args.addendum, expected_parent=args.parent, checks=[freeze_errors])
+        res = freeze(store, args.addendum, expected_parent=args.parent, checks=[freeze_errors],
+                     reuse_audit=args.reuse_audit)
         register_plan(store, res.plan)
         print(res.message)
         print(f"parent {res.plan.parent_hash}")
+        _print_audited(args.reuse_audit)
     return 0
 
 
