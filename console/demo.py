@@ -148,10 +148,11 @@ def edit_plan(path: Path, changes: dict[str, object]) -> None:
     (REPO / path).write_text(json.dumps(doc, indent=2) + "\n")
 
 
+QUICK_QUALITY_CONCURRENCIES = (16,)
 QUICK_CHANGES = {  # the same campaign on a sweep small enough for the test suite
     "sweep.concurrencies": [16, 32], "sweep.measured_repeats": 2, "sweep.requests_per_run": 8,
     "sweep.requests_per_slot": 1, "sweep.warmup_requests": 1, "sweep.restart": "per_cell",
-    "sweep.interleave": "sequential", "quality.concurrencies": [16],
+    "sweep.interleave": "sequential", "quality.concurrencies": list(QUICK_QUALITY_CONCURRENCIES),
     "bootstrap.draws": 2000,
 }
 
@@ -165,7 +166,7 @@ RECORD_CHANGES = {  # the candidates' hypotheses (docs/results.md, "Candidates")
 def claims(quick: bool) -> dict:
     """The claim the acceptance carries (docs/plans.md, "Claims"), scoped to what the demo checks:
     the full demo's quality at C1, C16 and C32, the quick one's at C16 only."""
-    concs = QUICK_CHANGES["quality.concurrencies"] if quick else [1, 16, 32]
+    concs: list[int] = list(QUICK_QUALITY_CONCURRENCIES) if quick else [1, 16, 32]
     where = ", ".join(f"C{c}" for c in concs)
     return {"status": "draft", "concurrencies": concs,
             "scope": f"reference engine on the bundled sample: ref-fast keeps quality at {where} ({3 * len(concs)} "

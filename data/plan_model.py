@@ -84,6 +84,7 @@ class EngineSpec:
     patch: str | None = None  # a file equal to the checkout's diff against its commit
     precision_change: bool = False  # the engine alters precision (opt-in, shown in every view)
     hypothesis: str | None = None  # what the configuration is expected to show (its candidate's, docs/results.md)
+    declared_changes: tuple[str, ...] = ()  # launch-setting keys its hypothesis changes (docs/engines.md, "Launch settings")
     # file -> sha256 frozen with the plan (data/checkpoints.py); set by the runner, never by a plan
     frozen_checkpoints: dict[str, str] | None = None
 

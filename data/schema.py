@@ -140,6 +140,9 @@ ENGINE_LAUNCHES = Table(
         C("exit_code", "INTEGER", "process exit code once stopped"),
         C("deploy_json", "VARCHAR", "resolved engine deploy configuration (docs/engines.md): files with SHA-256, "
           "per-stage admission limits and sampling defaults, admission_limit; NULL when none is given"),
+        C("settings_json", "VARCHAR", "what the launch's argv, deploy config and checkpoint config.json set for "
+          "sampling, output length and precision, by key (engine_adapters/launch_settings.py; docs/engines.md, "
+          "\"Launch settings\")"),
         *IDENTITY_COLUMNS,
     ),
     ("launch_id",),
@@ -586,6 +589,9 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
     (9, "equivalence verdicts' per-utterance measures (docs/equivalence.md)", [EQUIVALENCE_MEASURES.create_sql()]),
     (11, "the engines' own metrics scraped during each run (server_metrics; docs/results.md)",
      [SERVER_METRICS.create_sql()]),
+    (13, "each launch's sampling, length and precision settings (engine_launches.settings_json; docs/engines.md)", [
+        "ALTER TABLE engine_launches ADD COLUMN IF NOT EXISTS settings_json VARCHAR",
+    ]),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

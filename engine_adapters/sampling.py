@@ -93,7 +93,10 @@ def inherited_sampling_errors(plan: Plan, parent: Plan) -> list[str]:
 
 def freeze_errors(plan: Plan, parent: Plan | None) -> list[str]:
     """The sampling rules `plan freeze` and `plan addendum` apply (data.plan_freeze.FreezeCheck)."""
-    return sampling_errors(plan) + (inherited_sampling_errors(plan, parent) if parent is not None else [])
+    from engine_adapters.launch_settings import settings_errors
+
+    return (sampling_errors(plan) + (inherited_sampling_errors(plan, parent) if parent is not None else [])
+            + settings_errors(plan, parent))
 
 
 def _show(sampling: dict[str, Any], key: str) -> str:

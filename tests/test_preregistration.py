@@ -331,3 +331,68 @@ def test_sign_off_and_every_plan_of_the_store_reach_the_record_and_the_bundle(tm
     assert f"Amy on {doc['verdict_id']}" in text and ": not accepted yet" in text
     v = campaign("evidence", "verify", tmp_path / "b")
     assert v.returncode == 0, v.stdout + v.stderr
+
+
+# -- item 6: what "same sampling, same length, same precision" compares ----------------------
+
+DEPLOY = """stages:
+  - stage_id: 0
+    max_num_seqs: 4
+    default_sampling_params: {temperature: 0.0, max_tokens: 2048, seed: 42}
+  - stage_id: 1
+    max_num_seqs: 4
+    max_model_len: 4096
+    default_sampling_params: {temperature: %s, top_k: 25, seed: 42}
+"""
+
+
+def _vllm_plan(tmp_path: Path, temperature: float = 0.8, extra_argv: tuple[str, ...] = (), name: str = "test-plan",
+               **cand) -> Path:
+    wl = make_workload(tmp_path / "wl")
+    doc = {**plan_dict(wl), "name": name}
+    for e, t in zip(doc["engines"], (0.8, temperature)):
+        yaml = tmp_path / f"{e['name']}.yaml"
+        yaml.write_text(DEPLOY % t)
+        e.update(adapter="vllm_omni", config_path=str(yaml),
+                 argv=["vllm", "serve", "/m", "--omni", "--deploy-config", str(yaml), "--port", str(e["port"])])
+    doc["engines"][1]["argv"] += list(extra_argv)
+    doc["engines"][1].update(cand)
+    return write_json(tmp_path / "plan.json", doc)
+
+
+def test_deploy_sampling_and_engine_flags_of_compared_arms_must_agree(tmp_path, store):
+    msg = str(pytest.raises(CampaignError, freeze, store, _vllm_plan(tmp_path, 0.9), checks=[freeze_errors]).value)
+    assert "deploy.stage1.sampling.temperature: 0.8 for 'ref-baseline', 0.9 for 'ref-fast'" in msg
+    assert "engines[].declared_changes of 'ref-fast'" in msg
+    msg = str(pytest.raises(CampaignError, freeze, store, _vllm_plan(tmp_path, extra_argv=("--kv-cache-dtype", "fp8")),
+                            checks=[freeze_errors]).value)
+    assert "argv.kv_cache_dtype: None for 'ref-baseline', 'fp8' for 'ref-fast'" in msg
+    assert "engine 'ref-fast': kv_cache_dtype differ(s) from 'ref-baseline'" in msg and "precision_change: true" in msg
+    # declared: the hypothesis names the key, and the precision change is opt-in
+    res = freeze(store, _vllm_plan(tmp_path, extra_argv=("--kv-cache-dtype", "fp8"), declared_changes=["kv_cache_dtype"],
+                                   precision_change=True), checks=[freeze_errors])
+    assert res.created
+    assert freeze(store, _vllm_plan(tmp_path, name="same"), checks=[freeze_errors]).created  # identical settings
+
+
+def test_across_adapters_the_precision_is_compared(tmp_path, store):
+    wl = make_workload(tmp_path / "wl")
+    doc = plan_dict(wl)
+    doc["engines"][1].update(adapter="peer", argv=["/opt/peer/serve", "--dtype", "float16", "--port", "1"])
+    msg = str(pytest.raises(CampaignError, freeze, store, write_json(tmp_path / "p.json", doc),
+                            checks=[freeze_errors]).value)
+    assert "dtype: None for 'ref-baseline', ['float16'] for 'ref-fast'" in msg and "a precision change" in msg
+
+
+def test_checkpoint_config_settings_are_read(tmp_path):
+    from data.plan_model import EngineSpec
+    from engine_adapters.launch_settings import launch_settings
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps({"torch_dtype": "bfloat16",
+                                                  "tts_config": {"temperature": 0.8, "top_k": 25, "hidden_size": 768}}))
+    e = EngineSpec("e", "vllm_omni", "vllm-omni", argv=("vllm", "serve", "--dtype", "bfloat16"),
+                   checkpoint_paths=(str(ckpt),))
+    assert launch_settings(e) == {"argv.dtype": "bfloat16", "checkpoint.torch_dtype": "bfloat16",
+                                  "checkpoint.tts_config.temperature": 0.8, "checkpoint.tts_config.top_k": 25}
