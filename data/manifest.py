@@ -210,44 +210,60 @@ def open_holdout(store: Store, plan: "Plan", reason: str,
 
 @dataclass(frozen=True)
 class Reservation:
-    """A holdout pool some frozen plan reserved and has not opened."""
+    """A holdout pool some frozen plan reserved whose quality runs have not started."""
 
     plan_hash: str
     name: str
     pool: str
     seq: int  # its freeze event
     ids: frozenset[str]
+    opened_seq: int | None = None
 
     def describe(self) -> str:
-        return f"holdout pool {self.pool!r} of plan {self.name!r} ({self.plan_hash[:12]}, reserved at seq {self.seq}, not opened)"
+        state = "not opened" if self.opened_seq is None else f"opened at seq {self.opened_seq}, its quality runs not started"
+        return f"holdout pool {self.pool!r} of plan {self.name!r} ({self.plan_hash[:12]}, reserved at seq {self.seq}, {state})"
 
 
-def unopened_reservations(store: Store) -> list[Reservation]:
-    """Every holdout reserved by a plan (or addendum) frozen in the store and not yet opened, in
-    chain order: no request path outside that plan's own quality arms may send its ids
-    (docs/statistics.md, "Who may send a reserved id")."""
+def _quality_runs_started(store: Store, plan_hash: str, pool: str) -> bool:
+    """A run in `pool` under this plan or a plan descending from it (an addendum keeping the pool)."""
+    rows = store.query("SELECT DISTINCT plan_hash FROM runs WHERE pool = ? AND plan_hash IS NOT NULL", [pool])
+    return any(plan_hash in plan_lineage(store, r["plan_hash"]) for r in rows)
+
+
+def protected_reservations(store: Store) -> list[Reservation]:
+    """Every holdout reserved by a plan (or addendum) frozen in the store whose quality runs have
+    not started (not opened, or opened and not yet run), in chain order: no request path outside
+    that plan's own quality arms may send its ids (docs/statistics.md, "Who may send a reserved id").
+    Once its quality runs have started, the prompts are spent on them and may be reused (a later
+    verdict on them says `reused`)."""
     out = []
     for ev in events(store, kind="plan_frozen") + events(store, kind="addendum_frozen"):
         pool = ev["payload"].get("holdout_pool")
         manifest = stored_manifest(store, ev["payload"]["manifest_hash"]) if pool and ev["payload"].get("manifest_hash") else None
-        if not manifest or holdout_opened(store, ev["plan_hash"]):
+        if not manifest:
+            continue
+        opened = holdout_opened(store, ev["plan_hash"])
+        if opened and _quality_runs_started(store, ev["plan_hash"], pool):
             continue
         out.append(Reservation(ev["plan_hash"], ev["payload"].get("name") or ev["subject"], pool, ev["seq"],
-                               frozenset(manifest["pools"].get(pool, []))))
+                               frozenset(manifest["pools"].get(pool, [])), int(opened["seq"]) if opened else None))
     return sorted(out, key=lambda r: r.seq)
 
 
 def reserved_ids_sent(store: Store, utt_ids: list[str], plan_hash: str | None = None,
                       pool: str | None = None) -> tuple[Reservation, list[str]] | None:
-    """The first unopened reservation whose ids a run would send, with those ids (in send order);
-    None when it sends none. A plan's quality arm (its opened holdout pool) may send its own ids."""
+    """The first protected reservation whose ids a run would send, with those ids (in send order);
+    None when it sends none. A plan's quality arm (its own holdout pool, or an ancestor's it kept)
+    may send its own ids."""
     own = {h for h in (plan_lineage(store, plan_hash) if plan_hash and pool else [])
            for ev in events(store, kind="plan_frozen", plan_hash=h) + events(store, kind="addendum_frozen", plan_hash=h)
            if ev["payload"].get("holdout_pool") == pool}
-    for r in unopened_reservations(store):
+    protected = protected_reservations(store)
+    mine = {u for h in own for u in (frozen_manifest(store, h) or {}).get("pools", {}).get(pool, [])}  # its own reservation
+    for r in protected:
         if r.plan_hash in own:
             continue
-        hit = list(dict.fromkeys(u for u in utt_ids if u in r.ids))
+        hit = list(dict.fromkeys(u for u in utt_ids if u in r.ids and u not in mine))
         if hit:
             return r, hit
     return None

@@ -182,7 +182,9 @@ def test_selection_is_recorded_before_the_holdout_and_acceptance_names_each_piec
     got = {p["piece"]: p["status"] for p in doc["pieces"]}
     assert got == {"quality": "INCONCLUSIVE", "throughput": "PASS", "validators": "PASS",
                    "equivalence": "not required", "selection": "PASS", "pinning": "PASS"}, doc["pieces"]
-    assert doc["verdict"] == "INCONCLUSIVE" and doc["claims"] == CLAIMS and doc["candidate"] == cand
+    assert doc["verdict"] == "INCONCLUSIVE" and doc["candidate"] == cand
+    assert {k: v for k, v in doc["claims"].items() if k != "covers"} == CLAIMS and doc["claims"]["covers"]["rules"] == {
+        "fast-exceeds-peer": [16, 32]}
     assert rule_vid in doc["inputs"]["verdicts"]
     # the bundle: launches, attempts, candidates and verdicts, verified; the acceptance re-derived
     bundle = tmp_path / "evidence"
@@ -276,7 +278,10 @@ def test_claims_are_typed_stored_and_refused_when_malformed(tmp_path):
     doc = plan_dict(make_workload(tmp_path / "wl"), ports=[18111, 18112])
     validate_plan_dict({**doc, "claims": CLAIMS, "selection": "required"})
     plan = plan_from_dict({**doc, "claims": CLAIMS})
-    assert acc.claims_section(plan) == CLAIMS and plan.selection == "optional"
+    section = acc.claims_section(plan)
+    assert {k: v for k, v in section.items() if k != "covers"} == CLAIMS and plan.selection == "optional"
+    assert section["covers"] == {"quality_checks": 3, "quality_concurrencies": [1], "quality_metrics": ["wer", "sim", "mos"],
+                                 "rules": {}}
     with pytest.raises(CampaignError, match=r"claims.status: 'maybe' is not one of"):
         validate_plan_dict({**doc, "claims": {**CLAIMS, "status": "maybe"}}, "p.json")
     with pytest.raises(CampaignError, match="selection"):

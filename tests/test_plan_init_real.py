@@ -26,7 +26,7 @@ def _fill(doc: dict, tmp: Path) -> dict:
               "<seed-tts-eval dir (contains en/meta.lst)>": str(REPO / "data" / "sample_workload"),
               "<pools.json written by campaign workload pools>": str(pools),
               "<python of the vllm-omni environment>": "/opt/vllm-omni/bin/python",
-              "<vllm-omni checkout at the engine's revision>": str(tmp),
+              "<vllm-omni checkout at the engine's revision>": str(tmp), "<peer checkout at the engine's revision>": str(tmp),
               "<python of the sglang-omni environment>": "/opt/sglang-omni/bin/python",
               "<sglang-omni checkout at the engine's revision>": str(tmp),
               "<peer test command>": "/opt/peer/bin/selftest", "<peer checkout>": str(tmp),

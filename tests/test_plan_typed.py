@@ -64,7 +64,7 @@ SHIPPED = {
     "plan init --demo": (_demo, "28652dc10e5c08c14884ee353aede271056ae843048d0c0acaef2d415d1c63cc"),
     "plan init": (lambda: template(False), "5a28be2d672e271c4089dd8610dce2a7211252052c7df7d32f63d02cf0a4e035"),
     "plan init --engines": (lambda: real_template(["vllm-omni", "sglang-omni", "peer"]),
-                            "95c7744db1fd5d663a3e15fcc78b2837e3d994be3bb3020fddb3881451487a9d"),
+                            "654a33add44c6ab13bf0f7a423d988ee1e0e736c26292126d648a1537da5da20"),
     "demo env values": (_with_env, "7d826d47363614d1ce793267e8e42d3eb1f1f4f7deea5f03e9f11cc330549f99"),
     "demo --quick": (lambda: _edited(_demo(), {"workload.pools_file": "pools.json",
                                                       **{f"engines.{i}.port": 9001 + i for i in range(4)},

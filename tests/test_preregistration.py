@@ -396,3 +396,23 @@ def test_checkpoint_config_settings_are_read(tmp_path):
                    checkpoint_paths=(str(ckpt),))
     assert launch_settings(e) == {"argv.dtype": "bfloat16", "checkpoint.torch_dtype": "bfloat16",
                                   "checkpoint.tts_config.temperature": 0.8, "checkpoint.tts_config.top_k": 25}
+
+
+def test_an_opened_holdout_stays_protected_until_its_quality_runs_start(tmp_path):
+    db, wl, holdout = _reserved_store(tmp_path)
+    plan = tmp_path / "plan.json"
+    assert campaign("plan", "open-holdout", plan, "--reason", "sweep done", db=db).returncode == 0
+    r = campaign("probe", "--url", "http://127.0.0.1:9", "--dialect", "vllm-omni", "--workload", wl, "--pool",
+                 "holdout", "-n", "2", "--no-telemetry", db=db)
+    assert r.returncode == 2 and "opened at seq" in r.stderr and "its quality runs not started" in r.stderr, r.stderr
+    from data.manifest import protected_reservations
+
+    with Store(db) as s:
+        from results_store import announce_runs  # a quality run of the plan: the prompts are spent on it
+
+        h = s.scalar("SELECT plan_hash FROM plans")
+        s.con.execute("INSERT INTO runs (run_id, plan_hash, engine, dialect, url, concurrency, repeat_index, kind, "
+                      "status, pool, requests_planned, started_at) VALUES ('q1', ?, 'ref-baseline', 'vllm-omni', "
+                      "'http://x', 1, 0, 'measured', 'complete', 'holdout', 0, now())", [h])
+        announce_runs(s, h, ["q1"])
+        assert protected_reservations(s) == []

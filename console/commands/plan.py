@@ -79,9 +79,10 @@ def _source(kind: str) -> dict:
     distribution (its version). A placeholder, so freeze refuses the template until it is filled
     in; an engine without `source` runs whatever is installed and is recorded `unpinned`."""
     dist = {"vllm-omni": "vllm-omni", "sglang-omni": "sglang-omni"}.get(kind)
-    return {"source": f"<{{\"git\": \"{kind} checkout at the engine's revision\"}}"
-                      + (f" or {{\"dist\": \"{dist}\"}} (the installed distribution)" if dist else "") + ">",
-            "_source": "pinned source: acceptance is INCONCLUSIVE for an unpinned compared engine (docs/plans.md)"}
+    return {"source": {"git": f"<{kind} checkout at the engine's revision>"},
+            "_source": "the pinned source: a git checkout (its commit is recorded at every launch)"
+                       + (f", or {{\"dist\": \"{dist}\"}} for the installed distribution (its version)" if dist else "")
+                       + "; acceptance is INCONCLUSIVE for an unpinned compared engine (docs/plans.md)"}
 
 
 def _real_engine(kind: str, port: int, admission: int) -> dict:

@@ -31,6 +31,8 @@ def register(sub) -> None:
     p.add_argument("--warmup", type=int, default=0, help="warmup requests before the measured ones")
     p.add_argument("--workload", help="Seed-TTS-format directory (default: bundled sample)")
     p.add_argument("--locale", help="workload locale (default: the only one, or 'en')")
+    p.add_argument("--pools-file", help="pools JSON to read the pool from (as a plan's workload.pools_file; "
+                                        "default: the workload's own pools.json)")
     p.add_argument("--pool", help="workload pool to draw from (default: its 'tuning' pool, else every utterance, "
                                   "leaving out every id a frozen plan reserved and has not opened)")
     p.add_argument("--db", help="run store (default: $CAMPAIGN_DB or ./campaign.duckdb)")
@@ -76,14 +78,14 @@ DEFAULT_POOL = "tuning"  # what a probe draws from when the workload has one (do
 
 
 def build_requests(workload: str | None, locale: str | None, pool: str | None, n: int,
-                   reserved: frozenset[str] = frozenset()) -> list[RequestSpec]:
+                   reserved: frozenset[str] = frozenset(), pools_file: str | None = None) -> list[RequestSpec]:
     """The first n utterances of the pool, cycling when n exceeds it. With no pool: the workload's
     tuning pool (else every utterance) without the `reserved` ids; a named pool is taken as named
     (the run refuses it if it holds a reserved id, console/recording.py)."""
     from data.workload import load_workload
     from engine_adapters.driver import RequestSpec
 
-    wl = load_workload(workload, locale)
+    wl = load_workload(workload, locale, Path(pools_file) if pools_file else None)
     if pool is None:
         utts = [u for u in wl.pool(DEFAULT_POOL if DEFAULT_POOL in wl.pools else None) if u.utt_id not in reserved]
     else:
@@ -123,7 +125,7 @@ def cmd_probe(args) -> int:
     from engine_adapters.driver import DriveSpec
     from stats.metrics import run_metrics
 
-    from data.manifest import unopened_reservations
+    from data.manifest import protected_reservations
     from data.store import resolve_db_path
 
     _check(args)
@@ -131,8 +133,8 @@ def cmd_probe(args) -> int:
     reserved: frozenset[str] = frozenset()
     if db.exists():  # a new store holds no reservation
         with open_store(args.db) as store:
-            reserved = frozenset(i for r in unopened_reservations(store) for i in r.ids)
-    reqs = build_requests(args.workload, args.locale, args.pool, args.requests, reserved)
+            reserved = frozenset(i for r in protected_reservations(store) for i in r.ids)
+    reqs = build_requests(args.workload, args.locale, args.pool, args.requests, reserved, args.pools_file)
     options = {"client": args.client, "preset": args.preset}
     if args.audio_format:
         options["audio_format"] = args.audio_format
