@@ -169,6 +169,8 @@ class Parser(StreamParser):
         for frame in self.proto.events_received():
             if self.done:
                 break
+            if not isinstance(frame, Frame):  # a client Protocol in the OPEN state yields frames only
+                continue
             start, self.pos = self.pos, self.pos + _wire_len(frame)
             while self.reads and self.reads[0][0] <= start:
                 self.reads.popleft()
@@ -176,8 +178,8 @@ class Parser(StreamParser):
             events += self._frame(frame, t)
         exc = self.proto.parser_exc
         if exc is not None and not self.done:
-            cause = f"{exc}: {exc.__cause__}" if isinstance(exc, ProtocolError) and exc.__cause__ else str(exc)
-            self.fail("decode_error", f"WebSocket protocol error: {first_line(cause, 160)}")
+            cause = f": {first_line(exc.__cause__, 80)}" if isinstance(exc, ProtocolError) and exc.__cause__ else ""
+            self.fail("decode_error", f"WebSocket protocol error: {first_line(exc, 80)}{cause}")
         return events
 
     def _frame(self, frame: Frame, t: int) -> list[Event]:

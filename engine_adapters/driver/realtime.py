@@ -86,7 +86,7 @@ async def session(url: str, opening: bytes, raw: RawResult, on_send: Callable[[]
                            max_queue=None, create_connection=_StampedConnection, user_agent_header=None)
     except InvalidStatus as exc:
         raw.http_status = exc.response.status_code
-        raw.failure = ("http_status", f"HTTP {exc.response.status_code}: {error_text(exc.response.body or b'')}")
+        raw.failure = ("http_status", f"HTTP {exc.response.status_code}: {error_text(bytes(exc.response.body or b''))}")
         raw.t_end_ns = time.perf_counter_ns()
         return
     except (OSError, InvalidHandshake) as exc:
@@ -145,7 +145,6 @@ async def _silence(ws: ClientConnection, plan: wire.SessionPlan, ended: asyncio.
     """Append silence in real time until the response ends or `plan.silence_s` is spent (the
     benchmark's stream_silence): the model speaks per audio unit."""
     audio = wire.silence_b64(plan)
-    step_s = plan.append_ms / 1000
     sent_ms = 0
     start = time.monotonic()
     while not ended.is_set() and sent_ms < plan.silence_s * 1000:

@@ -82,7 +82,8 @@ class _Wire:
 
 
 def _session_text(session: dict[str, Any]) -> str | None:
-    extra = session.get("extra_body") if isinstance(session.get("extra_body"), dict) else {}
+    extra = session.get("extra_body")
+    extra = extra if isinstance(extra, dict) else {}
     for value in (extra.get("duplex_initial_user_text"), session.get("initial_user_text")):
         if isinstance(value, str) and value.strip():
             return value.strip()
