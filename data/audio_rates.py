@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 # what MiniCPM-o's talker produces on each dialect (docs/engines.md, Part 1)
-DIALECT_SAMPLE_RATES = {"vllm-omni": 24_000, "sglang-omni": 24_000, "pcm": 24_000}
+DIALECT_SAMPLE_RATES = {"vllm-omni": 24_000, "sglang-omni": 24_000, "pcm": 24_000, "vllm-omni-realtime": 24_000}
 
 
 def expected_rate(dialect: str, request: Mapping[str, Any] | None) -> int:

@@ -22,7 +22,7 @@ def _fill(doc: dict, tmp: Path) -> dict:
     values = {"<campaign name>": "h200-three-engines", "<what this campaign decides>": "who serves faster",
               "<model revision>": "503e754", "<model dir>": str(model), "<vllm-omni version or git sha>": "0.30.0",
               "<sglang-omni git sha>": "0970348", "<peer git sha>": "abc1234", "<peer profile name>": "default",
-              "<vllm-omni | sglang-omni | pcm>": "pcm", "<peer launch command>": "/opt/peer/bin/serve",
+              "<vllm-omni | sglang-omni | pcm | vllm-omni-realtime>": "pcm", "<peer launch command>": "/opt/peer/bin/serve",
               "<seed-tts-eval dir (contains en/meta.lst)>": str(REPO / "data" / "sample_workload"),
               "<pools.json written by campaign workload pools>": str(pools),
               "<python of the vllm-omni environment>": "/opt/vllm-omni/bin/python",
@@ -100,11 +100,14 @@ def test_plan_init_names_gpu_peer_dialects_admission_flags_and_size(tmp_path):
     doc = json.loads(plan.read_text())
     assert doc["gpu"]["expected_name"] == "NVIDIA L20X"
     v, s, p = doc["engines"]
+    # which vLLM-Omni dialect fits which deployment (docs/engines.md, "vLLM-Omni realtime")
+    assert all(w in v["_dialect"] for w in ("session_mode: turn", "dialect vllm-omni;", "session_mode: duplex",
+                                            "vllm-omni-realtime", "0.30.0"))
     top = str(max(doc["sweep"]["concurrencies"]))
     assert v["argv"][v["argv"].index("--max-num-seqs") + 1] == top
     assert s["argv"][s["argv"].index("--thinker-max-running-requests") + 1] == top
-    assert p["dialect"] == "<vllm-omni | sglang-omni | pcm>"
-    for word in ("argv", "profile", "dialect", "vllm-omni", "sglang-omni", "pcm"):
+    assert p["dialect"] == "<vllm-omni | sglang-omni | pcm | vllm-omni-realtime>"
+    for word in ("argv", "profile", "dialect", "vllm-omni", "sglang-omni", "pcm", "vllm-omni-realtime"):
         assert word in p["_comment"]
     # 3 engines x 6 C x (1 warmup + 3 measured) repeats x 320 requests
     assert "sweep: 72 cells, 23,040 requests" in r.stdout

@@ -95,6 +95,13 @@ def _real_engine(kind: str, port: int, admission: int) -> dict:
                 "_comment": "vllm serve MODEL --omni --deploy-config YAML; config_path names the same YAML, so its "
                             "hash and its per-stage admission limits are recorded with every launch",
                 "revision": "<vllm-omni version or git sha>",
+                "_dialect": "which dialect fits (docs/engines.md): the deploy YAML's session_mode decides, from "
+                            "vllm-omni 0.30.0 on: session_mode: turn (minicpmo_4_5_turn.yaml) is turn-based chat "
+                            "with SSE audio deltas, dialect vllm-omni; session_mode: duplex (minicpmo_4_5.yaml, the "
+                            "single-GPU default, max_sessions 4) is the DuplexOmni server, measured over its WebSocket "
+                            "/v1/realtime?duplex=1 with dialect vllm-omni-realtime (one session per request; talker "
+                            "sampling from the deploy config, not the request), while its /v1/chat/completions "
+                            "still answers the vllm-omni dialect",
                 "_admission": "--max-num-seqs N caps every stage's batch (vLLM's engine flag; vLLM-Omni applies a "
                               "typed flag over each stage of the deploy YAML); the console records "
                               "min(stage max_num_seqs x replicas) as the admission limit (docs/engines.md)",
@@ -122,7 +129,8 @@ def _real_engine(kind: str, port: int, admission: int) -> dict:
                         "flag here too); profile = a name for its configuration (recorded with every run); "
                         "dialect = its wire format (docs/engines.md), one of: vllm-omni (chat completions with "
                         "SSE audio deltas as vLLM-Omni sends them), sglang-omni (SGLang-Omni's SSE delta.audio), "
-                        "pcm (a raw s16le PCM body); revision = its git sha",
+                        "pcm (a raw s16le PCM body), vllm-omni-realtime (vLLM-Omni's duplex WebSocket "
+                        "sessions); revision = its git sha",
             "revision": "<peer git sha>", "health_timeout_s": 1800,
             "argv": ["<peer launch command>", "--port", str(port)], "checkpoint_paths": ["<model dir>"],
             "request": {"audio_format": "wav"}}

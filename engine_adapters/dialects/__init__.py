@@ -10,12 +10,12 @@ from data.audio_rates import expected_rate
 from data.errors import CampaignError
 from data.hashing import sha256_json
 from data.plan_model import DEFAULT_MODEL
-from engine_adapters.dialects import pcm, sglang_omni, vllm_omni
+from engine_adapters.dialects import pcm, sglang_omni, vllm_omni, vllm_omni_realtime
 from engine_adapters.dialects.base import (MAX_EVENT_BYTES, Event, StreamParser, Unexpected, WholeJsonParser,
                                            prompt_data_uri, unexpected_response)
 from engine_adapters.dialects.presets import PRESETS, PROTOCOL
 
-_MODULES: dict[str, ModuleType] = {m.NAME: m for m in (vllm_omni, sglang_omni, pcm)}
+_MODULES: dict[str, ModuleType] = {m.NAME: m for m in (vllm_omni, sglang_omni, pcm, vllm_omni_realtime)}
 DIALECTS = tuple(_MODULES)
 SAMPLING_FIELDS = ("seed", "temperature", "top_p", "top_k", "max_tokens")
 # placeholders of the body template whose hash every run stores
@@ -38,6 +38,10 @@ class Dialect:
     _build: Callable[..., dict[str, Any]]
     _parser: Callable[..., StreamParser]  # a parser class: (audio_format=, sample_rate=, max_event_bytes=)
     content_type: str = "text/event-stream"  # what this dialect's streaming answer declares
+    transport: str = "http"  # "websocket": a session over a WebSocket (dialects/vllm_omni_realtime.py)
+    default_format: str = "wav"  # request.audio_format when the plan gives none
+    # where the plan's sampling fields go (None: top-level body keys)
+    _sampling: Callable[[dict[str, Any], dict[str, Any]], None] | None = None
 
     def request_config(self, options: dict[str, Any] | None = None) -> RequestConfig:
         """Resolve and check `preset`, `voice_prompt` and `stream`; a bad value is a one-line
@@ -55,7 +59,7 @@ class Dialect:
         if placement not in allowed:
             raise CampaignError(f"request.voice_prompt: {placement!r} is not a {self.name} placement for preset "
                                 f"{name!r} (choose one of: {', '.join(allowed)})")
-        streams = preset.streams if self.name != "pcm" else (True,)
+        streams = preset.streams if self.name != "pcm" and self.transport == "http" else (True,)
         stream = options.get("stream", streams[0])
         if stream not in streams:
             raise CampaignError(f"request.stream: {stream!r} is not possible for preset {name!r} on {self.name}")
@@ -72,7 +76,9 @@ class Dialect:
         else:
             body = preset.build(text, uri, prompt_text, model=model, options=opts, stream=cfg.stream,
                                 placement=cfg.voice_placement)
-        if preset.sampling:
+        if preset.sampling and self._sampling is not None:
+            self._sampling(body, sampling or {})
+        elif preset.sampling:
             for key in SAMPLING_FIELDS:
                 value = (sampling or {}).get(key)
                 if value is not None:
@@ -115,7 +121,7 @@ class Dialect:
 
     def new_parser(self, options: dict[str, Any] | None = None) -> StreamParser:
         options = options or {}
-        fmt = options.get("audio_format", "pcm" if self.name == "pcm" else "wav")
+        fmt = options.get("audio_format", self.default_format)
         cls = self._parser if self.request_config(options).stream else WholeJsonParser
         return cls(audio_format=fmt, sample_rate=self.sample_rate(options),
                    max_event_bytes=int(options.get("max_event_bytes", MAX_EVENT_BYTES)))
@@ -125,7 +131,9 @@ def get_dialect(name: str) -> Dialect:
     mod = _MODULES.get(name)
     if mod is None:
         raise CampaignError(f"unknown dialect {name!r} (choose one of: {', '.join(DIALECTS)})")
-    return Dialect(mod.NAME, mod.PATH, mod.PLACEMENTS, mod.build_body, mod.Parser, mod.CONTENT_TYPE)
+    return Dialect(mod.NAME, mod.PATH, mod.PLACEMENTS, mod.build_body, mod.Parser, mod.CONTENT_TYPE,
+                   getattr(mod, "TRANSPORT", "http"), getattr(mod, "DEFAULT_AUDIO_FORMAT", "wav"),
+                   getattr(mod, "apply_sampling", None))
 
 
 __all__ = ["DIALECTS", "Dialect", "Event", "RequestConfig", "StreamParser", "get_dialect", "prompt_data_uri"]

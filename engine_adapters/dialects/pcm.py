@@ -16,6 +16,7 @@ from engine_adapters.dialects.base import DEFAULT_SAMPLE_RATE, MAX_EVENT_BYTES, 
 NAME = "pcm"
 PATH = "/v1/chat/completions"
 CONTENT_TYPE = "audio/pcm"  # what a streaming answer declares
+DEFAULT_AUDIO_FORMAT = "pcm"
 PLACEMENTS = ("audio_url", "ref_audio", "none")
 
 

@@ -20,6 +20,7 @@ from engine_adapters.driver.instruments import instruments as driver_instruments
 from engine_adapters.driver.overhead import loop_lag_summary, summarise_ns
 from engine_adapters.driver.pacing import SendPacer
 from engine_adapters.driver.periodic import Periodic
+from engine_adapters.driver import realtime
 from engine_adapters.driver.results import DriveSummary, RawResult
 from engine_adapters.driver.shards import Meetings, PeerStopped, ShardRole
 from engine_adapters.driver.spec import DriveSpec, RequestSpec
@@ -63,6 +64,8 @@ class DriveLoop:
         self.cancelled = False
         self.max_event_bytes = int(opts.get("max_event_bytes", MAX_EVENT_BYTES))
         self.sse = self.dialect.name != "pcm" and self.dialect.request_config(opts).stream
+        # a WebSocket session per request (driver/realtime.py) instead of an HTTP exchange
+        self.session_plan = (realtime.wire.session_plan(opts) if self.dialect.transport == "websocket" else None)
         self.expected_type = self.dialect.response_content_type(opts)
         self.expected_rate = self.dialect.sample_rate(opts)
         # bodies built before the clock starts: JSON-encoding a base64 prompt is not send lag
@@ -149,6 +152,11 @@ class DriveLoop:
 
         try:
             async with asyncio.timeout(spec.timeout_s):
+                if self.session_plan is not None:
+                    await realtime.session(self.url, self._bodies[req.utt_id], raw, stamp_send,
+                                           dict(req.headers) if req.headers else None, self.session_plan,
+                                           self.max_event_bytes)
+                    return
                 async with transport.post(self.url, self._bodies[req.utt_id], stamp_send,
                                           dict(req.headers) if req.headers else None) as resp:
                     raw.http_status = resp.status
@@ -307,7 +315,7 @@ class DriveLoop:
             self.flush()
             instruments.stop()
         return DriveSummary(
-            loop_impl=loop_impl(), client_impl=transport.version,
+            loop_impl=loop_impl(), client_impl=realtime.CLIENT if self.session_plan else transport.version,
             anchor_wall_ns=anchor_wall, anchor_perf_ns=anchor_perf, sent=self.sent, cancelled=self.cancelled,
             overhead={"send_lag": summarise_ns(self.send_lag_ns),
                       "sends_per_pass": self.pacer.per_pass, "deferred_sends": self.pacer.deferred,

@@ -20,7 +20,15 @@ from typing import Any
 # the dialects the reference engine serves, with the audio formats of each (tests/test_plan_enums.py
 # checks they are the client's dialects, engine_adapters/dialects)
 _AUDIO_FORMATS = {"vllm-omni": ("wav", "pcm"), "sglang-omni": ("wav",), "pcm": ("pcm", "wav")}
-DIALECTS = tuple(_AUDIO_FORMATS)
+# vllm-omni-realtime: a DuplexOmni server, which also answers /v1/chat/completions as vllm-omni
+# does (docs/engines.md); its sessions are parsed by reference/realtime.py
+REALTIME = "vllm-omni-realtime"
+DIALECTS = (*_AUDIO_FORMATS, REALTIME)
+
+
+def chat_dialect(dialect: str) -> str:
+    """The chat-completions dialect an engine serving `dialect` answers HTTP chat requests in."""
+    return "vllm-omni" if dialect == REALTIME else dialect
 
 
 class RequestError(Exception):

@@ -42,7 +42,8 @@ from aiohttp import web
 from aiohttp.log import access_logger
 
 from engine_adapters.identity import LAUNCH_ID_HEADER
-from engine_adapters.reference.chat_request import RequestError, SpeechRequest, parse_request
+from engine_adapters.reference import realtime
+from engine_adapters.reference.chat_request import REALTIME, RequestError, SpeechRequest, chat_dialect, parse_request
 from engine_adapters.reference.config import EngineConfig
 from engine_adapters.reference.encoders import ENCODERS, AudioTemplate, Frame, StreamContext, Usage, stamp
 from engine_adapters.reference.espeak import EspeakSynth
@@ -114,7 +115,8 @@ class ReferenceEngine:
     def __init__(self, config: EngineConfig, profile: Profile) -> None:
         self.config = config
         self.profile = profile
-        self.encoder = ENCODERS[config.dialect]()
+        self.chat_dialect = chat_dialect(config.dialect)  # a realtime server answers chat as vllm-omni does
+        self.encoder = ENCODERS[self.chat_dialect]()
         self.state = "starting"
         self.dead_reason = ""
         self.started_at = int(time.time())
@@ -127,7 +129,7 @@ class ReferenceEngine:
         self.parser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reference-parse")
         self.emit_log = EmitLog(config.emit_log) if config.emit_log else None
         self.outcomes = _Outcome()
-        self.metrics = EngineMetrics(config.dialect, config.model_name, profile.metrics_ttfa_skew_s)
+        self.metrics = EngineMetrics(self.chat_dialect, config.model_name, profile.metrics_ttfa_skew_s)
         self._payloads: LruCache[tuple[bytes, str], tuple[bytes, ...]] = LruCache(
             PAYLOAD_CACHE_BYTES, size_of=lambda v: sum(map(len, v)))
 
@@ -184,7 +186,13 @@ class ReferenceEngine:
         app.router.add_get("/stats", self.stats)
         app.router.add_get("/metrics", self.prometheus)
         app.router.add_post("/v1/chat/completions", self.chat)
+        if self.config.dialect == REALTIME:  # vllm-omni's duplex route and its alias (reference/realtime.py)
+            app.router.add_get("/v1/realtime", self.realtime)
+            app.router.add_get("/v1/duplex", self.realtime)
         return app
+
+    async def realtime(self, request: web.Request) -> web.StreamResponse:
+        return await realtime.handle(self, request)
 
     async def health(self, request: web.Request) -> web.Response:
         """200 once ready, else 503; with the launch id when one was given, so the console can
@@ -293,7 +301,7 @@ class ReferenceEngine:
 
     def _parse(self, raw: bytes) -> tuple[SpeechRequest, PromptAudio | None, float]:
         """The request, its voice prompt and its thinker input audio seconds (a worker thread's job)."""
-        req = parse_request(raw, self.config.dialect)
+        req = parse_request(raw, self.chat_dialect)
         prompt = decode_prompt(req.prompt_wav) if req.prompt_wav is not None else None
         input_audio_s = sum(prompt.duration_s if prompt is not None and a is req.prompt_wav
                             else decode_prompt(a).duration_s for a in req.input_audio)
