@@ -59,12 +59,12 @@ def _with_env() -> dict:
 # real-engine templates since issue 27 gave them their validators (`plan init` is unchanged); the
 # real-engine template since issue 32 (admission-limit flags in argv, the peer's guidance, the GPU placeholder);
 # the demo template since issue 32 (WER by the workload-domain pocketsphinx model, its texts' path);
-# every template since issue 38 (`selection: required`; the real engines' `source` placeholders)
+# every template since issue 38 (`selection: required`; the real engines' `source` placeholders); the real-engine template since issue 41 (the dialect-per-session-mode note)
 SHIPPED = {
     "plan init --demo": (_demo, "28652dc10e5c08c14884ee353aede271056ae843048d0c0acaef2d415d1c63cc"),
     "plan init": (lambda: template(False), "5a28be2d672e271c4089dd8610dce2a7211252052c7df7d32f63d02cf0a4e035"),
     "plan init --engines": (lambda: real_template(["vllm-omni", "sglang-omni", "peer"]),
-                            "654a33add44c6ab13bf0f7a423d988ee1e0e736c26292126d648a1537da5da20"),
+                            "d1a10e3a91ac197f5e7c16edc4c148750f7b747be888b738e78aecbe4c3d4eb0"),
     "demo env values": (_with_env, "7d826d47363614d1ce793267e8e42d3eb1f1f4f7deea5f03e9f11cc330549f99"),
     "demo --quick": (lambda: _edited(_demo(), {"workload.pools_file": "pools.json",
                                                       **{f"engines.{i}.port": 9001 + i for i in range(4)},
