@@ -36,10 +36,12 @@ check: $(STAMP)
 	$(BIN)/python -m pytest -q $(PARALLEL) -m "not slow and not serial" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(BIN)/python -m pytest -q -m "serial and not slow" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
-# ruff on the whole tree; mypy on the product packages ([tool.mypy] in pyproject.toml)
+# ruff on the whole tree; mypy on the product packages ([tool.mypy] in pyproject.toml); the import
+# contracts ([tool.importlinter]: the layer order and no circles, docs/architecture.md)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 demo: $(STAMP)
 	$(BIN)/python -m console.demo

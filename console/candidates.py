@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from data import candidates as cands
+from data.errors import CampaignError
 from data.hashing import sha256_file
 from data.plan_model import EngineSpec, Plan
 from data.store import Store
@@ -27,8 +28,17 @@ def _file_sha256(path: str | None) -> str | None:
         return None
 
 
+def argv_or_reason(engine: EngineSpec) -> list[str]:
+    """The launch argv (the adapter's default when the plan gives none), or why there is none."""
+    from engine_adapters.specs import launch_argv
+
+    try:
+        return launch_argv(engine)
+    except CampaignError as exc:
+        return [f"<no argv: {exc}>"]
+
+
 def engine_config(engine: EngineSpec, sampling: dict[str, Any] | None) -> dict[str, Any]:
-    from console.cell_executor import argv_or_reason
     from engine_adapters.dialects import get_dialect
 
     return {

@@ -138,20 +138,11 @@ class StoreLaunches:
         return []
 
 
-def argv_or_reason(engine: EngineSpec) -> list[str]:
-    from engine_adapters.specs import launch_argv
-
-    try:
-        return launch_argv(engine)
-    except CampaignError as exc:
-        return [f"<no argv: {exc}>"]
-
-
 def record_attempt(store: Store, plan: Plan, engine: EngineSpec, outcome: str, *, reason: str | None = None,
                    launch_id: str | None = None, run_ids: list[str] | None = None) -> str:
     """One attempts row and its event; the configuration's candidate is registered and moved on by
     the outcome in the same transaction (data/candidates.py)."""
-    from console.candidates import engine_config
+    from console.candidates import argv_or_reason, engine_config
 
     config = {"adapter": engine.adapter, "revision": engine.revision, "profile": engine.profile,
               "argv": argv_or_reason(engine), "env": engine.env,  # names -> sha256 (data/secrets.py)

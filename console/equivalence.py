@@ -390,7 +390,7 @@ def fmt(measure: str, v: float | None) -> str:
 def family_equivalence(store: Store, plan_hash: str) -> list[Any]:
     """Issued equivalence verdicts (stats.results VerdictResult, with documents) of the plan and of
     every addendum below it, oldest first: an equivalence experiment is often an addendum."""
-    from console.evidence import plan_family
+    from data.manifest import plan_family
     from stats.results.plan_results import load_verdicts
 
     return [v for h in plan_family(store, plan_hash) for v in load_verdicts(store, h, documents=True)

@@ -44,10 +44,12 @@ from data.anchor import Head, current_head, holds, read_head
 from data.audit import event_hash, events, verify_chain
 from data.errors import CampaignError, first_line
 from data.hashing import canonical_json, sha256_file
+from data.manifest import plan_family
 from data.queries import plan_seq
 from data.store import Store
 from data.verdicts import document_sha256
 from console.evidence_patches import write_patches
+from console.evidence_steps import EvidenceMismatch, Step
 from console.evidence_record import RECORD_TABLES, REQUESTS_JSON, rebuild_text, record_steps, write_record
 
 MANIFEST = "MANIFEST.sha256"
@@ -62,31 +64,7 @@ CHECK_FIELDS = ("status", "n_ids", "n_expected", "point", "bound", "base_value",
 RULE_FIELDS = ("status", "n_pairs", "geo_mean_ratio", "lower_bound_ratio", "min_ratio")
 
 
-class EvidenceMismatch(CampaignError):
-    """A bundled file or verdict does not match what its data re-derives; `check` names the step
-    of verify that found it."""
-
-    check = ""
-
-
 # -- export -----------------------------------------------------------------------------------
-
-def plan_family(store: Store, plan_hash: str) -> list[str]:
-    """The plan, its ancestors and every addendum below it (frozen order)."""
-    from data.manifest import plan_lineage
-
-    rows = store.con.execute(f"SELECT plan_hash, parent_hash FROM plans p ORDER BY {plan_seq('p')} NULLS FIRST, plan_hash").fetchall()
-    lineage = plan_lineage(store, plan_hash)
-    family = set(lineage)
-    grew = True
-    while grew:
-        grew = False
-        for h, parent in rows:
-            if parent in family and h not in family:
-                family.add(h)
-                grew = True
-    return [h for h, _ in rows if h in family]
-
 
 def _write_table(store: Store, table: str, sql: str, params: list, out: Path) -> int:
     import pyarrow.csv as pacsv
@@ -278,13 +256,6 @@ def write_manifest(out: Path) -> None:
 
 
 # -- verify -----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Step:
-    name: str
-    detail: str
-    status: str = "ok"  # or "not verified": a part of the bundle verify does not vouch for (report/)
-
 
 TABLE_FILES = frozenset(f"{t}.{ext}" for t in TABLES for ext in ("parquet", "csv")) | {REQUESTS_JSON}
 _HEX64 = re.compile(r"[0-9a-f]{64}")

@@ -44,7 +44,7 @@ def requests_lines(root: Path) -> bytes:
 
 
 def check_requests_json(root: Path) -> str:
-    from console.evidence import EvidenceMismatch
+    from console.evidence_steps import EvidenceMismatch
 
     p = root / "tables" / REQUESTS_JSON
     if not p.is_file():
@@ -60,7 +60,7 @@ def check_requests_json(root: Path) -> str:
 
 def record_steps(root: Path, store: Store) -> list[tuple[str, Callable[[], Any]]]:
     """(name, step) for verify_bundle: the record tables against the whole bundled chain."""
-    from console.evidence import EvidenceMismatch, Step
+    from console.evidence_steps import EvidenceMismatch, Step
     from data import integrity
     from data.audit import events
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from data.audit import append_event, atomic, events
 from data.errors import CampaignError
 from data.hashing import canonical_json, sha256_file, sha256_text
+from data.queries import plan_seq
 from data.store import Store, utcnow
 from data.workload import Workload, load_workload, pool_error_message
 
@@ -180,6 +181,21 @@ def plan_lineage(store: Store, plan_hash: str) -> list[str]:
         if not parent or parent in out:
             return out
         out.append(parent)
+
+
+def plan_family(store: Store, plan_hash: str) -> list[str]:
+    """The plan, its ancestors and every addendum below it (frozen order)."""
+    rows = store.con.execute(f"SELECT plan_hash, parent_hash FROM plans p ORDER BY {plan_seq('p')} NULLS FIRST, plan_hash").fetchall()
+    lineage = plan_lineage(store, plan_hash)
+    family = set(lineage)
+    grew = True
+    while grew:
+        grew = False
+        for h, parent in rows:
+            if parent in family and h not in family:
+                family.add(h)
+                grew = True
+    return [h for h, _ in rows if h in family]
 
 
 def holdout_opened(store: Store, plan_hash: str) -> dict[str, Any] | None:

@@ -17,7 +17,7 @@ from stats.quality.base import ScoreItem, ScorerUnavailable
 from stats.quality.registry import make_scorer, scorer_status
 from stats.quality.tiny_checkpoints import build_tiny_utmos22
 from stats.quality.utmos import Utmos22Scorer
-from stats.quality.utmos_model import STATE_FILE
+from stats.quality.utmos import STATE_FILE
 
 
 @pytest.fixture(scope="module")

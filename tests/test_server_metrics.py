@@ -23,7 +23,7 @@ from engine_adapters.reference import server_metrics as engine_side
 from plans_helpers import make_workload, minimal_plan, minimal_plan_doc, plan_dict, write_json
 from reference_server import chat_body, launch_engine, stop_engine, stream, wait_ready
 from stats.metrics.continuity import continuity_rates, deficit_underrun_s, pause_resume_underrun_s, run_continuity
-from stats.metrics.goodput import run_goodput
+from stats.metrics.compute import run_goodput
 from stats.server_reconcile import reconcile_run
 
 pytestmark = pytest.mark.timeout(240)

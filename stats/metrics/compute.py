@@ -19,11 +19,12 @@ import numpy as np
 
 from data.errors import CampaignError
 from data.metric_params import DEFAULT_METRIC_PARAMS, MetricParams
+from data.server_plan import SloSpec
 from data.records import FAILURE_CLASSES
 from data.store import Store
 from stats.metrics import registry
 from stats.metrics.continuity import MODELS, continuity_rates, underrun_of
-from stats.metrics.goodput import goodput, slo_of
+from stats.metrics.goodput import Goodput, goodput, slo_of
 from stats.metrics.registry import METRICS_VERSION, MetricDef
 from stats.playback import PlaybackResult, simulate_playback
 
@@ -374,3 +375,15 @@ def run_metrics(store: Store, run_id: str, params: MetricParams | None = None, *
         raise CampaignError(f"{store.path}: no run with id {run_id!r}")
     requests, chunks = load_run_records(store, run_id)
     return metrics_from_records(run_id, requests, chunks, _params(params, overrides))
+
+
+def run_goodput(run_id: str, requests: Sequence[Mapping[str, Any]],
+                chunks_by_request: Mapping[int, Sequence[tuple[int, int]]], slo: SloSpec,
+                params: MetricParams | None = None) -> Goodput:
+    """A run's goodput from its stored rows (stats.metrics.compute.load_run_records), with the
+    run's wall time as its other metrics count it."""
+    p = params or MetricParams()
+    measured = [r for r in requests if not r["is_warmup"]]
+    per = [request_metrics(r, chunks_by_request.get(r["request_index"], ()), preroll_s=p.preroll_s) for r in measured]
+    wall_s = metrics_from_records(run_id, requests, chunks_by_request, p).wall_s
+    return goodput(per, slo, wall_s, p.throughput_scale)

@@ -10,7 +10,7 @@ seconds / wall time), beside the run's throughput over every successful request.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from data.metric_params import MetricParams
 from data.server_plan import SloSpec
@@ -57,17 +57,3 @@ def goodput(per_request: Sequence[RequestMetrics], slo: SloSpec, wall_s: float |
         rate_per_s=len(good) / wall_s if timed and wall_s else None,
         throughput=throughput_scale * sum(m.audio_s for m in good) / wall_s if timed and wall_s else None,
         wall_s=wall_s)
-
-
-def run_goodput(run_id: str, requests: Sequence[Mapping[str, Any]],
-                chunks_by_request: Mapping[int, Sequence[tuple[int, int]]], slo: SloSpec,
-                params: MetricParams | None = None) -> Goodput:
-    """A run's goodput from its stored rows (stats.metrics.compute.load_run_records), with the
-    run's wall time as its other metrics count it."""
-    from stats.metrics.compute import metrics_from_records, request_metrics
-
-    p = params or MetricParams()
-    measured = [r for r in requests if not r["is_warmup"]]
-    per = [request_metrics(r, chunks_by_request.get(r["request_index"], ()), preroll_s=p.preroll_s) for r in measured]
-    wall_s = metrics_from_records(run_id, requests, chunks_by_request, p).wall_s
-    return goodput(per, slo, wall_s, p.throughput_scale)

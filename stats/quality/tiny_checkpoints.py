@@ -147,7 +147,8 @@ def build_tiny_utmos22(folder: Path, *, seed: int = 0, embed: int = 24, layers: 
     (wav2vec2.*, domain_emb, judge_emb, blstm.*, projection.*), small random weights."""
     import torch
 
-    from stats.quality.utmos_model import HEADS, STATE_FILE, STRIDES, Utmos22Strong
+    from stats.quality.utmos import STATE_FILE
+    from stats.quality.utmos_model import HEADS, STRIDES, Utmos22Strong
     from stats.quality.wavlm import WavLMConfig
 
     folder = Path(folder)

@@ -19,7 +19,6 @@ from typing import Mapping, Sequence
 import torch
 import torch.nn as nn
 
-from stats.quality.utmos import STATE_FILE  # noqa: F401  (re-exported: the model's file name)
 from stats.quality.wavlm import WavLM, WavLMConfig, frame_mask, remap_weight_norm_keys
 
 STRIDES = (5, 2, 2, 2, 2, 2, 2)
