@@ -159,7 +159,7 @@ RUNS = Table(
         C("url", "VARCHAR", "endpoint driven"),
         C("concurrency", "INTEGER", "closed-loop concurrency C", "NOT NULL"),
         C("repeat_index", "INTEGER", "repeat number within the cell (warmups and measured counted separately)", "NOT NULL"),
-        C("kind", "VARCHAR", "warmup, measured, exploratory, profiled", "NOT NULL"),
+        C("kind", "VARCHAR", "warmup, measured, exploratory, profiled, equivalence; smoke (declared: data/queries.py PHASES)", "NOT NULL"),
         C("status", "VARCHAR", "running, complete, incomplete (interrupted), failed", "NOT NULL"),
         C("pool", "VARCHAR", "workload pool the requests came from"),
         C("requests_planned", "INTEGER", "requests the run was to send"),
@@ -586,8 +586,14 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
     (9, "equivalence verdicts' per-utterance measures (docs/equivalence.md)", [EQUIVALENCE_MEASURES.create_sql()]),
     (11, "the engines' own metrics scraped during each run (server_metrics; docs/results.md)",
      [SERVER_METRICS.create_sql()]),
+    # No statement of its own: the views' SQL belongs to the layer that defines them (data/views.py),
+    # so the migrating transaction stores every registered view (data/store.py, Store._migrate).
+    (12, "the views (run_summary, quality_summary, cell_summary) stored in the file, versioned (data/views.py)", []),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
+# Migrations a read-only open may leave pending: they add only stored views, which a reader makes
+# as TEMP views of its own instead (data/views.py), so an older store is readable without a write.
+READER_SAFE_MIGRATIONS = frozenset({12})
 
 
 def markdown(views: Sequence[View] = ()) -> str:
@@ -610,8 +616,11 @@ def markdown(views: Sequence[View] = ()) -> str:
         out.append("")
     if views:
         out += ["# Views", "",
-                "Created on every connection as TEMP views, from the definitions of the console that opened the "
-                "store (nothing to migrate; read-only readers and `campaign sql` have them). Query them like tables.",
+                "Stored in the file (schema version 12), so any DuckDB client reads them: "
+                "`duckdb campaign.duckdb -c \"from cell_summary\"`. Each view's comment carries the SHA-256 of its "
+                "definition; a read-write open by the console replaces a view whose definition differs from its own "
+                "(an older store gets them on its next write open), and a read-only open, which never writes, shadows "
+                "such a view with a TEMP view of its own in that connection (data/views.py). Query them like tables.",
                 ""]
         out += views_markdown(list(views))
     return "\n".join(out)
