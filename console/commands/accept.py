@@ -9,6 +9,7 @@ acceptance verdicts stay as issued.
 from __future__ import annotations
 
 from console.commands.db import add_db_arg
+from console.flags import add_format
 from data.errors import CampaignError
 
 
@@ -18,6 +19,7 @@ def register(sub) -> None:
     p.add_argument("plan", help="frozen plan file or hash")
     p.add_argument("--candidate", help="engine of the plan (default: its only quality candidate, else its selected one)")
     p.add_argument("--dry-run", action="store_true", help="compute and print, issue nothing")
+    add_format(p)
     add_db_arg(p)
     p.set_defaults(func=cmd_accept)
 
@@ -36,24 +38,22 @@ def default_candidate(store, plan) -> str:
 
 
 def cmd_accept(args) -> int:
-    from rich.console import Console
-
     from console.candidates import plan_candidate
     from console.commands.gate import exit_status
     from console.commands.plan import plan_for_arg
-    from console.output import print_rows
+    from console.output import output_console, print_rows
     from data.store import open_store
     from stats.acceptance import decide, issue_acceptance
     from stats.metrics import METRICS_VERSION
 
-    console = Console(width=max(Console().width, 160))
+    console = output_console(stderr=args.format != "table")  # csv/json: stdout holds the pieces alone
     with open_store(args.db) as store:
         plan = plan_for_arg(store, args.plan)
         name = args.candidate or default_candidate(store, plan)
         plan.engine(name)  # an unknown engine: one line naming the plan's
         acc = decide(store, plan, name, plan_candidate(store, plan, name))
         vid = None if args.dry_run else issue_acceptance(store, plan, acc, METRICS_VERSION)
-    print_rows(["piece", "status", "detail"], [(p.piece, p.status, p.detail) for p in acc.pieces],
+    print_rows(["piece", "status", "detail"], [(p.piece, p.status, p.detail) for p in acc.pieces], args.format,
                title=f"acceptance of {name} ({(acc.config_sha256 or '')[:12]}), plan {plan.name}", console=console)
     if plan.claims is not None:
         c = plan.claims

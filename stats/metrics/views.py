@@ -39,6 +39,8 @@ RUN_IDENTITY: tuple[ViewColumn, ...] = (
                                    "(docs/results.md, \"Phases\"); the report's table is the sweep"),
     ViewColumn("status", "VARCHAR", "running, complete, incomplete or failed"),
     ViewColumn("excluded", "BOOLEAN", "the run is excluded (exclusions), so in no aggregate"),
+    ViewColumn("in_aggregates", "BOOLEAN", "the run enters aggregates: measured, complete, not excluded "
+                                           "(data/queries.py; cell_summary's runs)"),
     ViewColumn("metrics_stored", "BOOLEAN", "its metrics are stored under this console's metrics version and the "
                                             "run's parameters; false: the metric columns are NULL"),
     ViewColumn("requests", "INTEGER", "measured requests"),
@@ -87,7 +89,8 @@ def run_summary_sql() -> str:
     return (
         "SELECT r.run_id, r.plan_hash, r.engine, r.concurrency, r.repeat_index AS repeat, r.kind, r.pool, "
         f"{run_phase('r')} AS phase, r.status, "
-        "(x.run_id IS NOT NULL) AS excluded, (m.run_id IS NOT NULL) AS metrics_stored, "
+        f"(x.run_id IS NOT NULL) AS excluded, {in_aggregates('r')} AS in_aggregates, "
+        "(m.run_id IS NOT NULL) AS metrics_stored, "
         f"CAST(m.metrics_json->>'$.requests' AS INTEGER) AS requests, {metrics} {_runs_from()}"
     )
 
@@ -179,6 +182,8 @@ QUALITY_COLUMNS: tuple[ViewColumn, ...] = (
     ViewColumn("excluded", "BOOLEAN", "the run is excluded (exclusions), so in no aggregate"),
     ViewColumn("request_index", "INTEGER", "request within the run"),
     ViewColumn("is_warmup", "BOOLEAN", "an in-run warmup request (no aggregate reads its scores)"),
+    ViewColumn("in_aggregates", "BOOLEAN", "the output enters aggregates: its run is measured, complete and not "
+                                           "excluded, and it is no warmup (the report's quality under load reads these)"),
     ViewColumn("utt_id", "VARCHAR", "utterance id"),
     ViewColumn("metric", "VARCHAR", "wer, sim or mos (docs/quality.md)"),
     ViewColumn("scorer", "VARCHAR", "scorer id (pocketsphinx-en, whisper, resemblyzer, dnsmos, utmos22 ...)"),
@@ -199,7 +204,9 @@ def quality_summary_sql() -> str:
     return ("SELECT q.run_id, r.plan_hash, r.engine, r.concurrency, r.repeat_index AS repeat, r.kind, r.pool, "
             f"{run_phase('r')} AS phase, r.status AS run_status, "
             "EXISTS (SELECT 1 FROM exclusions x WHERE x.run_id = q.run_id) AS excluded, q.request_index, "
-            "coalesce(rq.is_warmup, false) AS is_warmup, q.utt_id, q.metric, q.scorer_id AS scorer, q.status, "
+            "coalesce(rq.is_warmup, false) AS is_warmup, "
+            f"({in_aggregates('r')} AND NOT coalesce(rq.is_warmup, false)) AS in_aggregates, "
+            "q.utt_id, q.metric, q.scorer_id AS scorer, q.status, "
             f"{of('wer', 'q.value * 100')} AS wer_pct, "
             f"{of('wer', 'q.wer_substitutions + q.wer_deletions + q.wer_insertions')} AS wer_errors, "
             f"{of('wer', 'q.wer_ref_words')} AS wer_words, {of('sim', 'q.value')} AS sim_x100, "
