@@ -9,7 +9,7 @@ import os
 import sys
 from datetime import date, datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -96,7 +96,7 @@ def _table(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | N
 
     table = Table(title=title, show_lines=False)
     for i, c in enumerate(columns):
-        justify = "right" if c in right else "left"
+        justify: Literal["right", "left"] = "right" if c in right else "left"
         if copyable(str(c)):
             widest = max([len(str(c))] + [len(str(r[i])) for r in rows if i < len(r)])
             table.add_column(str(c), no_wrap=True, min_width=widest, overflow="fold", justify=justify)
