@@ -316,6 +316,10 @@ def check_preconditions(store: Store, plan: Plan, phase: str, local_gpu: bool = 
         if not holdout_opened(store, plan.hash):
             raise CampaignError(f"plan {plan.hash[:12]}: holdout pool {plan.workload.holdout_pool!r} is reserved; open it "
                                 f"first with `campaign plan open-holdout PLAN --reason ...` (an audit event)")
+    from engine_adapters.launch_settings import settings_errors
+
+    if errs := settings_errors(plan):  # the files may have changed since freeze: compared arms still agree
+        raise CampaignError(f"plan {plan.hash[:12]}: {errs[0]}" + (f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""))
     if plan.gpu.expected_name and local_gpu:
         from engine_adapters.telemetry import gpu_identity
 

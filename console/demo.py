@@ -15,7 +15,11 @@ it was). The campaign (`campaign plan init --demo`):
 - one outside figure is imported (`campaign import results`): shown marked "imported, not
   measured", in no aggregate or verdict;
 - one probe of a configuration the plan lacks (the reference engine's `empty_deltas` profile) runs
-  inside a profiler window (`campaign profile start|stop`), so its run is excluded as profiled;
+  inside a profiler window (`campaign profile start|stop`), so its run is excluded as profiled; it
+  draws from the tuning pool, leaving out the reserved holdout, so the quality verdicts stay on
+  untouched prompts;
+- before the holdout opens, the gate judges the throughput rule on the tuning sweep and ref-fast is
+  selected on that verdict (`selection: required`: the holdout does not open without it);
 - the plan's validator, the reference engine's self-check (synthesise one utterance, decode it,
   check it is voiced speech), runs with `campaign validate` after the last launches and before the
   gate: a PASS counts only validator runs after the freeze and the candidate's latest launch.
@@ -144,22 +148,32 @@ def edit_plan(path: Path, changes: dict[str, object]) -> None:
     (REPO / path).write_text(json.dumps(doc, indent=2) + "\n")
 
 
+QUICK_QUALITY_CONCURRENCIES = (16,)
 QUICK_CHANGES = {  # the same campaign on a sweep small enough for the test suite
     "sweep.concurrencies": [16, 32], "sweep.measured_repeats": 2, "sweep.requests_per_run": 8,
     "sweep.requests_per_slot": 1, "sweep.warmup_requests": 1, "sweep.restart": "per_cell",
-    "sweep.interleave": "sequential", "quality.concurrencies": [16],
+    "sweep.interleave": "sequential", "quality.concurrencies": list(QUICK_QUALITY_CONCURRENCIES),
     "bootstrap.draws": 2000,
 }
 
 
-RECORD_CHANGES = {  # the candidates' hypotheses and the claim the acceptance carries (docs/plans.md, "Claims")
+RECORD_CHANGES = {  # the candidates' hypotheses (docs/results.md, "Candidates")
     "engines.1.hypothesis": "fewer decode steps keep the audio byte-identical and raise throughput past the peer's",
     "engines.2.hypothesis": "band-limited, noisier decoding is cheaper still; expected to cost quality",
-    "claims": {"status": "draft", "scope": "reference engine on the bundled sample: ref-fast keeps quality and exceeds "
-                                           "ref-peer's throughput at C16 and C32", "non_claims": [
-        "no optimality claim: only the configurations listed by `campaign candidates` were tried",
-        "no claim about real engines or GPUs: the reference engine stands in for them"]},
 }
+
+
+def claims(quick: bool) -> dict:
+    """The claim the acceptance carries (docs/plans.md, "Claims"), scoped to what the demo checks:
+    the full demo's quality at C1, C16 and C32, the quick one's at C16 only."""
+    concs: list[int] = list(QUICK_QUALITY_CONCURRENCIES) if quick else [1, 16, 32]
+    where = ", ".join(f"C{c}" for c in concs)
+    return {"status": "draft", "concurrencies": concs,
+            "scope": f"reference engine on the bundled sample: ref-fast keeps quality at {where} ({3 * len(concs)} "
+                     "checks) and exceeds ref-peer's throughput at C16 and C32",
+            "non_claims": ["no optimality claim: only the configurations listed by `campaign candidates` were tried",
+                           "no claim about real engines or GPUs: the reference engine stands in for them"]
+            + (["no claim at C1: the quick demo checks quality at C16 only"] if quick else [])}
 
 
 def free_port() -> int:
@@ -176,7 +190,7 @@ def write_plan(lay: Layout, quick: bool) -> dict:
     ports = {f"engines.{i}.port": free_port() for i in range(4)}  # the template's 8091.. may be taken here
     # the validator runs with this interpreter (the one that has the engine), wherever PATH points
     edit_plan(lay.plan, {"workload.pools_file": lay.pools.name, **ports, "validators.0.argv.0": sys.executable,
-                         **(QUICK_CHANGES if quick else {}), **RECORD_CHANGES})
+                         **(QUICK_CHANGES if quick else {}), **RECORD_CHANGES, "claims": claims(quick)})
     add_equivalence(lay)
     plan = json.loads((REPO / lay.plan).read_text())
     sw, q = plan["sweep"], plan["quality"]
@@ -285,6 +299,7 @@ def artefacts(lay: Layout) -> bool:
 # -- the ending -------------------------------------------------------------------------------
 def verdict_lines(lay: Layout) -> list[str]:
     """One line per verdict of the campaign; a failing quality verdict names its failing checks."""
+    from data.pool_status import evidence_of, with_evidence
     from data.store import Store
 
     from stats.results.checks import CheckRow
@@ -297,7 +312,8 @@ def verdict_lines(lay: Layout) -> list[str]:
     for r in rows:
         checks = json.loads(r["checks_json"] or "[]")
         style = {"PASS": "bold green", "FAIL": "bold red"}.get(r["verdict"], "yellow")
-        line = f"[{style}]{r['verdict']:<12}[/] {r['kind']:<10} {r['name']}"
+        shown = with_evidence(r["verdict"], evidence_of(r["document_json"])[0]) if r["kind"] == "quality" else r["verdict"]
+        line = f"[{style}]{shown:<12}[/] {r['kind']:<10} {r['name']}"
         if r["kind"] == "quality" and r["verdict"] != "PASS":
             bad = [f"{c.get('metric')}@C{c.get('concurrency')}" for c in checks if c.get("status") == "FAIL"]
             line += f"\n{'':24}failing checks: {', '.join(bad) or '-'}"
@@ -371,15 +387,25 @@ def ending(lay: Layout, produced: bool, elapsed_s: float, quick: bool = False) -
         console.print("  " + q, highlight=False, soft_wrap=True)
 
 
-def decide(lay: Layout) -> None:
-    """Select ref-fast on its PASS verdicts (as `campaign candidates` lists them), issue its
-    acceptance verdict, and list every candidate with its fate."""
+def select_on_tuning(lay: Layout) -> str:
+    """Before the holdout opens: the validators, then the gate, which judges the throughput rule on
+    the tuning sweep (the quality verdicts wait for the holdout: it says so and exits 3), then the
+    selection of ref-fast on its PASS verdicts as `campaign candidates` lists them. The gate's output."""
     db = ("--db", str(lay.db))
+    campaign("validate", str(lay.plan), *db)  # a PASS counts only validator runs after the sweep's launches
+    gate = campaign("gate", str(lay.plan), *db, ok_codes=(0, 1, 3))
     fast = [c for c in json.loads(campaign("candidates", "--format", "json", *db, quiet=True)) if c["name"] == "ref-fast"]
     passed = [v.split()[0] for c in fast if c["status"] == "measured" for v in c["verdicts"] if v.endswith(" PASS")]
     if passed:  # a FAIL verdict has rejected it otherwise, and rejected stays rejected
-        campaign("candidates", "select", "ref-fast", "--because", *passed, *db)
-    campaign("accept", str(lay.plan), "--candidate", "ref-fast", *db, ok_codes=(0, 1, 3))
+        campaign("candidates", "select", "ref-fast", "--because", *passed, "--note", "selected on the tuning sweep", *db)
+    return gate
+
+
+def decide(lay: Layout) -> None:
+    """Issue ref-fast's acceptance verdict and list every candidate with its fate."""
+    db = ("--db", str(lay.db))
+    campaign("accept", str(lay.plan), "--candidate", "ref-fast", "--requester", "demo requester", "--statement",
+             "draft acceptance reviewed; not final", *db, ok_codes=(0, 1, 3))
     campaign("candidates", *db)
 
 
@@ -395,6 +421,7 @@ def run_demo(quick: bool = False, root: Path = DEMO_ROOT) -> Layout:
     campaign("run", str(lay.plan), *db)
     campaign("runs", "exclude", excluded_run_id(lay), "--reason", EXCLUDE_REASON, *db)
     profiled_probe(lay)  # issue 28: profile before candidate selection; the probe's run is excluded
+    first_gate = select_on_tuning(lay)  # the selection comes before the holdout opens (docs/results.md)
     campaign("plan", "open-holdout", str(lay.plan), "--reason", "demo: candidates chosen on tuning data only", *db)
     campaign("run", str(lay.plan), "--holdout", *db)
     campaign("score", str(lay.plan), *db)
@@ -404,8 +431,8 @@ def run_demo(quick: bool = False, root: Path = DEMO_ROOT) -> Layout:
     # after the last launches: a PASS counts only validator runs later than the candidate's launch
     campaign("validate", str(lay.plan), *db)
     # exit 1 = a FAIL, 3 = INCONCLUSIVE: verdicts, not demo errors (lossy is meant to fail)
-    gate = campaign("gate", str(lay.plan), *db, ok_codes=(0, 1, 3))
-    decide(lay)  # the selection, the acceptance verdict and every candidate's fate (issue 28)
+    gate = first_gate + campaign("gate", str(lay.plan), *db, ok_codes=(0, 1, 3))
+    decide(lay)  # the acceptance verdict and every candidate's fate (issue 28)
     campaign("report", str(lay.plan), *db)
     produced = False if quick else artefacts(lay)  # --quick: no screen shows them (the ending says how)
     exported: list[str] = []

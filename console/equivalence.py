@@ -330,11 +330,13 @@ class Precondition:
     reason: str
 
 
-def equivalence_precondition(store: Store, plan: Plan, candidate: str, precision_change: bool) -> Precondition | None:
+def equivalence_precondition(store: Store, plan: Plan, candidate: str, precision_change: bool,
+                             before_seq: int | None = None) -> Precondition | None:
     """None when the candidate may PASS: it changes no numerical precision, or the first
     equivalence verdict issued for it against the quality baseline (this plan or an ancestor, in
     audit order) is a PASS. The first one binds: verdicts are insert-only and a later, better
-    one does not replace it (docs/equivalence.md)."""
+    one does not replace it (docs/equivalence.md). `before_seq`: only verdicts issued before that
+    audit seq count (a verdict re-derived as it was decided: `campaign evidence verify`)."""
     if not precision_change:
         return None
     from data.manifest import plan_lineage
@@ -343,8 +345,8 @@ def equivalence_precondition(store: Store, plan: Plan, candidate: str, precision
     rows = store.query(
         "SELECT v.verdict_id, v.verdict FROM verdicts v JOIN audit_events e ON e.kind = 'verdict_issued' "
         "AND e.subject = v.verdict_id WHERE v.kind = ? AND v.name = ? AND v.plan_hash IN (SELECT unnest(?)) "
-        "ORDER BY e.seq LIMIT 1",
-        [KIND, EquivalencePair(str(baseline), candidate).name, plan_lineage(store, plan.hash)])
+        "AND e.seq < ? ORDER BY e.seq LIMIT 1",
+        [KIND, EquivalencePair(str(baseline), candidate).name, plan_lineage(store, plan.hash), before_seq or 2**62])
     if not rows:
         return Precondition("INCONCLUSIVE", f"{candidate} changes numerical precision (precision_change: true) and has "
                             f"no equivalence verdict against the quality baseline {baseline}: run "

@@ -187,7 +187,7 @@ def export_bundle(store: Store, plan: Any, out: Path, *, html: bool = True) -> d
 
         write_report(store, load_plan_results(store, plan), out / "report" / "report.html", out / "report" / "figures")
     write_patches(store, hashes, out)  # console/evidence_patches.py: each engine patch with its hash
-    (out / REPRODUCE).write_text(reproduce_text(plan, verdict_ids, head), encoding="utf-8")
+    (out / REPRODUCE).write_text(reproduce_text(plan, verdict_ids, head, store), encoding="utf-8")
     write_manifest(out)
     return {"dir": str(out), "counts": counts, "verdicts": verdict_ids, "head": head}
 
@@ -220,7 +220,26 @@ def _write_frame(frame, path: Path) -> None:
     pq.write_table(t.replace_schema_metadata(meta), path)
 
 
-def reproduce_text(plan: Any, verdict_ids: list[str], head: dict[str, Any]) -> str:
+def record_text(store: Store) -> list[str]:
+    """Every plan frozen in the store (abandoned ones too) with its freeze seq and the sources its
+    reuse audit read, and every requester's sign-off: from the chain, which the bundle carries
+    whole, so verify rebuilds the same lines."""
+    from data.plan_freeze import frozen_plan_records
+    from data.verdicts import sign_offs
+
+    lines = ["## Every plan frozen in the store", ""]
+    for p in frozen_plan_records(store):
+        lines.append(f"- seq {p['seq']}: {p['kind']} `{p['name']}` {p['plan_hash']}"
+                     + (f" (parent {p['parent_hash'][:12]})" if p["parent_hash"] else ""))
+        lines += [f"  - holdout checked against {a['kind']} {a['path']} (sha256 {a['sha256'][:16]}, {a['ids']} ids, "
+                  f"{a['requests']} requests)" for a in p["reuse_audit"]]
+    lines += ["", "## Sign-offs", ""]
+    lines += [f"- seq {s['seq']}: {s['requester']} on {s['verdict_id']} ({s['verdict']}): {s['statement']}"
+              for s in sign_offs(store)] or ["- none recorded (`campaign accept ... --requester NAME --statement TEXT`)"]
+    return lines + [""]
+
+
+def reproduce_text(plan: Any, verdict_ids: list[str], head: dict[str, Any], store: Store) -> str:
     lines = [
         f"# Reproducing the evidence of plan {plan.name} ({plan.hash})", "",
         f"Audit head at export: seq {head['length']}, `{head['head_hash']}`.", "",
@@ -247,6 +266,7 @@ def reproduce_text(plan: Any, verdict_ids: list[str], head: dict[str, Any]) -> s
               "each must equal its Parquet table. What verify proves, and what it cannot (a forger who rewrites "
               "the whole chain and its head; `--head FILE|HASH` with a head you hold catches that): "
               "docs/results.md of the console.", ""]
+    lines += record_text(store)
     lines += rebuild_text(plan)  # console/evidence_record.py: each engine and the campaign, not only the analysis
     return "\n".join(lines)
 
@@ -677,10 +697,24 @@ def check_quality(root: Path, store: Store, doc: dict[str, Any]) -> str:
         raise EvidenceMismatch(f"verdict {vid}: {len(derived)} checks re-derived, the document has {len(stored)}")
     for s, d in zip(stored, derived):
         _compare(f"verdict {vid} C{s.get('concurrency')} {s.get('metric')}", s, d, CHECK_FIELDS)
-    verdict = with_validators(store, plan, doc, result.verdict)
+    verdict = decided_quality(store, plan, doc, result)
     if verdict != doc.get("verdict"):
         raise EvidenceMismatch(f"verdict {vid}: re-derived {verdict}, the document says {doc.get('verdict')}")
     return f"{vid} {verdict}: {len(derived)} checks, bounds bit-identical"
+
+
+def decided_quality(store: Store, plan: Any, doc: dict[str, Any], result: Any) -> str:
+    """The quality verdict as `campaign gate` decided it (console/quality_decision.py: the
+    equivalence cap of a precision-changing candidate, then its validators), from the bundled
+    record before the verdict's own `verdict_issued` event. A document without `validators` was
+    issued before those preconditions existed and is re-derived from its statistics alone."""
+    from console.quality_decision import decide_quality
+
+    if not isinstance(doc.get("validators"), dict):
+        return result.verdict
+    issued = store.scalar("SELECT seq FROM audit_events WHERE kind = 'verdict_issued' AND subject = ?",
+                          [doc["verdict_id"]])
+    return decide_quality(store, plan, doc["validators"]["engine"], result, before_seq=issued).result.verdict
 
 
 def check_throughput(store: Store, doc: dict[str, Any]) -> str:
@@ -717,9 +751,11 @@ def check_acceptance(store: Store, doc: dict[str, Any], seq: int) -> str:
     """Each piece re-derived from the bundled chain, verdicts, candidates and validator runs as
     they stood before the acceptance's own event (stats/acceptance.py), equal to the document's."""
     from data.plan_loading import plan_from_store
-    from stats.acceptance import decide
+    from stats.acceptance import RULES_VERSION, decide
 
     vid = doc["verdict_id"]
+    if doc.get("rules_version") != RULES_VERSION:
+        return f"{vid} {doc.get('verdict')}: not re-derived (decided under the acceptance rules before 2026-12-04)"
     plan = plan_from_store(store, doc["plan"]["hash"])
     acc = decide(store, plan, str(doc.get("candidate")), doc.get("candidate_config_sha256"), before_seq=seq)
     derived, stored = [p.as_dict() for p in acc.pieces], doc.get("pieces") or []
@@ -805,7 +841,7 @@ def check_reproduce(root: Path, store: Store, plans: Iterable[str]) -> Step:
     doc = {"length": head.length, "head_hash": head.head_hash}
     for h in sorted(plans):
         if store.scalar("SELECT count(*) FROM plans WHERE plan_hash = ?", [h]) and \
-                reproduce_text(plan_from_store(store, h), ids, doc) == text:
+                reproduce_text(plan_from_store(store, h), ids, doc, store) == text:
             return Step("reproduce", f"{REPRODUCE} is the one export writes for plan {h[:12]}")
     raise EvidenceMismatch(f"{REPRODUCE}: differs from the text export writes for the bundle's plans, verdicts "
                            "and head (edited)")

@@ -14,6 +14,7 @@ from rich.text import Text
 from console.output import print_rows
 
 from data.errors import CampaignError
+from data.pool_status import REUSED, UNTOUCHED, with_evidence
 from stats.controls import all_ok, run_controls
 from stats.gates import FAIL, INCONCLUSIVE, PASS, GateConfig
 from stats.results.checks import CheckRow
@@ -70,7 +71,7 @@ def print_checks(console: Console, result, title: str, evidence=None,
         console.print(f"not part of the verdict: C{', C'.join(map(str, extra))} in the table (required: "
                       f"C{', C'.join(map(str, result.inputs['required_concurrencies']))})")
     if evidence is not None:
-        style = {"reserved": "green", "reused": "bold yellow"}.get(evidence.status, "")
+        style = {UNTOUCHED: "green", REUSED: "bold yellow"}.get(evidence.status, "")
         console.print(f"evidence: [{style or 'default'}]{evidence.status}[/] — {evidence.summary}")
     for a in result.attribution:
         if not a["contributions"] or a["net_error_change"] == 0:
@@ -83,7 +84,8 @@ def print_checks(console: Console, result, title: str, evidence=None,
             + (f"; without it {wt['point_pp']:+.4f}pp (bound {wt['bound_pp']:+.4f}), change "
                f"{'survives' if a['survives_without_top'] else 'does not survive'}" if wt else "")
             + " [diagnostic only]")
-    console.print(f"Quality verdict: [{STYLE[result.verdict]}]{result.verdict}[/]")
+    shown = with_evidence(result.verdict, evidence.status if evidence is not None else None)
+    console.print(f"Quality verdict: [{STYLE[result.verdict]}]{shown}[/]")
 
 
 def print_rule(console: Console, rr, noise: Sequence[NoiseNote] = (), machine: list[list[Any]] | None = None) -> None:

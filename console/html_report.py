@@ -17,6 +17,7 @@ import matplotlib
 from console import figures as F
 from data.anchor import current_head
 from data.errors import CampaignError, first_line
+from data.pool_status import with_evidence
 from data.imported import MARK, imported_rows
 from data.store import Store
 from stats.metrics import METRICS_VERSION, registry
@@ -196,7 +197,7 @@ def verdict_tables(store: Store, verdicts: list[VerdictResult]) -> str:
                  _e(c.formatted("n_ids")), _e(c.formatted("point")), _e(c.formatted("bound")),
                  _e(c.formatted("margin")), _e(c.formatted("base_value")), _e(c.formatted("cand_value")),
                  _e(c.test + (f"; {c.reason}" if c.reason else ""))] for c in v.checks]
-        parts.append(f'<h3>{_e(v.verdict_id)}: <b class="{_e(v.verdict)}">{_e(v.verdict)}</b></h3>'
+        parts.append(f'<h3>{_e(v.verdict_id)}: <b class="{_e(v.verdict)}">{_e(with_evidence(v.verdict, v.evidence))}</b></h3>'
                      f"<p>{_e(v.kind)} · {_e(v.name or '-')} · issued {_e(v.created)} UTC · {_e(v.method or '-')}"
                      + (f" · B={v.draws} seed={v.seed}" if v.draws else "")
                      + (f" · evidence: {_e(v.evidence)} ({_e(v.evidence_summary)})" if v.evidence_summary else "") + "</p>"

@@ -1,7 +1,8 @@
 """The quality verdict a candidate's gate result becomes once its preconditions are applied: a
 precision change needs a PASS equivalence verdict (docs/equivalence.md) and a PASS needs the
 candidate's validators (docs/plans.md, "Validators"). `campaign gate` and the TUI's Gates tab (a dry
-run) both decide here, so the screen never shows a verdict the gate would not issue."""
+run) both decide here, so the screen never shows a verdict the gate would not issue, and
+`campaign evidence verify` re-derives an issued verdict here too (as of its own audit seq)."""
 
 from __future__ import annotations
 
@@ -32,9 +33,12 @@ class QualityDecision:
                 if why]
 
 
-def decide_quality(store: Store, plan: Plan, candidate: str, result: Any) -> QualityDecision:
-    pre = equivalence_precondition(store, plan, candidate, plan.engine(candidate).precision_change)
+def decide_quality(store: Store, plan: Plan, candidate: str, result: Any,
+                   before_seq: int | None = None) -> QualityDecision:
+    """`before_seq`: decide from the record as it stood before that audit seq (the verdict's own
+    `verdict_issued` event, when `campaign evidence verify` re-derives an issued verdict)."""
+    pre = equivalence_precondition(store, plan, candidate, plan.engine(candidate).precision_change, before_seq)
     capped = apply_precondition(result, pre)
-    validators = precondition(store, plan, candidate)
+    validators = precondition(store, plan, candidate, before_seq)
     capped.verdict = validators.verdict(capped.verdict)
     return QualityDecision(capped, pre if capped is not result else None, validators)

@@ -22,6 +22,7 @@ from data.audit import append_event
 from data.digest import run_digest
 from data.errors import DiskFull, disk_full
 from data.launches import store_launch, update_launch
+from data.manifest import reserved_ids_sent, reserved_refusal
 from data.plan_model import EngineSpec
 from data.records import RequestRecord
 from data.store import Store, utcnow
@@ -70,6 +71,8 @@ def begin_run(store: Store, spec: DriveSpec, *, engine: str, kind: str, plan_has
     run's node_id / gpu_uuid / gpu_name."""
     dialect = get_dialect(spec.dialect)
     request = dialect.request_config(spec.request_options)
+    if hit := reserved_ids_sent(store, [r.utt_id for r in spec.requests], plan_hash, pool):
+        raise reserved_refusal(f"run {spec.run_id} ({kind}, pool {pool!r})", *hit)  # warmups cycle these same requests
     total = len(spec.requests) + spec.warmup_requests
     all_params = {
         "timeout_s": spec.timeout_s, "warmup_requests": spec.warmup_requests,

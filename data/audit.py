@@ -30,7 +30,7 @@ EVENT_KINDS = (
     "run_excluded", "holdout_opened", "verdict_issued", "scores_recorded", "scores_stored",
     "attempt_recorded", "launch_recorded", "sql_write", "validator_run",
     "results_imported", "profiler_window", "recheck_stored",
-    "candidate_recorded", "freeze_refused",
+    "candidate_recorded", "freeze_refused", "acceptance_signed",
 )
 
 

@@ -50,13 +50,23 @@ def config_sha256(config: dict[str, Any]) -> str:
     return sha256_text(canonical_json(config))
 
 
-def _announce(store: Store, key: str, change: str) -> int:
+def _announce(store: Store, key: str, change: str, extra: dict[str, Any] | None = None) -> int:
     r = store.query("SELECT plan_hash, name, status, reason, verdicts_json FROM candidates WHERE config_sha256 = ?",
                     [key])[0]
     return append_event(store, "candidate_recorded", plan_hash=r["plan_hash"], subject=key,
                         payload={"name": r["name"], "status": r["status"], "reason": r["reason"], "change": change,
-                                 "verdicts": json.loads(r["verdicts_json"] or "[]"),
+                                 "verdicts": json.loads(r["verdicts_json"] or "[]"), **(extra or {}),
                                  **row_sha256(store, "candidates", "config_sha256", key)})
+
+
+def post_holdout(store: Store, plan_hash: str | None) -> dict[str, Any] | None:
+    """The holdout_opened event a decision about `plan_hash`'s candidates comes after, if any:
+    candidates are selected on tuning data before the holdout opens (docs/results.md,
+    "Candidates"), so a later selection or rejection is recorded as post-holdout."""
+    from data.manifest import holdout_opened
+
+    ev = holdout_opened(store, plan_hash) if plan_hash else None
+    return {"opened_seq": int(ev["seq"]), "pool": ev["subject"], "plan_hash": ev["plan_hash"]} if ev else None
 
 
 def get(store: Store, key: str) -> Candidate | None:
@@ -85,11 +95,13 @@ def register(store: Store, name: str, config: dict[str, Any], *, hypothesis: str
 
 def _set(store: Store, key: str, status: str, *, reason: str | None, verdicts: Sequence[str],
          plan_hash: str | None, change: str) -> int:
+    decided = status in (SELECTED, REJECTED)
     with atomic(store):
+        after = post_holdout(store, plan_hash) if decided else None
         store.con.execute("UPDATE candidates SET status = ?, reason = ?, verdicts_json = ?, plan_hash = ?, "
                           "changed_by = ? WHERE config_sha256 = ?",
                           [status, reason, json.dumps(list(verdicts)), plan_hash, whoami(), key])
-        return _announce(store, key, change)
+        return _announce(store, key, change, {"post_holdout": after} if after else None)
 
 
 def record_outcome(store: Store, key: str, outcome: str, *, plan_hash: str | None, reason: str | None = None) -> None:

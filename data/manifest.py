@@ -114,9 +114,10 @@ def build_manifest(plan: "Plan", label: str = "plan") -> Manifest:
     return Manifest(sha256_text(canonical_json(doc)), wl.root, wl.locale, meta_sha, pools, hashes, pools_sha)
 
 
-def freeze_manifest(store: Store, plan: "Plan", label: str = "plan") -> Manifest:
-    """Build, check against the plan's pinned hash (if any) and store the manifest (idempotent)."""
-    m = build_manifest(plan, label)
+def freeze_manifest(store: Store, plan: "Plan", label: str = "plan", built: Manifest | None = None) -> Manifest:
+    """Build (unless `built` is given), check against the plan's pinned hash (if any) and store the
+    manifest (idempotent)."""
+    m = built or build_manifest(plan, label)
     pinned = plan.workload.manifest_sha256
     if pinned and pinned != m.hash:
         raise CampaignError(f"{label}: workload.manifest_sha256: {pinned} does not match the workload on disk ({m.hash})")
@@ -138,10 +139,16 @@ def holdout_ids(plan: "Plan", manifest: Manifest) -> list[str]:
     return list(manifest.pools.get(name, [])) if name else []
 
 
-def check_holdout_unused(store: Store, plan: "Plan", manifest: Manifest, label: str = "plan") -> None:
-    """Refuse a plan whose holdout ids were already requested (the pre-freeze reuse audit), or
-    whose tuning pool overlaps its holdout."""
+def check_holdout_unused(store: Store, plan: "Plan", manifest: Manifest, label: str = "plan",
+                         inherited: bool = False) -> None:
+    """Refuse a plan whose tuning pool overlaps its holdout, whose other pools hold ids another
+    frozen plan reserved and has not opened, or (unless its reservation is `inherited` from its
+    parent, audited when that was frozen) whose holdout ids were already requested (the
+    pre-freeze reuse audit)."""
     ids = holdout_ids(plan, manifest)
+    for name, pool_ids in manifest.pools.items():
+        if name != plan.workload.holdout_pool and (hit := reserved_ids_sent(store, pool_ids)):
+            raise reserved_refusal(f"{label}: workload pool {name!r}", *hit)
     if not ids:
         return
     tuning = set(manifest.pools.get(plan.workload.pool or ALL, []))
@@ -149,6 +156,8 @@ def check_holdout_unused(store: Store, plan: "Plan", manifest: Manifest, label: 
     if overlap:
         raise CampaignError(f"{label}: workload.holdout_pool: {len(overlap)} holdout id(s) are also in tuning pool "
                             f"{plan.workload.pool!r}: {', '.join(overlap[:8])}{' ...' if len(overlap) > 8 else ''}")
+    if inherited:
+        return
     store.con.execute("CREATE OR REPLACE TEMP TABLE _holdout_ids (utt_id VARCHAR)")
     store.con.executemany("INSERT INTO _holdout_ids VALUES (?)", [[i] for i in ids])
     rows = store.query(
@@ -197,6 +206,65 @@ def open_holdout(store: Store, plan: "Plan", reason: str,
                        payload={"reason": reason, "pool": plan.workload.holdout_pool,
                                 **({"selection": selection} if selection is not None else {})})
     return seq, True
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A holdout pool some frozen plan reserved and has not opened."""
+
+    plan_hash: str
+    name: str
+    pool: str
+    seq: int  # its freeze event
+    ids: frozenset[str]
+
+    def describe(self) -> str:
+        return f"holdout pool {self.pool!r} of plan {self.name!r} ({self.plan_hash[:12]}, reserved at seq {self.seq}, not opened)"
+
+
+def unopened_reservations(store: Store) -> list[Reservation]:
+    """Every holdout reserved by a plan (or addendum) frozen in the store and not yet opened, in
+    chain order: no request path outside that plan's own quality arms may send its ids
+    (docs/statistics.md, "Who may send a reserved id")."""
+    out = []
+    for ev in events(store, kind="plan_frozen") + events(store, kind="addendum_frozen"):
+        pool = ev["payload"].get("holdout_pool")
+        manifest = stored_manifest(store, ev["payload"]["manifest_hash"]) if pool and ev["payload"].get("manifest_hash") else None
+        if not manifest or holdout_opened(store, ev["plan_hash"]):
+            continue
+        out.append(Reservation(ev["plan_hash"], ev["payload"].get("name") or ev["subject"], pool, ev["seq"],
+                               frozenset(manifest["pools"].get(pool, []))))
+    return sorted(out, key=lambda r: r.seq)
+
+
+def reserved_ids_sent(store: Store, utt_ids: list[str], plan_hash: str | None = None,
+                      pool: str | None = None) -> tuple[Reservation, list[str]] | None:
+    """The first unopened reservation whose ids a run would send, with those ids (in send order);
+    None when it sends none. A plan's quality arm (its opened holdout pool) may send its own ids."""
+    own = {h for h in (plan_lineage(store, plan_hash) if plan_hash and pool else [])
+           for ev in events(store, kind="plan_frozen", plan_hash=h) + events(store, kind="addendum_frozen", plan_hash=h)
+           if ev["payload"].get("holdout_pool") == pool}
+    for r in unopened_reservations(store):
+        if r.plan_hash in own:
+            continue
+        hit = list(dict.fromkeys(u for u in utt_ids if u in r.ids))
+        if hit:
+            return r, hit
+    return None
+
+
+def reserved_refusal(what: str, reservation: Reservation, ids: list[str]) -> CampaignError:
+    shown = ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else "")
+    return CampaignError(f"{what} would send {len(ids)} id(s) of the {reservation.describe()}: {shown}; nothing but "
+                         "that plan's quality arms may send them (draw from the tuning pool; docs/statistics.md, "
+                         "\"Who may send a reserved id\")")
+
+
+def frozen_manifest(store: Store, plan_hash: str) -> dict[str, Any] | None:
+    """The manifest a plan (or addendum) was frozen with, by its freeze event."""
+    h = store.scalar("SELECT json_extract_string(payload_json, '$.manifest_hash') FROM audit_events "
+                     "WHERE kind IN ('plan_frozen', 'addendum_frozen') AND plan_hash = ? ORDER BY seq LIMIT 1", [plan_hash])
+    return stored_manifest(store, h) if h else None
 
 
 def stored_manifest(store: Store, manifest_hash: str) -> dict[str, Any] | None:

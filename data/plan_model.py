@@ -84,6 +84,7 @@ class EngineSpec:
     patch: str | None = None  # a file equal to the checkout's diff against its commit
     precision_change: bool = False  # the engine alters precision (opt-in, shown in every view)
     hypothesis: str | None = None  # what the configuration is expected to show (its candidate's, docs/results.md)
+    declared_changes: tuple[str, ...] = ()  # launch-setting keys its hypothesis changes (docs/engines.md, "Launch settings")
     # file -> sha256 frozen with the plan (data/checkpoints.py); set by the runner, never by a plan
     frozen_checkpoints: dict[str, str] | None = None
 
@@ -164,6 +165,7 @@ class QualitySpec:
     dtypes: dict[str, str] = field(default_factory=dict)  # scorer name -> 'float32' | 'tf32' | 'float16' (docs/quality.md)
     margins: Margins = field(default_factory=Margins)
     allow_truncated: bool = False  # truncated outputs (finish_reason "length") count as covered
+    regression_check: bool = False  # declared: the verdicts check reused prompts; acceptance may PASS on them
     named: frozenset[str] = frozenset()  # the fields the plan itself sets (the others hold the defaults above)
 
     @property
@@ -200,6 +202,7 @@ class ClaimsSpec:
     status: ClaimStatus = "draft"
     scope: str = ""
     non_claims: tuple[str, ...] = ()
+    concurrencies: tuple[int, ...] = ()  # the quality concurrencies claimed (each one the plan checks)
 
 
 DEFAULT_VALIDATOR_TIMEOUT_S = 600.0  # docs/plans.md, "Validators"

@@ -24,7 +24,7 @@ from data.equivalence_spec import equivalence_errors
 from data.errors import CampaignError
 from data.plan_hashing import flatten
 from data.plan_ids import ADDENDUM_SCHEMA_ID
-from data.plan_model import without_comments
+from data.plan_model import DEFAULT_QUALITY_CONCURRENCIES, without_comments
 from data.secrets import passthrough_errors
 
 SCHEMA_PATH = Path(__file__).resolve().parent / "plan_schema.json"
@@ -169,6 +169,11 @@ def semantic_errors(raw: dict[str, Any]) -> list[str]:
             errs.append(f"quality.candidates[{i}]: {name!r} is the baseline; a candidate is judged against it")
     if q.get("candidate") and q.get("candidates") and q["candidate"] not in q["candidates"]:
         errs.append(f"quality.candidate: {q['candidate']!r} is not in quality.candidates; give one or the other")
+    checked = q.get("concurrencies", list(DEFAULT_QUALITY_CONCURRENCIES))
+    for i, c in enumerate((raw.get("claims") or {}).get("concurrencies") or []):
+        if checked and c not in checked:
+            errs.append(f"claims.concurrencies[{i}]: C{c} is claimed but not checked (quality.concurrencies "
+                        f"{checked}); a claim covers only what the plan's quality checks cover")
     concs = set(raw["sweep"]["concurrencies"])
     for i, rule in enumerate(raw.get("decision_rules", [])):
         for key in ("candidate", "reference"):

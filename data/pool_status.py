@@ -1,9 +1,10 @@
 """What kind of evidence a quality verdict is: the status of the pool its prompts came from
 (docs/statistics.md, "Evidence").
 
-- `reserved`: the quality pool is the plan's reserved holdout; freezing checked that none of its
+- `untouched`: the quality pool is the plan's reserved holdout; freezing checked that none of its
   ids appeared in any stored request (the freeze event), it was opened by a `holdout_opened`
-  event, and no run outside this plan touched its ids before this plan's quality runs.
+  event, and no run outside this plan touched its ids before this plan's quality runs (documents
+  issued before 2026-12-04 call it `reserved`).
 - `reused`: runs outside this plan requested some of the pool's ids before this plan's quality
   runs (listed): a regression check on reused prompts, not a new untouched holdout.
 - `unreserved`: the pool is not a reserved holdout of this plan and no earlier run used it.
@@ -24,7 +25,21 @@ from data.store import Store
 if TYPE_CHECKING:
     from data.plan_model import Plan
 
-RESERVED, REUSED, UNRESERVED, EXTERNAL = "reserved", "reused", "unreserved", "external"
+UNTOUCHED, REUSED, UNRESERVED, EXTERNAL = "untouched", "reused", "unreserved", "external"
+LEGACY_UNTOUCHED = "reserved"  # what documents issued before 2026-12-04 call `untouched`
+LABELS = {UNTOUCHED: "untouched holdout", LEGACY_UNTOUCHED: "untouched holdout", REUSED: "reused prompts",
+          UNRESERVED: "unreserved prompts", EXTERNAL: "external scores"}
+
+
+def evidence_label(status: str | None) -> str:
+    """The evidence class as it is printed beside a verdict: `PASS (reused prompts)`."""
+    return LABELS.get(status or "", status or "")
+
+
+def with_evidence(verdict: str, status: str | None) -> str:
+    """A quality verdict with its evidence class, wherever one is printed (docs/statistics.md, "Evidence")."""
+    label = evidence_label(status) if status not in (None, "", "-") else ""
+    return f"{verdict} ({label})" if label else verdict
 SHOWN_RUNS = 20  # earlier runs listed in the document (the count is always complete)
 
 
@@ -145,7 +160,7 @@ def pool_status(store: Store, plan: "Plan") -> PoolStatus:
         how = f"opened by {opened.short}" if opened else "not opened"
         summary = (f"holdout pool {name} ({len(ids)} ids) reserved and unused at freeze "
                    f"({frozen.short if frozen else 'no freeze event'}), {how}")
-        return status(RESERVED, summary)
+        return status(UNTOUCHED, summary)
     return status(UNRESERVED, f"pool {name} ({len(ids)} ids) is not a reserved holdout of this plan; "
                               "no earlier run used it")
 

@@ -140,6 +140,9 @@ ENGINE_LAUNCHES = Table(
         C("exit_code", "INTEGER", "process exit code once stopped"),
         C("deploy_json", "VARCHAR", "resolved engine deploy configuration (docs/engines.md): files with SHA-256, "
           "per-stage admission limits and sampling defaults, admission_limit; NULL when none is given"),
+        C("settings_json", "VARCHAR", "what the launch's argv, deploy config and checkpoint config.json set for "
+          "sampling, output length and precision, by key (engine_adapters/launch_settings.py; docs/engines.md, "
+          "\"Launch settings\")"),
         *IDENTITY_COLUMNS,
     ),
     ("launch_id",),
@@ -586,14 +589,17 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
     (9, "equivalence verdicts' per-utterance measures (docs/equivalence.md)", [EQUIVALENCE_MEASURES.create_sql()]),
     (11, "the engines' own metrics scraped during each run (server_metrics; docs/results.md)",
      [SERVER_METRICS.create_sql()]),
+    (13, "each launch's sampling, length and precision settings (engine_launches.settings_json; docs/engines.md)", [
+        "ALTER TABLE engine_launches ADD COLUMN IF NOT EXISTS settings_json VARCHAR",
+    ]),
     # No statement of its own: the views' SQL belongs to the layer that defines them (data/views.py),
     # so the migrating transaction stores every registered view (data/store.py, Store._migrate).
-    (12, "the views (run_summary, quality_summary, cell_summary) stored in the file, versioned (data/views.py)", []),
+    (14, "the views (run_summary, quality_summary, cell_summary) stored in the file, versioned (data/views.py)", []),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 # Migrations a read-only open may leave pending: they add only stored views, which a reader makes
 # as TEMP views of its own instead (data/views.py), so an older store is readable without a write.
-READER_SAFE_MIGRATIONS = frozenset({12})
+READER_SAFE_MIGRATIONS = frozenset({14})
 
 
 def markdown(views: Sequence[View] = ()) -> str:
@@ -616,7 +622,7 @@ def markdown(views: Sequence[View] = ()) -> str:
         out.append("")
     if views:
         out += ["# Views", "",
-                "Stored in the file (schema version 12), so any DuckDB client reads them: "
+                "Stored in the file (schema version 14), so any DuckDB client reads them: "
                 "`duckdb campaign.duckdb -c \"from cell_summary\"`. Each view's comment carries the SHA-256 of its "
                 "definition; a read-write open by the console replaces a view whose definition differs from its own "
                 "(an older store gets them on its next write open), and a read-only open, which never writes, shadows "

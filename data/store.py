@@ -175,7 +175,7 @@ class Store:
                 self.con.execute(
                     "INSERT INTO schema_version VALUES (?, ?, ?)", [version, utcnow(), description]
                 )
-            store_views(self.con, stale_views(self.con))  # version 12: the views are stored in the file
+            store_views(self.con, stale_views(self.con))  # version 14: the views are stored in the file
             self.con.execute("COMMIT")
         except Exception:
             self.con.execute("ROLLBACK")

@@ -152,3 +152,25 @@ def list_verdicts(store: Store, plan_hash: str | None = None) -> list[dict[str, 
     order = (" ORDER BY (SELECT min(e.seq) FROM audit_events e WHERE e.kind = 'verdict_issued' "
              "AND e.subject = verdicts.verdict_id) NULLS LAST, verdict_id")
     return store.query(sql + order, params)
+
+
+def sign_off(store: Store, verdict_id: str, requester: str, statement: str) -> int:
+    """The requester's sign-off on an acceptance verdict (`campaign accept --requester --statement`):
+    an audit event naming who signed, what they said and the verdict as issued; its seq."""
+    from data.audit import whoami
+
+    if not requester.strip() or not statement.strip():
+        raise CampaignError("--requester and --statement: both must be non-empty")
+    v = get_verdict(store, verdict_id)
+    if v["kind"] != "acceptance":
+        raise CampaignError(f"verdict {verdict_id}: a sign-off is on an acceptance verdict, not {v['kind']}")
+    with atomic(store):
+        return append_event(store, "acceptance_signed", plan_hash=v["plan_hash"], subject=v["verdict_id"],
+                            payload={"requester": requester.strip(), "statement": statement.strip(),
+                                     "verdict": v["verdict"], "recorded_by": whoami()})
+
+
+def sign_offs(store: Store) -> list[dict[str, Any]]:
+    """Every sign-off in chain order: seq, verdict_id, requester, statement, verdict."""
+    rows = store.query("SELECT seq, subject, payload_json FROM audit_events WHERE kind = 'acceptance_signed' ORDER BY seq")
+    return [{"seq": r["seq"], "verdict_id": r["subject"], **json.loads(r["payload_json"])} for r in rows]

@@ -2,7 +2,7 @@
 `cell_summary`, queryable by any DuckDB client (the `duckdb` CLI, pandas, DBeaver), not only by
 the console.
 
-The views are stored in the file (schema version 12, data/schema.py). Their SQL is built by the
+The views are stored in the file (schema version 14, data/schema.py). Their SQL is built by the
 layer that owns the definitions (the data layer knows no metric: `stats/metrics/views.py`
 registers them when imported; the console names that module in `PROVIDERS`, so every store a
 console opens has them). Each stored view carries its definition's version in its comment

@@ -37,6 +37,7 @@ from data.secrets import redact_env, scrub
 from engine_adapters import ports
 from engine_adapters.identity import LAUNCH_ID_ENV, reported_identity
 from engine_adapters.deploy_config import deploy_record
+from engine_adapters.launch_settings import launch_settings
 from engine_adapters.process_group import stop_group
 from engine_adapters.source_identity import identify
 from engine_adapters.specs import launch_argv
@@ -199,8 +200,11 @@ class EngineProcess:
             ckpt, ckpt_problem = launch_checkpoints(spec, checkpoint_cache)
         with _preparing(f"the log folder {self.log_dir}"):
             self.log_dir.mkdir(parents=True, exist_ok=True)
+        with _preparing("reading the launch settings"):
+            settings = launch_settings(spec, argv)  # engine_adapters/launch_settings.py
         self.row.update(config_sha256=cfg_sha, checkpoint_sha256_json=json.dumps(ckpt, sort_keys=True),
-                        deploy_json=json.dumps(deploy, sort_keys=True) if deploy else None)
+                        deploy_json=json.dumps(deploy, sort_keys=True) if deploy else None,
+                        settings_json=json.dumps(settings, sort_keys=True, default=str))
         return argv, ident.problem or ckpt_problem
 
     def _log_tail(self) -> str:

@@ -76,5 +76,28 @@ def sampling_errors(plan: Plan) -> list[str]:
     return errs
 
 
+def inherited_sampling_errors(plan: Plan, parent: Plan) -> list[str]:
+    """An addendum's engines send what they sent under the parent: sampling and output length are
+    decision-bearing (docs/plans.md, "What an addendum may change")."""
+    errs: list[str] = []
+    for e in plan.engines:
+        old = next((x for x in parent.engines if x.name == e.name), None)
+        if old is None:
+            continue
+        was, now = effective_sampling(parent, old), effective_sampling(plan, e)
+        errs += [f"engines[{e.name!r}] {key}: {_show(was, key)} in the parent, {_show(now, key)} in the addendum "
+                 f"({_origin(plan, e, key)}); an addendum keeps sampling and output length"
+                 for key in SAMPLING_KEYS if was.get(key) != now.get(key)]
+    return errs
+
+
+def freeze_errors(plan: Plan, parent: Plan | None) -> list[str]:
+    """The sampling rules `plan freeze` and `plan addendum` apply (data.plan_freeze.FreezeCheck)."""
+    from engine_adapters.launch_settings import settings_errors
+
+    return (sampling_errors(plan) + (inherited_sampling_errors(plan, parent) if parent is not None else [])
+            + settings_errors(plan, parent))
+
+
 def _show(sampling: dict[str, Any], key: str) -> str:
     return repr(sampling[key]) if key in sampling else "absent"

@@ -2,11 +2,13 @@
 piece a candidate needs, naming each.
 
 Pieces: `quality` (its latest quality verdict of the plan's family: PASS with all nine checks, i.e.
-three metrics at every scored concurrency), `throughput` (the latest verdict of every decision
-rule whose candidate it is), `validators` (data/validators.py's precondition), `equivalence`
-(where the plan has an `equivalence` section naming the candidate: its equivalence verdict
-against the quality baseline; otherwise not required) and `selection` (the candidate's recorded
-status: selected). PASS only when every piece passes (or is not required); FAIL when any fails;
+three metrics at every scored concurrency, on an untouched holdout unless the plan declares a
+regression check), `throughput` (the latest verdict of every decision rule whose candidate it is),
+`validators` (data/validators.py's precondition), `equivalence` (where the plan has an
+`equivalence` section naming the candidate: its equivalence verdict against the quality baseline;
+otherwise not required), `selection` (the candidate's recorded status: selected, before the
+holdout opened) and `pinning` (the candidate and the engines it is compared with name their
+source). PASS only when every piece passes (or is not required); FAIL when any fails;
 otherwise INCONCLUSIVE. Only what the chain announced before the acceptance counts ("before" by
 audit seq), so `evidence verify` re-derives the same pieces from a bundle.
 
@@ -19,17 +21,24 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from data.pool_status import REUSED, with_evidence
+
 if TYPE_CHECKING:
     from data.plan_model import Plan
     from data.store import Store
 
 PASS, FAIL, INCONCLUSIVE, NOT_REQUIRED = "PASS", "FAIL", "INCONCLUSIVE", "not required"
-PIECES = ("quality", "throughput", "validators", "equivalence", "selection")
+# 2 (2026-12-04): reused quality evidence, a post-holdout selection and an unpinned compared engine
+# keep an acceptance from PASS; documents without `rules_version` were decided by the rules before
+RULES_VERSION = 2
+PIECES = ("quality", "throughput", "validators", "equivalence", "selection", "pinning")
 RULE = ("PASS only when every piece passes or is not required: the candidate's latest quality verdict PASS with all "
         "checks (three metrics at every scored concurrency) passed, the latest verdict of every decision rule whose "
         "candidate it is PASS, every validator applying to it passed after the freeze and its latest launch, its "
-        "equivalence verdict PASS where the plan's `equivalence` section names it, and its selection recorded; FAIL "
-        "when any piece fails; otherwise INCONCLUSIVE. Only events before the acceptance's own (audit seq) count.")
+        "equivalence verdict PASS where the plan's `equivalence` section names it, and its selection recorded before the "
+        "holdout was opened, and the source of it and of every engine it is compared with pinned (engines[].source); "
+        "a quality PASS on reused prompts counts only where the plan declares a regression check; FAIL when any piece "
+        "fails; otherwise INCONCLUSIVE. Only events before the acceptance's own (audit seq) count.")
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,7 @@ class Issued:
     plan_hash: str | None
     judged: str | None  # the engine it judged (quality candidate, rule candidate)
     checks: tuple[str, ...] = ()  # quality: each check's status
+    evidence: str | None = None  # quality: its evidence class (data/pool_status.py)
 
 
 @dataclass(frozen=True)
@@ -83,9 +93,14 @@ def quality_piece(plan: Plan, candidate: str, issued: Sequence[Issued]) -> Piece
     passed = sum(1 for c in v.checks if c == PASS)
     if v.verdict == PASS and (len(v.checks) != want or passed != want):
         return Piece("quality", INCONCLUSIVE, f"{v.verdict_id} PASS but {passed} of {want} checks passed", (v.verdict_id,))
+    shown = with_evidence(v.verdict, v.evidence)
+    if v.verdict == PASS and v.evidence == REUSED and not plan.quality.regression_check:
+        return Piece("quality", INCONCLUSIVE, f"{v.verdict_id} {shown}: its prompts were used before its quality runs; "
+                     "acceptance needs an untouched holdout unless the plan declares a regression check "
+                     "(quality.regression_check)", (v.verdict_id,))
     status = v.verdict if v.verdict in (PASS, FAIL) else INCONCLUSIVE
-    return Piece("quality", status, f"{v.verdict_id} {v.verdict}: {passed} of {len(v.checks)} checks passed",
-                 (v.verdict_id,))
+    return Piece("quality", status, f"{v.verdict_id} {shown}: {passed} of {len(v.checks)} checks passed"
+                 + ("; a declared regression check" if v.evidence == REUSED else ""), (v.verdict_id,))
 
 
 def throughput_piece(plan: Plan, candidate: str, issued: Sequence[Issued]) -> Piece:
@@ -154,9 +169,14 @@ class CandidateState:
     reason: str | None = None
     verdicts: tuple[str, ...] = ()
     seq: int | None = None
+    post_holdout: dict[str, Any] | None = None  # the holdout_opened event the decision came after
 
 
 def selection_piece(candidate: str, state: CandidateState) -> Piece:
+    if state.status == "selected" and state.post_holdout:
+        return Piece("selection", INCONCLUSIVE, f"{candidate} ({(state.config_sha256 or '')[:12]}) selected at seq "
+                     f"{state.seq}, after the holdout was opened (seq {state.post_holdout.get('opened_seq')}): POST-HOLDOUT "
+                     "selection; candidates are selected on tuning data before the holdout opens", state.verdicts)
     if state.status == "selected":
         return Piece("selection", PASS, f"{candidate} ({(state.config_sha256 or '')[:12]}) selected at seq {state.seq}"
                      f" because {', '.join(state.verdicts)}", state.verdicts)
@@ -164,6 +184,25 @@ def selection_piece(candidate: str, state: CandidateState) -> Piece:
         return Piece("selection", FAIL, f"{candidate} rejected at seq {state.seq}: {state.reason}", state.verdicts)
     return Piece("selection", INCONCLUSIVE, f"no selection of {candidate} recorded (status {state.status or 'unknown'}; "
                  "`campaign candidates select`)")
+
+
+def compared_engines(plan: Plan, candidate: str) -> list[str]:
+    """The candidate and every engine the plan compares it with (Plan.compared_pairs), in plan order."""
+    names = {candidate} | {a for a, b, _ in plan.compared_pairs() if b == candidate}
+    return [e.name for e in plan.engines if e.name in names]
+
+
+def pinning_piece(plan: Plan, candidate: str) -> Piece:
+    """PASS when the candidate and every engine it is compared with name their source (a git
+    checkout or an installed distribution, docs/engines.md): an unpinned engine ran whatever was
+    installed, so what was measured cannot be named."""
+    names = compared_engines(plan, candidate)
+    unpinned = [n for n in names if plan.engine(n).source is None]
+    if unpinned:
+        return Piece("pinning", INCONCLUSIVE, f"unpinned: {', '.join(unpinned)} (no engines[].source: it ran whatever "
+                     "was installed)")
+    return Piece("pinning", PASS, "sources pinned: " + ", ".join(
+        f"{n} ({', '.join(f'{k} {v}' for k, v in sorted((plan.engine(n).source or {}).items()))})" for n in names))
 
 
 def combine(statuses: Sequence[str]) -> str:
@@ -176,7 +215,7 @@ def combine(statuses: Sequence[str]) -> str:
 
 def pieces(plan: Plan, candidate: str, issued: Sequence[Issued], pre: Any, state: CandidateState) -> list[Piece]:
     return [quality_piece(plan, candidate, issued), throughput_piece(plan, candidate, issued), validators_piece(pre),
-            equivalence_piece(plan, candidate, issued), selection_piece(candidate, state)]
+            equivalence_piece(plan, candidate, issued), selection_piece(candidate, state), pinning_piece(plan, candidate)]
 
 
 # -- from the store ---------------------------------------------------------------------------
@@ -186,14 +225,15 @@ JUDGED_SQL = ("CASE v.kind WHEN 'quality' THEN json_extract_string(v.document_js
 
 def issued_from_store(store: Store, plan_hashes: Sequence[str], before_seq: int | None = None) -> list[Issued]:
     rows = store.query(
-        f"SELECT v.verdict_id, e.seq, v.kind, v.name, v.verdict, v.plan_hash, {JUDGED_SQL} AS judged, v.checks_json "
+        f"SELECT v.verdict_id, e.seq, v.kind, v.name, v.verdict, v.plan_hash, {JUDGED_SQL} AS judged, v.checks_json, "
+        "json_extract_string(v.document_json, '$.evidence.status') AS evidence "
         "FROM verdicts v JOIN audit_events e ON e.kind = 'verdict_issued' AND e.subject = v.verdict_id "
         "WHERE list_contains(?, v.plan_hash) AND e.seq < ? ORDER BY e.seq", [list(plan_hashes), before_seq or 2**62])
     import json
 
     return [Issued(r["verdict_id"], r["seq"], r["kind"], r["name"], r["verdict"], r["plan_hash"], r["judged"],
                    tuple(str(c.get("status")) for c in json.loads(r["checks_json"] or "[]"))
-                   if r["kind"] == "quality" else ()) for r in rows]
+                   if r["kind"] == "quality" else (), r["evidence"] if r["kind"] == "quality" else None) for r in rows]
 
 
 def candidate_state(store: Store, key: str | None, before_seq: int | None = None) -> CandidateState:
@@ -207,7 +247,8 @@ def candidate_state(store: Store, key: str | None, before_seq: int | None = None
     import json
 
     p = json.loads(rows[0]["payload_json"])
-    return CandidateState(key, p.get("status"), p.get("reason"), tuple(p.get("verdicts") or ()), rows[0]["seq"])
+    return CandidateState(key, p.get("status"), p.get("reason"), tuple(p.get("verdicts") or ()), rows[0]["seq"],
+                          p.get("post_holdout"))
 
 
 # -- the verdict ------------------------------------------------------------------------------
@@ -236,20 +277,44 @@ def decide(store: Store, plan: Plan, candidate: str, key: str | None, before_seq
 
 
 def claims_section(plan: Plan) -> dict[str, Any] | None:
-    """The plan's `claims` as the verdict carries them (docs/plans.md, "Claims"); None when unset."""
+    """The plan's `claims` as the verdict carries them (docs/plans.md, "Claims"), with what the
+    plan's checks cover (`covers`); None when unset."""
     c = plan.claims
-    return None if c is None else {"status": c.status, "scope": c.scope, "non_claims": list(c.non_claims)}
+    if c is None:
+        return None
+    out: dict[str, Any] = {"status": c.status, "scope": c.scope, "non_claims": list(c.non_claims)}
+    if c.concurrencies:
+        out["concurrencies"] = list(c.concurrencies)
+    out["covers"] = coverage(plan)
+    return out
+
+
+def coverage(plan: Plan) -> dict[str, Any]:
+    """What the plan's verdicts can support: its quality checks (metrics x concurrencies) and each
+    decision rule's concurrencies. A claim beyond them is refused at freeze (claims.concurrencies)."""
+    concs = list(plan.quality.scored_concurrencies)
+    return {"quality_checks": 3 * len(concs), "quality_concurrencies": concs, "quality_metrics": ["wer", "sim", "mos"],
+            "rules": {r.name: list(r.concurrencies) for r in plan.decision_rules}}
+
+
+def coverage_text(plan: Plan) -> str:
+    cov = coverage(plan)
+    rules = "; ".join(f"{n} at C{', C'.join(map(str, cs))}" for n, cs in cov["rules"].items()) or "none"
+    return (f"covers: {cov['quality_checks']} quality checks (WER, SIM, MOS at "
+            f"C{', C'.join(map(str, cov['quality_concurrencies']))}); throughput rules: {rules}")
 
 
 def acceptance_document(store: Store, plan: Plan, acc: Acceptance, *, verdict_id: str, created_at: Any,
                         metrics_version: str | None) -> dict[str, Any]:
+    from data.plan_freeze import frozen_plan_records
     from stats.verdict_doc import SCHEMA_VERSION, engines_section, finite, plan_section
 
     return finite({
         "schema_version": SCHEMA_VERSION, "verdict_id": verdict_id, "created_at": created_at.isoformat(),
         "kind": "acceptance", "name": f"{plan.name}: {acc.candidate} acceptance", "verdict": acc.verdict,
-        "rule": RULE, "candidate": acc.candidate, "candidate_config_sha256": acc.config_sha256,
+        "rule": RULE, "rules_version": RULES_VERSION, "candidate": acc.candidate, "candidate_config_sha256": acc.config_sha256,
         "pieces": [p.as_dict() for p in acc.pieces], "claims": claims_section(plan),
+        "store_plans": frozen_plan_records(store),  # every plan frozen in the store, abandoned ones too
         "plan": plan_section(store, plan), "engines": engines_section(store, plan), "validators": None,
         "metrics_version": metrics_version,
         "checks": [{"piece": p.piece, "status": p.status, "verdicts": list(p.verdicts)} for p in acc.pieces],

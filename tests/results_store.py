@@ -137,17 +137,21 @@ def build_campaign(root: Path, *, concurrencies=(1, 2, 4), repeats: int = 3, req
                    holdout: int = 6, gpu: bool = True, gate: bool = True, seed: int = 7,
                    sim_gap: bool = True, quality_concurrencies=(1,),
                    gated: tuple[int, ...] | None = None, precision_change: bool = False,
-                   margins: dict[str, float] | None = None) -> tuple[Path, Path]:
+                   margins: dict[str, float] | None = None, ports=(8101, 8102),
+                   sections: dict | None = None) -> tuple[Path, Path]:
     """`root/campaign.duckdb` and `root/plan.json`: two engines x concurrencies x repeats of the
     sweep pool, quality runs of both arms on the holdout at each of `quality_concurrencies` (C1)
     with scores, and (gate=True) the verdicts `campaign gate plan.json` issues. `gated`: the plan's
     `quality.concurrencies` (default: `quality_concurrencies`). `sim_gap`: one candidate SIM score
     is a scorer error, so the SIM check is a coverage gap (INCONCLUSIVE) while WER and MOS are decided.
     `precision_change`: the candidate engine declares one (docs/equivalence.md). `margins`: the
-    plan's quality margins (wide ones let the candidate PASS)."""
+    plan's quality margins (wide ones let the candidate PASS). `ports`: the engines' (real engines
+    are launched only by commands that run them, e.g. `campaign equivalence`); `sections`: plan
+    sections set as given (e.g. an `equivalence` section)."""
     rng = np.random.default_rng(seed)
     wl = make_workload(root / "wl", n=12 + holdout, n_holdout=holdout)
-    doc = plan_dict(wl, concurrencies=concurrencies, requests=requests, repeats=repeats, ports=[8101, 8102])
+    doc = plan_dict(wl, concurrencies=concurrencies, requests=requests, repeats=repeats, ports=list(ports))
+    doc.update(sections or {})
     doc["decision_rules"] = [{"name": "fast-exceeds-baseline", "kind": "throughput_exceeds", "candidate": "ref-fast",
                               "reference": "ref-baseline", "concurrencies": [max(concurrencies)], "confidence": 0.95}]
     doc["quality"]["concurrencies"] = list(quality_concurrencies if gated is None else gated)

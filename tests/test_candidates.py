@@ -181,7 +181,7 @@ def test_selection_is_recorded_before_the_holdout_and_acceptance_names_each_piec
     jsonschema.validate(doc, load_schema())
     got = {p["piece"]: p["status"] for p in doc["pieces"]}
     assert got == {"quality": "INCONCLUSIVE", "throughput": "PASS", "validators": "PASS",
-                   "equivalence": "not required", "selection": "PASS"}, doc["pieces"]
+                   "equivalence": "not required", "selection": "PASS", "pinning": "PASS"}, doc["pieces"]
     assert doc["verdict"] == "INCONCLUSIVE" and doc["claims"] == CLAIMS and doc["candidate"] == cand
     assert rule_vid in doc["inputs"]["verdicts"]
     # the bundle: launches, attempts, candidates and verdicts, verified; the acceptance re-derived
@@ -190,12 +190,12 @@ def test_selection_is_recorded_before_the_holdout_and_acceptance_names_each_piec
     for t in ("engine_launches", "attempts", "candidates", "verdicts"):
         assert (bundle / "tables" / f"{t}.parquet").is_file() and (bundle / "tables" / f"{t}.csv").is_file()
     v = campaign("evidence", "verify", str(bundle))
-    assert v.returncode == 0 and f"{vid} INCONCLUSIVE: 5 pieces re-derived" in v.stdout, v.stdout + v.stderr
+    assert v.returncode == 0 and f"{vid} INCONCLUSIVE: 6 pieces re-derived" in v.stdout, v.stdout + v.stderr
 
 
 @pytest.mark.slow  # campaigns run as a user would
 def test_select_without_a_measured_run_and_open_holdout_without_selection_required(tmp_path):
-    plan, db, rule = _rule_plan(tmp_path, {})
+    plan, db, rule = _rule_plan(tmp_path, {"selection": "optional"})  # the templates write "required"
     assert campaign("validate", str(plan), db=db).returncode == 0
     g = campaign("gate", str(plan), db=db)
     rule_vid = re.search(r"verdict issued: (throughput-\S+)", g.stdout).group(1)
@@ -208,8 +208,10 @@ def test_select_without_a_measured_run_and_open_holdout_without_selection_requir
 
 
 # -- the acceptance rule ----------------------------------------------------------------------
-def _plan(tmp_path: Path, **extra):
+def _plan(tmp_path: Path, pinned: bool = True, **extra):
     doc = plan_dict(make_workload(tmp_path / "wl"), ports=[18101, 18102])
+    for e in doc["engines"] if pinned else ():
+        e["source"] = {"dist": "omni-campaign-console"}
     doc["decision_rules"] = [{"name": "fast-exceeds-baseline", "kind": "throughput_exceeds", "candidate": "ref-fast",
                               "reference": "ref-baseline", "concurrencies": [2], "confidence": 0.95}]
     doc.update(extra)
@@ -227,7 +229,8 @@ def test_acceptance_passes_only_when_every_piece_does_and_names_what_is_missing(
     issued, pre, state = _all_pass()
     ps = acc.pieces(plan, "ref-fast", issued, pre, state)
     assert [(p.piece, p.status) for p in ps] == [("quality", "PASS"), ("throughput", "PASS"), ("validators", "PASS"),
-                                                 ("equivalence", "not required"), ("selection", "PASS")]
+                                                 ("equivalence", "not required"), ("selection", "PASS"),
+                                                 ("pinning", "PASS")]
     assert acc.combine([p.status for p in ps]) == "PASS"
 
     def verdict(issued=issued, pre=pre, state=state, plan=plan):
@@ -252,6 +255,18 @@ def test_acceptance_passes_only_when_every_piece_does_and_names_what_is_missing(
     v, by = verdict(plan=eq, issued=[*issued, acc.Issued("e1", 14, "equivalence", "ref-fast vs ref-baseline", "PASS",
                                                          "f" * 64, None)])
     assert v == "PASS" and by["equivalence"].verdicts == ("e1",)
+    # issue 38: reused prompts, a post-holdout selection and an unpinned compared engine keep it from PASS
+    reused = [acc.Issued("q4", 13, "quality", "q", "PASS", "f" * 64, "ref-fast", ("PASS",) * 3, "reused"), issued[1]]
+    v, by = verdict(issued=reused)
+    assert v == "INCONCLUSIVE" and by["quality"].detail.startswith("q4 PASS (reused prompts): its prompts were used")
+    v, by = verdict(issued=reused, plan=_plan(tmp_path, quality={**_plan(tmp_path).document()["quality"],
+                                                                   "regression_check": True}))
+    assert v == "PASS" and by["quality"].detail.endswith("; a declared regression check")
+    late = acc.CandidateState("k" * 64, "selected", None, ("t1",), 12, {"opened_seq": 9, "pool": "holdout"})
+    v, by = verdict(state=late)
+    assert v == "INCONCLUSIVE" and "after the holdout was opened (seq 9): POST-HOLDOUT selection" in by["selection"].detail
+    v, by = verdict(plan=_plan(tmp_path, pinned=False))
+    assert v == "INCONCLUSIVE" and by["pinning"].detail.startswith("unpinned: ref-baseline, ref-fast")
     failed = [acc.Issued("q3", 15, "quality", "q", "FAIL", "f" * 64, "ref-fast", ("FAIL",) * 3), issued[1]]
     assert verdict(issued=failed)[0] == "FAIL"
     assert verdict(state=acc.CandidateState("k" * 64, "rejected", "verdict q3 FAIL", ("q3",), 16))[0] == "FAIL"
@@ -312,7 +327,7 @@ def test_the_bundle_holds_the_new_tables_and_verify_passes(bundled):
     v = campaign("evidence", "verify", str(bundled))
     assert v.returncode == 0, v.stdout + v.stderr
     for line in ("attempts: 1 attempt(s) match", "launches: 1 launch(es) match", "candidates: 2 candidate(s) match",
-                 "verdict rows: 3 verdict row(s) match", "FAIL: 5 pieces re-derived"):
+                 "verdict rows: 3 verdict row(s) match", "FAIL: 6 pieces re-derived"):
         assert line in v.stdout, v.stdout
 
 

@@ -100,12 +100,13 @@ def test_reserved_holdout_verdict_at_plan_concurrencies_then_addendum_on_reused_
     assert main(["controls", "--plan", str(world["plan_path"])]) == 0
     rc, out = gate(capsys, world["plan_path"], "--db", db)
     assert rc == 0, out
-    assert re.search(r"synthetic controls: (\d+)/\1 gave their known answer", out) and "Quality verdict: PASS" in out
+    assert re.search(r"synthetic controls: (\d+)/\1 gave their known answer", out)
+    assert "Quality verdict: PASS (untouched holdout)" in out
     assert "every id needs exactly measured repeats 0, 1 in both arms" in out
     with Store(db) as s:
         frozen_ev = next(e for e in events(s, kind="plan_frozen", plan_hash=plan.hash))
         opened_ev = events(s, kind="holdout_opened", plan_hash=plan.hash)[0]
-    assert (f"evidence: reserved — holdout pool 'holdout' (3 ids) reserved and unused at freeze (audit "
+    assert (f"evidence: untouched — holdout pool 'holdout' (3 ids) reserved and unused at freeze (audit "
             f"#{frozen_ev['seq']} plan_frozen {frozen_ev['event_hash'][:12]}), opened by audit #{opened_ev['seq']} "
             f"holdout_opened {opened_ev['event_hash'][:12]}") in out
     v1 = re.search(r"verdict issued: (quality-\S+)", out).group(1)
@@ -113,27 +114,28 @@ def test_reserved_holdout_verdict_at_plan_concurrencies_then_addendum_on_reused_
     doc = json.loads(old_row["document_json"])
     jsonschema.validate(doc, load_schema())
     ev = doc["evidence"]
-    assert ev["status"] == "reserved" and ev["earlier_runs"] == [] and ev["ids"] == 3
+    assert ev["status"] == "untouched" and ev["earlier_runs"] == [] and ev["ids"] == 3
     assert ev["frozen"]["event_hash"] == frozen_ev["event_hash"] and ev["opened"]["seq"] == opened_ev["seq"]
     assert [c["expected_repeats"] for c in doc["coverage"]["cells"]] == [[0, 1], [0, 1]]
     assert "measured repeats" in doc["coverage"]["rule"] and "Coverage:" in doc["rule"]
 
-    # An addendum drops the reservation and keeps the now-used pool at quality concurrency [1]; its
-    # parent is the same hash prefix the command line takes.
+    # An addendum keeps the protocol and the now-used reservation (it may not drop it, nor narrow the
+    # quality concurrencies: docs/plans.md, "What an addendum may change"); its parent is the same
+    # hash prefix the command line takes.
     add = world["tmp"] / "addendum.json"
     add.write_text(json.dumps({"schema": "omni-campaign-addendum/1", "parent": plan.hash[:10],
                                "name": "post-integration", "reason": "regression check after integration",
-                               "changes": {"workload": {"holdout_pool": None}, "quality": {"concurrencies": [1]}}}))
+                               "changes": {"description": "post-integration regression check"}}))
     assert main(["plan", "addendum", plan.hash[:8], str(add), "--db", str(db)]) == 0
     with Store(db) as store:
         child = plan_from_store(store, store.scalar("SELECT plan_hash FROM plans WHERE name = 'post-integration'"))
         assert child.parent_hash == plan.hash
-        add_cells(store, child, world["art"], world["wl"], (1,), prefix="a-")
+        add_cells(store, child, world["art"], world["wl"], (1, 4), prefix="a-")
         score_plan(store, child, artifacts_dir=world["art"])
     assert main(["controls", "--plan", str(world["plan_path"])]) == 0
     rc, out = gate(capsys, add, "--db", db)
     assert rc == 0, out
-    assert re.search(r"synthetic controls: (\d+)/\1 gave", out) and "Quality verdict: PASS" in out
+    assert re.search(r"synthetic controls: (\d+)/\1 gave", out) and "Quality verdict: PASS (reused prompts)" in out
     assert ("evidence: reused — REUSED prompts: pool 'holdout' (3 ids) was requested by 8 earlier run(s) of plan(s) "
             f"{plan.hash[:12]}") in out and "not a new untouched holdout" in out
     v2 = re.search(r"verdict issued: (quality-\S+)", out).group(1)
@@ -142,14 +144,14 @@ def test_reserved_holdout_verdict_at_plan_concurrencies_then_addendum_on_reused_
     jsonschema.validate(doc2, load_schema())
     assert doc2["evidence"]["status"] == "reused" and doc2["evidence"]["earlier_runs_total"] == 8
     assert {r["plan_hash"] for r in doc2["evidence"]["earlier_runs"]} == {plan.hash}
-    assert [c["concurrency"] for c in doc2["cells"]] == [1]
+    assert [c["concurrency"] for c in doc2["cells"]] == [1, 4]
 
     # The earlier verdict is never re-judged: its row is byte-for-byte what it was; both are listed.
     assert verdict_row(db, v1) == old_row
     capsys.readouterr()
     assert main(["verdicts", "--format", "csv", "--db", str(db)]) == 0
     listing = capsys.readouterr().out
-    assert re.search(rf"{v1},.*,PASS,reserved,", listing) and re.search(rf"{v2},.*,PASS,reused,", listing), listing
+    assert re.search(rf"{v1},.*,PASS,untouched,", listing) and re.search(rf"{v2},.*,PASS,reused,", listing), listing
 
 
 @pytest.mark.slow  # a full campaign (the module's world)
@@ -178,7 +180,7 @@ def test_tui_verdicts_view_shows_the_evidence(world, capsys):
             return rows, title
 
     rows, title = asyncio.run(look())
-    assert rows[vid][VERDICT_COLUMNS.index("evidence")] == "reserved"
+    assert rows[vid][VERDICT_COLUMNS.index("evidence")] == "untouched"
     assert vid in title and "evidence: holdout pool 'holdout' (3 ids) reserved and unused at freeze" in title
 
 
@@ -246,7 +248,7 @@ def test_reuse_is_decided_by_the_audit_sequence_not_the_wall_clock(tmp_path):
     """A probe of the reserved ids stamped a day ahead, whose run_started precedes holdout_opened
     and the quality runs in the chain, is reuse; one stamped a day back but announced after the
     quality runs is not (pool status used to compare runs.started_at)."""
-    from data.pool_status import REUSED, RESERVED, pool_status
+    from data.pool_status import REUSED, UNTOUCHED, pool_status
 
     wl_root = write_workload(tmp_path / "workload")
     wl = load_workload(wl_root, "en")
@@ -266,7 +268,7 @@ def test_reuse_is_decided_by_the_audit_sequence_not_the_wall_clock(tmp_path):
         ahead, quality = store.scalar("SELECT started_at FROM runs WHERE run_id = 'probe-ahead'"), \
             store.scalar("SELECT min(started_at) FROM runs WHERE plan_hash = ?", [plan.hash])
     assert seqs["probe-ahead"] < opened < seqs["ref-base-c1-r0"] < seqs["probe-late"] and ahead > quality
-    assert st.status == REUSED and st.status != RESERVED, st.summary
+    assert st.status == REUSED and st.status != UNTOUCHED, st.summary
     assert [r["run_id"] for r in st.earlier_runs] == ["probe-ahead"] and st.earlier_runs_total == 1
     assert st.earlier_runs[0]["audit_seq"] == seqs["probe-ahead"]
 

@@ -70,9 +70,10 @@ def test_healthy_launch_and_stop_leaves_no_children(store, tmp_path):
     ck = tmp_path / "ckpt"
     ck.mkdir()
     (ck / "model.safetensors").write_bytes(b"weights")
+    (ck / "config.json").write_text('{"torch_dtype": "bfloat16"}')
     cfg = tmp_path / "engine.yaml"
     cfg.write_text("a: 1\n")
-    spec = EngineSpec("toy", "peer", "pcm", argv=(sys.executable, "-c", HEALTHY_SERVER, str(port)), port=port,
+    spec = EngineSpec("toy", "peer", "pcm", argv=(sys.executable, "-c", HEALTHY_SERVER, str(port), "--seed=7"), port=port,
                       health_timeout_s=20, revision="abc123", config_path=str(cfg), checkpoint_paths=(str(ck),),
                       env={"TOY_ENV": "1"})
     eng = launch_engine(store, spec, log_dir=tmp_path / "logs", checkpoint_cache=tmp_path / "cache.json")
@@ -81,7 +82,10 @@ def test_healthy_launch_and_stop_leaves_no_children(store, tmp_path):
     assert row["status"] == "ready" and row["ready_ns"] > row["started_ns"] and row["revision"] == "abc123"
     assert json.loads(row["argv_json"])[0] == sys.executable and json.loads(row["env_json"]) == {"TOY_ENV": "sha256:" + hashlib.sha256(b"1").hexdigest()}
     assert json.loads(row["checkpoint_sha256_json"]) == {
+        str((ck / "config.json").resolve()): hashlib.sha256(b'{"torch_dtype": "bfloat16"}').hexdigest(),
         str((ck / "model.safetensors").resolve()): hashlib.sha256(b"weights").hexdigest()}
+    # what the launch sets for sampling and precision (engine_adapters/launch_settings.py)
+    assert json.loads(row["settings_json"]) == {"argv.seed": "7", "checkpoint.torch_dtype": "bfloat16"}
     assert row["config_sha256"] and len(row["config_sha256"]) == 64
     time.sleep(0.3)
     assert len(_running_in_group(pgid)) == 3  # orphan guard + server + forked grandchild

@@ -37,6 +37,8 @@ def _fill(doc: dict, tmp: Path) -> dict:
     doc = json.loads(text)
     for e in doc["engines"]:
         e["argv"] = [str(DEPLOY) if a.startswith("<path to minicpmo") else a for a in e["argv"]]
+        e["source"] = {"vllm-omni-main": {"dist": "vllm-omni"}, "sglang-omni-main": {"dist": "sglang-omni"}}.get(
+            e["name"], {"git": str(tmp)})  # the template's source placeholder is an object to fill in
         if e.get("config_path"):
             e["config_path"] = str(DEPLOY)
     doc["quality"]["candidate"] = "sglang-omni-main"

@@ -58,17 +58,18 @@ def _with_env() -> dict:
 # document_hash of each document computed by main's code before the plan was typed; the demo and
 # real-engine templates since issue 27 gave them their validators (`plan init` is unchanged); the
 # real-engine template since issue 32 (admission-limit flags in argv, the peer's guidance, the GPU placeholder);
-# the demo template since issue 32 (WER by the workload-domain pocketsphinx model, its texts' path)
+# the demo template since issue 32 (WER by the workload-domain pocketsphinx model, its texts' path);
+# every template since issue 38 (`selection: required`; the real engines' `source` placeholders)
 SHIPPED = {
-    "plan init --demo": (_demo, "5faef7083e5fd6168b03f5a30bb854b51049d6ac362f1ba50dd8785129ff87a9"),
-    "plan init": (lambda: template(False), "dd6af72d15b1a65fedb8f4260ba6a0e46de6335d3dc64ece741bd66765cc4ee0"),
+    "plan init --demo": (_demo, "28652dc10e5c08c14884ee353aede271056ae843048d0c0acaef2d415d1c63cc"),
+    "plan init": (lambda: template(False), "5a28be2d672e271c4089dd8610dce2a7211252052c7df7d32f63d02cf0a4e035"),
     "plan init --engines": (lambda: real_template(["vllm-omni", "sglang-omni", "peer"]),
-                            "1ce3f4c5a402cddf893eabb2915ddbed952d916adef01acf49cf30ad8e6a94c0"),
-    "demo env values": (_with_env, "4c2eec9223471ed6b0989565a1b04db275cdeabe81a732f396bd1c50ea423adb"),
+                            "95c7744db1fd5d663a3e15fcc78b2837e3d994be3bb3020fddb3881451487a9d"),
+    "demo env values": (_with_env, "7d826d47363614d1ce793267e8e42d3eb1f1f4f7deea5f03e9f11cc330549f99"),
     "demo --quick": (lambda: _edited(_demo(), {"workload.pools_file": "pools.json",
                                                       **{f"engines.{i}.port": 9001 + i for i in range(4)},
                                                       **QUICK_CHANGES}),
-                     "721b840bfe0f1cb2465b0d30f2cf1417c43f2a683b6efc5a3176c4ee73676b1c"),
+                     "90a7284e01b36732e6b5ac212daabc3fc44c6c2a11353520b370be9352fcd3f6"),
 }
 
 

@@ -198,6 +198,7 @@ def test_an_altered_file_is_compared_with_its_latest_freeze_in_the_chain_not_by_
     first = freeze(store, plan_file).hash
     doc = json.loads(plan_file.read_text())
     doc["sweep"]["measured_repeats"] = 3
+    doc["name"] = "test-plan-restarted"  # one name names one frozen plan: starting over is a new name
     plan_file.write_text(json.dumps(doc))
     second = freeze(store, plan_file).hash
     store.con.execute("UPDATE plans SET frozen_at = frozen_at - INTERVAL 1 DAY WHERE plan_hash = ?", [second])

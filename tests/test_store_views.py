@@ -1,4 +1,4 @@
-"""The store's views live in the file (data/views.py, schema version 12): a DuckDB client without
+"""The store's views live in the file (data/views.py, schema version 14): a DuckDB client without
 the console reads `run_summary`, `cell_summary` and `quality_summary`; an older store is read
 without a write and gets them on its next write open; an edited or outdated view is shadowed for
 the console's readers and replaced by its next write open; `cell_summary`'s sweep cells are the
@@ -68,12 +68,12 @@ def _stored_views(db: Path) -> dict[str, str | None]:
 
 
 def _as_older_store(db: Path) -> None:
-    """What a console of schema version 11 left: no stored views."""
+    """What a console of schema version 13 left: no stored views."""
     con = duckdb.connect(str(db))
     try:
         for v in NAMES:
             con.execute(f"DROP VIEW IF EXISTS {v}")
-        con.execute("DELETE FROM schema_version WHERE version = 12")
+        con.execute("DELETE FROM schema_version WHERE version = 14")
     finally:
         con.close()
 
@@ -134,7 +134,7 @@ def test_an_older_store_is_read_without_a_write_and_gets_them_on_its_next_write_
     assert not set(NAMES) & set(_stored_views(db))
     before = _sha(db)
     with Store(db, read_only=True) as s:  # a reader: no migration needed, the views are its own TEMP views
-        assert s.schema_version() == 11
+        assert s.schema_version() == 13
         assert s.scalar("SELECT count(*) FROM run_summary") == s.scalar("SELECT count(*) FROM runs")
         temp = dict(s.con.execute("SELECT view_name, temporary FROM duckdb_views() WHERE view_name IN "
                                   "('run_summary', 'cell_summary', 'quality_summary')").fetchall())

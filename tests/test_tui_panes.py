@@ -49,7 +49,7 @@ def test_quick_demo_tells_the_whole_story(quick_demo):
             "SELECT seq FROM audit_events WHERE kind = 'validator_run'")
         evidence = [json.loads(d)["evidence"]["status"] for (d,) in s.con.execute(
             "SELECT document_json FROM verdicts WHERE kind = 'quality'").fetchall()]
-    assert evidence == ["reserved", "reserved"]
+    assert evidence == ["untouched", "untouched"]
     # what each engine was: the demo's engines are the installed console's code (docs/engines.md)
     from importlib.metadata import version
     label = f"dist omni-campaign-console {version('omni-campaign-console')}"

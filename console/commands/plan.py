@@ -73,13 +73,24 @@ GPU_PLACEHOLDER = "<GPU name as NVML reports it, e.g. NVIDIA L20X>"  # when NVML
 VLLM_DEPLOY = "<path to minicpmo_4_5_turn.yaml (vllm_omni/deploy/ of the installed vllm-omni)>"
 
 
+def _source(kind: str) -> dict:
+    """What an engine's code is pinned by (docs/engines.md, "Engine identity and patches"): a git
+    checkout (its commit, tree and dirty flag are recorded at every launch) or an installed
+    distribution (its version). A placeholder, so freeze refuses the template until it is filled
+    in; an engine without `source` runs whatever is installed and is recorded `unpinned`."""
+    dist = {"vllm-omni": "vllm-omni", "sglang-omni": "sglang-omni"}.get(kind)
+    return {"source": f"<{{\"git\": \"{kind} checkout at the engine's revision\"}}"
+                      + (f" or {{\"dist\": \"{dist}\"}} (the installed distribution)" if dist else "") + ">",
+            "_source": "pinned source: acceptance is INCONCLUSIVE for an unpinned compared engine (docs/plans.md)"}
+
+
 def _real_engine(kind: str, port: int, admission: int) -> dict:
     """One real engine of `plan init --engines` (docs/engines.md): every value the console cannot
     know is a `<...>` placeholder, and `plan freeze` refuses any that is left. `admission` (the
     sweep's largest concurrency) goes into each argv's admission-limit flag, so the engine admits
     every request of the largest cell at once and its recorded capacity says so."""
     if kind == "vllm-omni":
-        return {**_engine("vllm-omni-main", "default", port), "adapter": "vllm_omni",
+        return {**_engine("vllm-omni-main", "default", port), "adapter": "vllm_omni", **_source("vllm-omni"),
                 "_comment": "vllm serve MODEL --omni --deploy-config YAML; config_path names the same YAML, so its "
                             "hash and its per-stage admission limits are recorded with every launch",
                 "revision": "<vllm-omni version or git sha>",
@@ -91,7 +102,7 @@ def _real_engine(kind: str, port: int, admission: int) -> dict:
                 "config_path": VLLM_DEPLOY, "health_timeout_s": 1800,
                 "checkpoint_paths": ["<model dir>"]}
     if kind == "sglang-omni":
-        return {**_engine("sglang-omni-main", "default", port, "sglang-omni"), "adapter": "sglang_omni",
+        return {**_engine("sglang-omni-main", "default", port, "sglang-omni"), "adapter": "sglang_omni", **_source("sglang-omni"),
                 "_comment": "options as --stage.section.key value are recorded with every launch",
                 "revision": "<sglang-omni git sha>", "health_timeout_s": 1800,
                 "_admission": "--thinker-max-running-requests N caps the thinker's running requests (sgl-omni "
@@ -103,6 +114,7 @@ def _real_engine(kind: str, port: int, admission: int) -> dict:
     from engine_adapters.dialects import DIALECTS
 
     return {**_engine("peer", "<peer profile name>", port, "<" + " | ".join(DIALECTS) + ">"), "adapter": "peer",
+            **_source("peer"),
             "_comment": "the peer: any single-GPU MiniCPM-o server you compare against, pinned by git revision and "
                         "profile; nothing beyond its dialect is assumed. Fill in: argv = the command that starts it "
                         "on this port (the console launches it and waits for GET /health; put its admission-limit "
@@ -208,6 +220,9 @@ def template(demo: bool, real_engines: list[str] | None = None, gpu: str | None 
                             "reference": reference, "concurrencies": [16, 32], "confidence": 0.95}],
         "validators": (demo_validators([e["name"] for e in engines]) if demo
                        else [{"name": "synthetic-controls", "argv": ["campaign", "controls"]}]),
+        "_selection": "required: the holdout opens only after a candidate is selected on tuning data "
+                      "(`campaign candidates select`); a selection after it is post-holdout and acceptance does not PASS",
+        "selection": "required",
     }
 
 
@@ -277,6 +292,7 @@ def register(sub) -> None:
 
     fr = ps.add_parser("freeze", help="validate, reserve the holdout, store canonical JSON + SHA-256")
     fr.add_argument("plan")
+    _reuse_audit_arg(fr)
     add_db_arg(fr)
     fr.set_defaults(func=cmd_freeze)
 
@@ -288,6 +304,7 @@ def register(sub) -> None:
     ad = ps.add_parser("addendum", help="freeze a change bound to its parent plan hash")
     ad.add_argument("parent", help="parent plan hash (or unique prefix)")
     ad.add_argument("addendum", help=f"addendum JSON ({ADDENDUM_SCHEMA_ID}: parent, name, reason, changes)")
+    _reuse_audit_arg(ad)
     add_db_arg(ad)
     ad.set_defaults(func=cmd_addendum)
 
@@ -306,6 +323,17 @@ def register(sub) -> None:
     add_format(ls)
     add_db_arg(ls)
     ls.set_defaults(func=cmd_list)
+
+
+def _print_audited(paths: list[str]) -> None:
+    for p in paths:
+        print(f"holdout ids absent from {p} (reuse audit)")
+
+
+def _reuse_audit_arg(p) -> None:
+    p.add_argument("--reuse-audit", nargs="+", default=[], metavar="PATH",
+                   help="also check the holdout ids against these stores, evidence bundles or per-request CSVs "
+                        "(an utt_id column); the sources are recorded in the freeze event (docs/plans.md)")
 
 
 def cmd_init(args) -> int:
@@ -366,16 +394,17 @@ def _pool_size(doc: dict) -> int | None:
 def cmd_freeze(args) -> int:
     from data.plan_freeze import freeze
     from data.store import open_store
-    from engine_adapters.sampling import sampling_errors
+    from engine_adapters.sampling import freeze_errors
 
     from console.candidates import register_plan
 
     with open_store(args.db, create=True) as store:  # a campaign's record starts here
-        res = freeze(store, args.plan, checks=[sampling_errors])
+        res = freeze(store, args.plan, checks=[freeze_errors], reuse_audit=args.reuse_audit)
         register_plan(store, res.plan)  # each engine a proposed candidate (docs/results.md, "Candidates")
         print(res.message)
         if res.manifest_hash:
             print(f"workload manifest {res.manifest_hash}")
+        _print_audited(args.reuse_audit)
     return 0
 
 
@@ -399,13 +428,15 @@ def cmd_addendum(args) -> int:
     from console.candidates import register_plan
     from data.plan_freeze import freeze
     from data.store import open_store
-    from engine_adapters.sampling import sampling_errors
+    from engine_adapters.sampling import freeze_errors
 
     with open_store(args.db) as store:
-        res = freeze(store, args.addendum, expected_parent=args.parent, checks=[sampling_errors])
+        res = freeze(store, args.addendum, expected_parent=args.parent, checks=[freeze_errors],
+                     reuse_audit=args.reuse_audit)
         register_plan(store, res.plan)
         print(res.message)
         print(f"parent {res.plan.parent_hash}")
+        _print_audited(args.reuse_audit)
     return 0
 
 

@@ -30,7 +30,8 @@ def register(sub) -> None:
     p.add_argument("--warmup", type=int, default=0, help="warmup requests before the measured ones")
     p.add_argument("--workload", help="Seed-TTS-format directory (default: bundled sample)")
     p.add_argument("--locale", help="workload locale (default: the only one, or 'en')")
-    p.add_argument("--pool", help="workload pool to draw from (default: all utterances)")
+    p.add_argument("--pool", help="workload pool to draw from (default: its 'tuning' pool, else every utterance, "
+                                  "leaving out every id a frozen plan reserved and has not opened)")
     p.add_argument("--db", help="run store (default: $CAMPAIGN_DB or ./campaign.duckdb)")
     p.add_argument("--artifacts", default="artifacts", help="folder for saved audio (default ./artifacts)")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table",
@@ -71,15 +72,25 @@ def _check(args) -> None:
         raise CampaignError(f"--url {args.url!r}: expected http://HOST:PORT")
 
 
-def build_requests(workload: str | None, locale: str | None, pool: str | None, n: int) -> list[RequestSpec]:
-    """The first n utterances of the workload (or pool), cycling when n exceeds it."""
+DEFAULT_POOL = "tuning"  # what a probe draws from when the workload has one (docs/statistics.md, "Who may send a reserved id")
+
+
+def build_requests(workload: str | None, locale: str | None, pool: str | None, n: int,
+                   reserved: frozenset[str] = frozenset()) -> list[RequestSpec]:
+    """The first n utterances of the pool, cycling when n exceeds it. With no pool: the workload's
+    tuning pool (else every utterance) without the `reserved` ids; a named pool is taken as named
+    (the run refuses it if it holds a reserved id, console/recording.py)."""
     from data.workload import load_workload
     from engine_adapters.driver import RequestSpec
 
     wl = load_workload(workload, locale)
-    utts = wl.pool(pool)
+    if pool is None:
+        utts = [u for u in wl.pool(DEFAULT_POOL if DEFAULT_POOL in wl.pools else None) if u.utt_id not in reserved]
+    else:
+        utts = wl.pool(pool)
     if not utts:
-        raise CampaignError(f"{wl.meta_path}: no utterances to send")
+        raise CampaignError(f"{wl.meta_path}: no utterances to send" + (
+            f" (every one of pool {pool or DEFAULT_POOL!r} is a reserved holdout id)" if reserved and pool is None else ""))
     missing = [u for u in utts if not u.prompt_wav.is_file()]
     if missing:
         raise CampaignError(f"{wl.meta_path}: prompt wav missing for {missing[0].utt_id}: {missing[0].prompt_wav}")
@@ -110,8 +121,16 @@ def cmd_probe(args) -> int:
     from engine_adapters.driver import DriveSpec
     from stats.metrics import run_metrics
 
+    from data.manifest import unopened_reservations
+    from data.store import resolve_db_path
+
     _check(args)
-    reqs = build_requests(args.workload, args.locale, args.pool, args.requests)
+    db = resolve_db_path(args.db)
+    reserved: frozenset[str] = frozenset()
+    if db.exists():  # a new store holds no reservation
+        with open_store(args.db) as store:
+            reserved = frozenset(i for r in unopened_reservations(store) for i in r.ids)
+    reqs = build_requests(args.workload, args.locale, args.pool, args.requests, reserved)
     options = {"client": args.client, "preset": args.preset}
     if args.audio_format:
         options["audio_format"] = args.audio_format

@@ -337,7 +337,7 @@ class CampaignApp(App):
         self.verdicts = list(reversed(msg.verdicts))
         rows = []
         for v in self.verdicts:
-            cells = (v.created, v.kind, v.name or "-", verdict_text(v.verdict), v.evidence, v.method or "-",
+            cells = (v.created, v.kind, v.name or "-", verdict_text(v.verdict, v.evidence), v.evidence, v.method or "-",
                      num(plain(v.draws)), num(plain(v.seed)), (v.plan_hash or "-")[:12], v.verdict_id)
             rows.append((v.verdict_id, cells, " ".join(str(c) for c in cells).lower()))
         self.tables["verdicts-table"] = TableRows(rows)
@@ -356,7 +356,7 @@ class CampaignApp(App):
         if v is None:
             title.update("No verdicts issued yet.")
             return
-        title.update(Text.assemble("checks of ", (v.verdict_id, "bold"), "  ", verdict_text(v.verdict),
+        title.update(Text.assemble("checks of ", (v.verdict_id, "bold"), "  ", verdict_text(v.verdict, v.evidence),
                                    *(("\nevidence: ", (v.evidence_summary, "bold")) if v.evidence_summary else ())))
         for i, c in enumerate(v.checks):  # typed rows (stats.results.checks), quality and throughput alike
             table.add_row(

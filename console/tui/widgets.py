@@ -85,9 +85,12 @@ def outcome_text(outcome: str) -> Text:
     return Text(outcome, style="" if outcome == "ok" else FAIL_STYLE)
 
 
-def verdict_text(verdict: str) -> Text:
+def verdict_text(verdict: str, evidence: str | None = None) -> Text:
+    """A verdict, styled; a quality verdict's `evidence` class beside it: `PASS (reused prompts)`."""
+    from data.pool_status import with_evidence
+
     style = {"PASS": PASS_STYLE, "FAIL": FAIL_STYLE, "INCONCLUSIVE": STALL_STYLE}.get(verdict, "")
-    return Text(verdict, style=style)
+    return Text(with_evidence(verdict, evidence), style=style)
 
 
 def status_text(status: str) -> Text:
