@@ -354,13 +354,12 @@ def _equivalence_detail(r: dict) -> str:
     return text + (f"; failing measures: {', '.join(failed)}" if failed else "")
 
 
-QUERIES = (  # three `campaign sql` queries over the demo's store (docs/schema.md)
-    "SELECT r.engine, r.concurrency, count(*) AS requests, round(quantile_cont((q.t_first_audio_ns - q.t_send_ns) "
-    "/ 1e6, 0.5)) AS ttfa_p50_ms FROM requests q JOIN runs r USING (run_id) WHERE r.kind = 'measured' AND r.pool = "
-    "'tuning' AND NOT q.is_warmup AND q.outcome = 'ok' GROUP BY ALL ORDER BY ALL",
-    "SELECT r.engine, round(100.0 * sum(s.wer_substitutions + s.wer_deletions + s.wer_insertions) / "
-    "sum(s.wer_ref_words), 2) AS corpus_wer_pct, count(*) AS outputs FROM quality_scores s JOIN runs r USING (run_id) "
-    "WHERE s.metric = 'wer' AND s.status = 'ok' GROUP BY ALL ORDER BY ALL",
+QUERIES = (  # three `campaign sql` queries over the demo's store (docs/schema.md); each gives the report's numbers
+    "SELECT engine, concurrency, runs, round(throughput, 1) AS throughput, round(ttfa_p50_ms) AS ttfa_p50_ms "
+    "FROM cell_summary WHERE phase = 'sweep' ORDER BY ALL",
+    "SELECT engine, concurrency, scorer, round(100 * sum(wer_errors) / sum(wer_words), 2) AS corpus_wer_pct, "
+    "count(*) AS outputs FROM quality_summary WHERE metric = 'wer' AND phase = 'quality' AND in_aggregates "
+    "AND status = 'ok' GROUP BY ALL ORDER BY ALL",
     "SELECT x.run_id, r.engine, r.concurrency, x.reason, a.seq AS audit_seq FROM exclusions x JOIN runs r "
     "USING (run_id) JOIN audit_events a ON a.seq = x.audit_seq",
 )

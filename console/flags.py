@@ -19,6 +19,9 @@ def add_plan_hash(parser: argparse.ArgumentParser, help: str = "plan hash (or un
 
 
 def add_format(parser: argparse.ArgumentParser, choices: Sequence[str] = FORMATS, default: str = "table",
-               dest: str = "format") -> None:
+               dest: str = "format", help_extra: str = "") -> None:
+    """`--format table|csv|json`: a table at a terminal (at natural width in a pipe), or the
+    command's table as CSV or a JSON array on stdout, its other lines then on stderr
+    (console/output.py)."""
     parser.add_argument("--format", choices=tuple(choices), default=default, dest=dest,
-                        help=f"output form: {', '.join(choices)} (default {default})")
+                        help=f"output form: {', '.join(choices)} (default {default}){help_extra}")

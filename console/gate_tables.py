@@ -4,12 +4,14 @@ synthetic controls (`campaign gate`, `campaign controls`); imported when one of 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from rich.console import Console
-from rich.table import Table
+from rich.text import Text
+
+from console.output import print_rows
 
 from data.errors import CampaignError
 from data.pool_status import REUSED, UNTOUCHED, with_evidence
@@ -20,6 +22,15 @@ from stats.rule_noise import NoiseNote, noise_summary
 
 STYLE = {PASS: "green", FAIL: "bold red", INCONCLUSIVE: "yellow"}
 
+# `campaign gate --format csv|json`: one row per check of every verdict judged, CheckRow's fields
+MACHINE_COLUMNS = ("verdict", *(f.name for f in fields(CheckRow) if f.name != "ratios"), "ratios")
+
+
+def machine_rows(verdict: str, checks: Sequence[CheckRow]) -> list[list[Any]]:
+    """The checks as `MACHINE_COLUMNS` rows (raw values; the ratios joined by spaces)."""
+    return [[verdict, *(getattr(c, n) for n in MACHINE_COLUMNS[1:-1]), " ".join(f"{r:g}" for r in c.ratios)]
+            for c in checks]
+
 
 def _fmt(v, digits: int = 4) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
@@ -27,21 +38,24 @@ def _fmt(v, digits: int = 4) -> str:
     return f"{v:+.{digits}f}" if isinstance(v, float) else str(v)
 
 
-def print_checks(console: Console, result, title: str, evidence=None) -> None:
-    """The checks table; `evidence`: the quality pool's status (data.pool_status.PoolStatus)."""
-    t = Table(title=title)
-    for col in ("C", "metric", "base", "cand", "point", "upper bound", "margin", "ids", "result", "note"):
-        t.add_column(col, justify="right" if col not in ("metric", "result", "note") else "left")
-    for check in result.checks:
-        c = CheckRow.from_quality(check.as_dict())  # the one row type, labels and units (stats/results/checks.py)
-        pct = "%" if c.metric == "wer" else ""
-        unit = c.unit if c.unit == "pp" else f" {c.unit}"  # '+1.6667pp', '+0.1200 x100'
-        t.add_row(str(c.concurrency), c.label, "-" if c.base_value is None else f"{c.base_value:.3f}{pct}",
-                  "-" if c.cand_value is None else f"{c.cand_value:.3f}{pct}", _fmt(c.point) + unit,
-                  _fmt(c.bound) + unit, f"{c.margin:g}{unit}",
-                  f"{c.n_ids}/{c.n_expected}", f"[{STYLE[c.status]}]{c.status}[/]",
-                  ("diagnostic: " if c.diagnostic_only else "") + c.reason)
-    console.print(t)
+def print_checks(console: Console, result, title: str, evidence=None,
+                 machine: list[list[Any]] | None = None) -> None:
+    """The checks table; `evidence`: the quality pool's status (data.pool_status.PoolStatus);
+    `machine`: collect the checks as `machine_rows` instead of printing the table (--format)."""
+    checks = [CheckRow.from_quality(check.as_dict()) for check in result.checks]  # the one row type (stats/results/checks.py)
+    if machine is not None:
+        machine += machine_rows(title, checks)
+    else:
+        rows = []
+        for c in checks:
+            pct = "%" if c.metric == "wer" else ""
+            unit = c.unit if c.unit == "pp" else f" {c.unit}"  # '+1.6667pp', '+0.1200 x100'
+            rows.append([str(c.concurrency), c.label, "-" if c.base_value is None else f"{c.base_value:.3f}{pct}",
+                         "-" if c.cand_value is None else f"{c.cand_value:.3f}{pct}", _fmt(c.point) + unit,
+                         _fmt(c.bound) + unit, f"{c.margin:g}{unit}", f"{c.n_ids}/{c.n_expected}",
+                         Text(c.status, style=STYLE[c.status]), ("diagnostic: " if c.diagnostic_only else "") + c.reason])
+        print_rows(["C", "metric", "base", "cand", "point", "upper bound", "margin", "ids", "result", "note"], rows,
+                   title=title, console=console, right=("C", "base", "cand", "point", "upper bound", "margin", "ids"))
     cfg = result.config
     console.print(f"bootstrap: {cfg.method}, B={cfg.draws}, seed={cfg.seed}, one-sided {cfg.confidence:g} upper "
                   f"bound; pass iff bound < margin. Input: {result.inputs['rows']} rows, sha256 "
@@ -74,22 +88,25 @@ def print_checks(console: Console, result, title: str, evidence=None) -> None:
     console.print(f"Quality verdict: [{STYLE[result.verdict]}]{shown}[/]")
 
 
-def print_rule(console: Console, rr, noise: Sequence[NoiseNote] = ()) -> None:
+def print_rule(console: Console, rr, noise: Sequence[NoiseNote] = (), machine: list[list[Any]] | None = None) -> None:
     """A decision rule's table, each cell's result phrased as the test applied, then the runs whose
-    host steal or spread is above the thresholds (`noise`, stats/rule_noise.py)."""
-    t = Table(title=f"decision rule {rr.name}: {rr.candidate} / {rr.reference} {rr.metric}")
-    for col in ("C", "candidate repeats", "reference repeats", "cand median (CV)", "ref median (CV)",
-                "ratios", "geo-mean", f"lower {rr.confidence:g}", "result", "note"):
-        t.add_column(col, no_wrap=col == "result")  # the test applied reads as one statement
-    for c in rr.cells:
-        rep = lambda vals: ", ".join("-" if v["value"] is None else f"{v['value']:.1f}" for v in vals)  # noqa: E731
-        sp = lambda s: "-" if s["median"] is None else f"{s['median']:.1f} ({(s['cv'] or 0) * 100:.1f}%)"  # noqa: E731
-        test = CheckRow.from_rule_cell(asdict(c)).test  # 'lower bound 0.660 ≤ 1.0 → FAIL'
-        t.add_row(str(c.concurrency), rep(c.candidate), rep(c.reference), sp(c.candidate_spread),
-                  sp(c.reference_spread), ", ".join(f"{p['ratio']:.3f}" for p in c.pairs),
-                  _fmt(c.geo_mean_ratio, 3).lstrip("+"), _fmt(c.lower_bound_ratio, 3).lstrip("+"),
-                  f"[{STYLE[c.status]}]{test}[/]", c.reason)
-    console.print(t)
+    host steal or spread is above the thresholds (`noise`, stats/rule_noise.py); `machine`: collect
+    its cells as `machine_rows` instead of printing the table (--format)."""
+    title = f"decision rule {rr.name}: {rr.candidate} / {rr.reference} {rr.metric}"
+    if machine is not None:
+        machine += machine_rows(title, [CheckRow.from_rule_cell(asdict(c)) for c in rr.cells])
+    else:
+        rows = []
+        for c in rr.cells:
+            rep = lambda vals: ", ".join("-" if v["value"] is None else f"{v['value']:.1f}" for v in vals)  # noqa: E731
+            sp = lambda s: "-" if s["median"] is None else f"{s['median']:.1f} ({(s['cv'] or 0) * 100:.1f}%)"  # noqa: E731
+            test = CheckRow.from_rule_cell(asdict(c)).test  # 'lower bound 0.660 ≤ 1.0 → FAIL'
+            rows.append([str(c.concurrency), rep(c.candidate), rep(c.reference), sp(c.candidate_spread),
+                         sp(c.reference_spread), ", ".join(f"{p['ratio']:.3f}" for p in c.pairs),
+                         _fmt(c.geo_mean_ratio, 3).lstrip("+"), _fmt(c.lower_bound_ratio, 3).lstrip("+"),
+                         Text(test, style=STYLE[c.status]), c.reason])
+        print_rows(["C", "candidate repeats", "reference repeats", "cand median (CV)", "ref median (CV)", "ratios",
+                    "geo-mean", f"lower {rr.confidence:g}", "result", "note"], rows, title=title, console=console)
     console.print(f"bound: {rr.method}; pass iff lower bound > {rr.min_ratio:g}. "
                   f"Rule verdict: [{STYLE[rr.verdict]}]{rr.verdict}[/]")
     if noise:
@@ -98,13 +115,11 @@ def print_rule(console: Console, rr, noise: Sequence[NoiseNote] = ()) -> None:
             console.print(f"  {n.text()}", highlight=False, soft_wrap=True, markup=False)
 
 
-def print_controls(console: Console, results) -> None:
-    t = Table(title="synthetic controls")
-    for col in ("control", "expected", "observed", "ok", "detail"):
-        t.add_column(col)
-    for r in results:
-        t.add_row(r.name, r.expected, r.observed, "[green]yes[/]" if r.ok else "[bold red]NO[/]", r.detail)
-    console.print(t)
+def print_controls(console: Console, results, fmt: str = "table") -> None:
+    rows = [[r.name, r.expected, r.observed, Text("yes", style="green") if r.ok else Text("NO", style="bold red"),
+             r.detail] for r in results]
+    print_rows(["control", "expected", "observed", "ok", "detail"], rows, fmt, title="synthetic controls",
+               console=console)
 
 
 def require_controls(console: Console, cfg: GateConfig, store_path=None):

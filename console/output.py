@@ -9,7 +9,7 @@ import os
 import sys
 from datetime import date, datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -18,6 +18,8 @@ FORMATS = ("table", "csv", "json")
 
 
 def _jsonable(v: Any) -> Any:
+    if hasattr(v, "__rich_console__") and hasattr(v, "plain"):  # Rich Text: its characters
+        return v.plain
     if isinstance(v, (datetime, date)):
         return v.isoformat()
     if isinstance(v, Decimal):
@@ -34,12 +36,33 @@ def copyable(column: str) -> bool:
     return name in ("id", "run", "verdict", "launch") or name.endswith(("_id", "_hash"))
 
 
+def output_console(stderr: bool = False) -> Console:
+    """The console a command prints through: at a terminal, Rich's (its width); in a pipe or a file,
+    lines as written, never wrapped at 80 columns (`print_rows` prints tables at natural width)."""
+    from rich.console import Console
+
+    con = Console(stderr=stderr)
+    if not con.is_terminal:
+        con.soft_wrap = True
+    return con
+
+
+def _cell(v: Any) -> Any:
+    """A table cell: Rich text as it is (styled), anything else as text (None as NULL)."""
+    if v is None:
+        return "NULL"
+    return v if hasattr(v, "__rich_console__") else str(_jsonable(v))
+
+
 def print_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str = "table",
-               title: str | None = None, console: Console | None = None, turn: bool = False) -> None:
-    """Rows as a Rich table, CSV or JSON. In the table nothing is cut with an ellipsis: a copyable
-    column (`copyable`) never wraps and keeps its full width, the other columns wrap or fold.
-    `turn`: a table too wide for the terminal is turned on its side rather than cut
-    (`fitting_table`), for wide tables of few rows such as `campaign score`'s."""
+               title: str | None = None, console: Console | None = None, turn: bool = True,
+               right: Sequence[str] = ()) -> None:
+    """Rows as a Rich table, CSV or JSON (cells may be Rich `Text`: CSV and JSON get its plain
+    text). In the table nothing is cut with an ellipsis and no word is broken: at a terminal a
+    table whose words do not fit its width is turned on its side (`fitting_table`); in a pipe or a
+    file it is printed at its natural width, one line per row whatever COLUMNS says (`turn=False`:
+    at a terminal, as Rich wraps it). A copyable column (`copyable`) never wraps; `right`: the
+    columns aligned right (numbers)."""
     if fmt == "csv":
         w = csv.writer(sys.stdout)
         w.writerow(columns)
@@ -48,24 +71,37 @@ def print_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str =
         json.dump([{c: _jsonable(v) for c, v in zip(columns, r)} for r in rows], sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:
-        from rich.console import Console  # imported when a table is printed: `campaign --help` needs no Rich
-
-        con = console or Console()
-        cells = [["NULL" if v is None else str(_jsonable(v)) for v in r] for r in rows]
+        con = console or output_console()
+        cells = [[_cell(v) for v in r] for r in rows]
         names = [str(c) for c in columns]
-        con.print(fitting_table(con, names, cells, title) if turn else _table(names, cells, title))
+        if not con.is_terminal:
+            _print_natural(con, _table(names, cells, title, right))
+        else:
+            con.print(fitting_table(con, names, cells, title, right) if turn else _table(names, cells, title, right))
 
 
-def _table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: str | None) -> Any:
+def _print_natural(con: Console, table: Any) -> None:
+    """`table` on one line per row: a console as wide as the table's widest rendering, on the same
+    file (Rich would otherwise wrap it at 80 columns, or at $COLUMNS)."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    width = Measurement.get(con, con.options.update_width(1 << 20), table).maximum
+    wide = Console(file=con.file, width=max(width, 1), color_system=None, highlight=False)
+    wide.print(table)
+
+
+def _table(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None, right: Sequence[str] = ()) -> Any:
     from rich.table import Table
 
     table = Table(title=title, show_lines=False)
     for i, c in enumerate(columns):
+        justify: Literal["right", "left"] = "right" if c in right else "left"
         if copyable(str(c)):
-            widest = max([len(str(c))] + [len(r[i]) for r in rows if i < len(r)])
-            table.add_column(str(c), no_wrap=True, min_width=widest, overflow="fold")
+            widest = max([len(str(c))] + [len(str(r[i])) for r in rows if i < len(r)])
+            table.add_column(str(c), no_wrap=True, min_width=widest, overflow="fold", justify=justify)
         else:
-            table.add_column(str(c), overflow="fold")
+            table.add_column(str(c), overflow="fold", justify=justify)
     for r in rows:
         table.add_row(*r)
     return table
@@ -79,12 +115,13 @@ def _fits(console: Console, table: Any) -> bool:
     return Measurement.get(console, console.options.update_width(1 << 20), table).minimum <= console.width
 
 
-def fitting_table(console: Console, columns: list[str], rows: list[list[str]], title: str | None) -> Any:
+def fitting_table(console: Console, columns: list[str], rows: list[list[Any]], title: str | None,
+                  right: Sequence[str] = ()) -> Any:
     """The table as given when its words fit the terminal; else turned on its side (one line per
     column, one column per row) when that fits; else one two-column block per row. Nothing is cut."""
     from rich.console import Group
 
-    table = _table(columns, rows, title)
+    table = _table(columns, rows, title, right)
     if not rows or _fits(console, table):
         return table
     side = _table(["", *[str(i + 1) for i in range(len(rows))]],

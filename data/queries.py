@@ -12,6 +12,30 @@ from data.store import Store
 
 AGGREGATE_KIND = "measured"
 
+# What part of a campaign a run measured (docs/results.md, "Phases"), from what the run recorded:
+# its kind, its plan and the phase its cells ran in (`runs.params_json` "phase": sweep, holdout,
+# equivalence; console/cell_executor.py). `smoke` is the kind of a smoke run (a few requests per
+# engine before a campaign), declared here so that no aggregate ever takes one;
+# `imported` is the phase of figures imported from outside (imported_results), never a run's.
+PHASES = ("sweep", "quality", "equivalence", "probe", "smoke", "imported")
+SMOKE_KIND = "smoke"
+
+
+def run_phase(alias: str = "r") -> str:
+    """SQL: the run's phase (PHASES). A run of no plan (`campaign probe`) is a probe; a plan's run
+    in the holdout phase is a quality run; any other run of a plan is the sweep's."""
+    phase = f"({alias}.params_json->>'$.phase')"
+    return (f"CASE WHEN {alias}.kind = '{SMOKE_KIND}' OR {phase} = 'smoke' THEN 'smoke' "
+            f"WHEN {alias}.kind = 'equivalence' OR {phase} = 'equivalence' THEN 'equivalence' "
+            f"WHEN {alias}.plan_hash IS NULL OR {phase} = 'probe' THEN 'probe' "
+            f"WHEN {phase} = 'holdout' THEN 'quality' ELSE 'sweep' END")
+
+
+def in_aggregates(alias: str = "r") -> str:
+    """SQL: the run enters aggregates (measured, complete, not excluded)."""
+    return (f"({alias}.kind = '{AGGREGATE_KIND}' AND {alias}.status = 'complete' "
+            f"AND NOT EXISTS (SELECT 1 FROM exclusions x WHERE x.run_id = {alias}.run_id))")
+
 
 # Before/after is the audit sequence, never a clock (started_at, frozen_at, created_at can carry any
 # date): a row's place is the seq of the first event that announced it. SQL for ORDER BY.
@@ -35,13 +59,15 @@ _STARTED_SEQ = run_seq("r")
 
 
 def aggregate_runs(store: Store, plan_hash: str, engine: str | None = None,
-                   concurrency: int | None = None, pool: str | None = None) -> list[dict[str, Any]]:
-    """Measured, complete, not excluded runs of a plan, ordered by engine, concurrency, repeat."""
-    sql = (
-        "SELECT r.* FROM runs r WHERE r.plan_hash = ? AND r.kind = ? AND r.status = 'complete' "
-        "AND NOT EXISTS (SELECT 1 FROM exclusions x WHERE x.run_id = r.run_id)"
-    )
-    params: list[Any] = [plan_hash, AGGREGATE_KIND]
+                   concurrency: int | None = None, pool: str | None = None,
+                   phase: str | None = None) -> list[dict[str, Any]]:
+    """Measured, complete, not excluded runs of a plan (of one phase: `run_phase`), ordered by
+    engine, concurrency, repeat."""
+    sql = f"SELECT r.* FROM runs r WHERE r.plan_hash = ? AND {in_aggregates('r')}"
+    params: list[Any] = [plan_hash]
+    if phase is not None:
+        sql += f" AND {run_phase('r')} = ?"
+        params.append(phase)
     if engine is not None:
         sql += " AND r.engine = ?"
         params.append(engine)

@@ -162,7 +162,7 @@ RUNS = Table(
         C("url", "VARCHAR", "endpoint driven"),
         C("concurrency", "INTEGER", "closed-loop concurrency C", "NOT NULL"),
         C("repeat_index", "INTEGER", "repeat number within the cell (warmups and measured counted separately)", "NOT NULL"),
-        C("kind", "VARCHAR", "warmup, measured, exploratory, profiled", "NOT NULL"),
+        C("kind", "VARCHAR", "warmup, measured, exploratory, profiled, equivalence; smoke (declared: data/queries.py PHASES)", "NOT NULL"),
         C("status", "VARCHAR", "running, complete, incomplete (interrupted), failed", "NOT NULL"),
         C("pool", "VARCHAR", "workload pool the requests came from"),
         C("requests_planned", "INTEGER", "requests the run was to send"),
@@ -213,8 +213,8 @@ REQUESTS = Table(
         C("events", "INTEGER", "all parsed events (audio, text, usage, other)"),
         C("bytes_received", "BIGINT", "response body bytes"),
         C("text", "VARCHAR", "text the engine returned alongside the audio, if any"),
-        C("audio_path", "VARCHAR", "saved WAV of the delivered audio (relative to the artifacts folder)"),
-        C("audio_sha256", "VARCHAR", "SHA-256 of the saved WAV file"),
+        C("audio_path", "VARCHAR", "saved audio of the response, relative to the artifacts folder: FLAC (16-bit, lossless; WAV for runs recorded before it; docs/results.md, \"Saved audio\")"),
+        C("audio_sha256", "VARCHAR", "SHA-256 of the saved audio file's bytes"),
         C("finish_reason", "VARCHAR", "the engine's finish_reason ('length' = output cut by a token limit: truncated)"),
     ),
     ("run_id", "request_index"),
@@ -272,7 +272,7 @@ AUDIO_FILES = Table(
     "audio_files",
     "Saved output audio, addressed by content hash.",
     (
-        C("sha256", "VARCHAR", "SHA-256 of the WAV file bytes", "NOT NULL"),
+        C("sha256", "VARCHAR", "SHA-256 of the audio file's bytes (FLAC, or WAV for older runs)", "NOT NULL"),
         C("path", "VARCHAR", "path relative to the artifacts folder", "NOT NULL"),
         C("run_id", "VARCHAR", "run that produced it", "NOT NULL"),
         C("request_index", "INTEGER", "request that produced it", "NOT NULL"),
@@ -303,7 +303,7 @@ QUALITY_SCORES = Table(
         C("hypothesis", "VARCHAR", "raw ASR transcript (WER rows only)"),
         C("ref_norm", "VARCHAR", "normalised reference text (WER rows only)"),
         C("hyp_norm", "VARCHAR", "normalised hypothesis (WER rows only)"),
-        C("audio_sha256", "VARCHAR", "SHA-256 of the scored WAV"),
+        C("audio_sha256", "VARCHAR", "SHA-256 of the scored audio file"),
         C("scored_at", "TIMESTAMPTZ", "when the score was computed", "NOT NULL"),
     ),
     ("run_id", "request_index", "scorer_id"),
@@ -517,10 +517,10 @@ EQUIVALENCE_MEASURES = Table(
         C("detail", "VARCHAR", "why a row is missing or failed (the request's failure, the tensor's shapes)"),
         C("ref_run_id", "VARCHAR", "run of the reference output"),
         C("ref_request_index", "INTEGER", "request of the reference output"),
-        C("ref_audio_sha256", "VARCHAR", "SHA-256 of the reference WAV (NULL when there was none)"),
+        C("ref_audio_sha256", "VARCHAR", "SHA-256 of the reference's audio file (NULL when there was none)"),
         C("cand_run_id", "VARCHAR", "run of the candidate output"),
         C("cand_request_index", "INTEGER", "request of the candidate output"),
-        C("cand_audio_sha256", "VARCHAR", "SHA-256 of the candidate WAV (NULL when there was none)"),
+        C("cand_audio_sha256", "VARCHAR", "SHA-256 of the candidate's audio file (NULL when there was none)"),
     ),
     ("verdict_id", "utt_id", "repeat_index", "measure"),
 )
@@ -592,8 +592,14 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
     (13, "each launch's sampling, length and precision settings (engine_launches.settings_json; docs/engines.md)", [
         "ALTER TABLE engine_launches ADD COLUMN IF NOT EXISTS settings_json VARCHAR",
     ]),
+    # No statement of its own: the views' SQL belongs to the layer that defines them (data/views.py),
+    # so the migrating transaction stores every registered view (data/store.py, Store._migrate).
+    (14, "the views (run_summary, quality_summary, cell_summary) stored in the file, versioned (data/views.py)", []),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
+# Migrations a read-only open may leave pending: they add only stored views, which a reader makes
+# as TEMP views of its own instead (data/views.py), so an older store is readable without a write.
+READER_SAFE_MIGRATIONS = frozenset({14})
 
 
 def markdown(views: Sequence[View] = ()) -> str:
@@ -616,8 +622,11 @@ def markdown(views: Sequence[View] = ()) -> str:
         out.append("")
     if views:
         out += ["# Views", "",
-                "Created on every connection as TEMP views, from the definitions of the console that opened the "
-                "store (nothing to migrate; read-only readers and `campaign sql` have them). Query them like tables.",
+                "Stored in the file (schema version 14), so any DuckDB client reads them: "
+                "`duckdb campaign.duckdb -c \"from cell_summary\"`. Each view's comment carries the SHA-256 of its "
+                "definition; a read-write open by the console replaces a view whose definition differs from its own "
+                "(an older store gets them on its next write open), and a read-only open, which never writes, shadows "
+                "such a view with a TEMP view of its own in that connection (data/views.py). Query them like tables.",
                 ""]
         out += views_markdown(list(views))
     return "\n".join(out)

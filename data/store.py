@@ -18,8 +18,8 @@ from typing import Any, Iterator, Sequence
 import duckdb
 
 from data.errors import StoreCorrupt, StoreError, StoreLocked, first_line
-from data.schema import MIGRATIONS, SCHEMA_VERSION, TABLES, TABLES_BY_NAME
-from data.views import create_views
+from data.schema import MIGRATIONS, READER_SAFE_MIGRATIONS, SCHEMA_VERSION, TABLES, TABLES_BY_NAME
+from data.views import load_providers, shadow_views, stale_views, store_views
 
 DEFAULT_DB = "campaign.duckdb"
 ENV_DB = "CAMPAIGN_DB"
@@ -118,8 +118,9 @@ class Store:
         self.read_only = read_only
         try:
             self.check_file_size()
+            load_providers()  # the views' definitions (data/views.py)
             self._migrate()
-            create_views(self.con)  # run_summary, quality_summary ... (data/views.py)
+            self._sync_views()
         except duckdb.Error as exc:
             self.con.close()
             raise open_error(self.path, exc) from None
@@ -157,6 +158,8 @@ class Store:
         if current == SCHEMA_VERSION:
             return
         if self.read_only:
+            if all(v in READER_SAFE_MIGRATIONS for v, _, _ in MIGRATIONS if v > current):
+                return  # only stored views are missing: the reader makes its own (_sync_views)
             raise StoreError(f"{self.path}: schema version {current} needs migration; open it read-write once")
         self.con.execute("BEGIN TRANSACTION")
         try:
@@ -172,10 +175,24 @@ class Store:
                 self.con.execute(
                     "INSERT INTO schema_version VALUES (?, ?, ?)", [version, utcnow(), description]
                 )
+            store_views(self.con, stale_views(self.con))  # version 14: the views are stored in the file
             self.con.execute("COMMIT")
         except Exception:
             self.con.execute("ROLLBACK")
             raise
+
+    def _sync_views(self) -> None:
+        """The views as this console defines them (data/views.py): a stored view that is missing or
+        differs is replaced on a read-write open and shadowed by a TEMP view on a read-only one
+        (which writes nothing)."""
+        stale = stale_views(self.con)
+        if not stale:
+            return
+        if self.read_only:
+            shadow_views(self.con, stale)
+            return
+        with self.transaction() as con:
+            store_views(con, stale)
 
     # -- queries --------------------------------------------------------------------------
     def table_counts(self) -> dict[str, int]:

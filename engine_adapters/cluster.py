@@ -179,7 +179,8 @@ def with_log(eng: EngineProcess) -> dict[str, Any]:
 
 
 def _audio_bytes(records: list[Any], root: Path) -> dict[str, bytes]:
-    """The WAV files a batch references, read and removed from the node's scratch folder."""
+    """The audio files a batch references, read and removed from the node's scratch folder (each
+    request's own link: a content stored once stays until the group's scratch folder goes)."""
     out = {}
     for r in records:
         if isinstance(r, AudioFileRecord):

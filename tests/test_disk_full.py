@@ -74,7 +74,7 @@ def test_campaign_on_a_full_disk_fails_the_run_and_resumes(disk, tmp_path):
                               capture_output=True, text=True)
 
     assert campaign("plan", "freeze", str(plan)).returncode == 0
-    resize(disk, 600 * 1024)  # room for about one run's audio of the four cells
+    resize(disk, 64 * 1024)  # less than the first run's audio (FLAC, each distinct output once: about 107 KB)
     r = campaign("run", str(plan))
     assert "database error" not in r.stderr and "Traceback" not in r.stderr, r.stderr[-3000:]
     assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)

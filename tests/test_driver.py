@@ -6,17 +6,19 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import io
 import json
 import struct
 import threading
 
 import pytest
+import soundfile
 from plans_helpers import free_port
 from aiohttp import web
 
 from console.recording import record_run
 from data.audit import verify_chain
-from engine_adapters.dialects.wav import decode_wav, encode_wav
+from engine_adapters.dialects.wav import encode_wav
 from engine_adapters.driver import DriveSpec, RequestSpec, drive_in_process
 from stats.metrics import run_metrics
 
@@ -140,8 +142,10 @@ def test_every_fault_in_its_class_and_nothing_lost(server, prompt, tmp_path, sto
     for r in ok:
         assert r["audio_samples"] == 7200 and r["audio_chunks"] == 3 and r["sample_rate"] == 24_000
         assert r["t_send_ns"] < r["t_first_byte_ns"] <= r["t_first_audio_ns"] <= r["t_last_audio_ns"] <= r["t_end_ns"]
-        wav = (tmp_path / "art" / r["audio_path"]).read_bytes()
-        assert hashlib.sha256(wav).hexdigest() == r["audio_sha256"] and decode_wav(wav).samples == 7200
+        saved = (tmp_path / "art" / r["audio_path"]).read_bytes()  # FLAC (engine_adapters/driver/decode.py)
+        samples, rate = soundfile.read(io.BytesIO(saved), dtype="int16")
+        assert hashlib.sha256(saved).hexdigest() == r["audio_sha256"] and len(samples) == 7200 and rate == 24_000
+        assert (samples == 500).all()  # the samples the engine sent, exactly
     assert store.scalar("SELECT count(*) FROM audio_files WHERE run_id = ?", [run_id]) == \
         store.scalar("SELECT count(*) FROM requests WHERE run_id = ? AND audio_samples > 0", [run_id])
     nchunks = store.scalar("SELECT sum(events) FROM requests WHERE run_id = ?", [run_id])

@@ -57,14 +57,20 @@ async def settle(pilot, app):
     await pilot.pause()
 
 
-async def until(pilot, condition, timeout_s: float = 60.0, what: str = "condition"):
-    """Process the app's messages until `condition()` holds (a real condition: a worker's end,
-    a widget's content), failing after `timeout_s`; never a fixed sleep."""
-    deadline = time.monotonic() + timeout_s
+async def until(pilot, condition, what: str = "condition"):
+    """Let the app handle its messages until `condition()` holds (a worker's end, a widget's
+    content): each round waits for its workers to end and its queued messages to be handled, then
+    yields to its timers. No deadline and no fixed sleep: a loaded box makes this slower, never
+    wrong; a condition that never holds is a hang, which the suite's per-test timeout ends
+    (pyproject.toml), the captured output naming what was awaited."""
+    if condition():
+        return
+    print(f"waiting for {what}")
     while not condition():
-        assert time.monotonic() < deadline, f"timed out after {timeout_s:.0f} s waiting for {what}"
         await pilot.app.workers.wait_for_complete()
         await pilot.pause()
+        if not condition():
+            await asyncio.sleep(0.01)  # a yield to the app's timers (its live poll), not a deadline
 
 
 async def panes_settled(pilot):
@@ -165,9 +171,8 @@ async def test_locked_database_is_reported_not_crashed(campaign_db, tmp_path):
             feed.run_started("r1", "ref-baseline", 2, "measured", 2)
             feed.records([RequestRecord("r1", 0, "spk0-0000", False, "timeout", 1_000_000_000,
                                         t_end_ns=2_000_000_000)])
-            deadline = time.monotonic() + 30  # generous: CI runs this on a loaded 2-core box
-            while not any(isinstance(m, M.LiveSnapshotUpdated) for m in seen) and time.monotonic() < deadline:
-                await pilot.pause(0.05)
+            await until(pilot, lambda: any(isinstance(m, M.LiveSnapshotUpdated) for m in seen)
+                        and "timeout 1" in str(app.query_one("#live-counts", Static).render()), what="the snapshot")
             snap = next(m for m in seen if isinstance(m, M.LiveSnapshotUpdated)).snapshot
             assert snap.plan_name == "busy-plan" and snap.run.failed == {"timeout": 1}
             counts = str(app.query_one("#live-counts", Static).render())
@@ -200,9 +205,7 @@ async def test_live_following_then_finished_switches_to_browser(campaign_db, tmp
     async with app.run_test(size=SIZE, message_hook=hook) as pilot:
         await settle(pilot, app)
         table = app.query_one("#live-requests", DataTable)
-        deadline = time.monotonic() + 30  # generous: CI runs this on a loaded 2-core box
-        while table.row_count < 5 and time.monotonic() < deadline:
-            await pilot.pause(0.05)
+        await until(pilot, lambda: table.row_count >= 5, what="the live requests")
         assert app.query_one(TabbedContent).active == "live"
         assert table.row_count == 5  # the streaming request first, then the four that ended
         first = [str(c) for c in table.get_row_at(0)]
@@ -211,9 +214,7 @@ async def test_live_following_then_finished_switches_to_browser(campaign_db, tmp
         seen.clear()
         feed2 = LiveFeed(db, max_hz=50)
         feed2.finished()
-        deadline = time.monotonic() + 30  # generous: CI runs this on a loaded 2-core box
-        while "RunsLoaded" not in names(seen) and time.monotonic() < deadline:
-            await pilot.pause(0.05)
+        await until(pilot, lambda: "RunsLoaded" in names(seen), what="the store read after the campaign finished")
         order = [n for n in names(seen) if n in ("LiveSnapshotUpdated", "CampaignFinished", "RunsLoaded")]
         assert order[:3] == ["LiveSnapshotUpdated", "CampaignFinished", "RunsLoaded"]
         assert app.query_one(TabbedContent).active == "runs"

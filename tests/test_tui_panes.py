@@ -9,7 +9,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -175,7 +174,7 @@ async def test_live_tab_grid_events_and_stop_with_confirmation(quick_demo, tmp_p
         plan_hash = s.scalar("SELECT plan_hash FROM plans")
         done = s.query("SELECT run_id, cell_key AS cell, status FROM runs WHERE pool = 'tuning' ORDER BY started_at "
                        "LIMIT 3")
-    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    victim = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])  # until a signal: no clock
     try:
         run = LiveRun("r-now", "ref-lossy", 16, "measured", 16, completed=3, failed={"timeout": 2})
         snap = LiveSnapshot(pid=victim.pid, seq=3, plan_name="demo-reference-ab", plan_hash=plan_hash, cell_index=4,
@@ -183,27 +182,27 @@ async def test_live_tab_grid_events_and_stop_with_confirmation(quick_demo, tmp_p
         live_path(db).write_text(snap.to_json())
         app = CampaignApp(db, live=True, poll_s=0.05)
         async with app.run_test(size=SIZE) as pilot:
+            # the app's own events: its poller shows the snapshot, the grid gets the plan's cells
             grid = app.query_one("#live-grid", DataTable)
-            deadline = time.monotonic() + 10
-            while grid.row_count < 5 and time.monotonic() < deadline:
-                await pilot.pause(0.05)
+            log = app.query_one("#live-log", Log)
+            await until(pilot, lambda: grid.row_count == 5 and any("run r-now started" in x for x in log.lines),
+                        what="the live grid and its event log")
             assert app.query_one(TabbedContent).active == "live"
             rows = {str(grid.get_row_at(i)[0]): [str(c) for c in grid.get_row_at(i)[1:]] for i in range(grid.row_count)}
             assert sorted(rows) == ["ref-baseline", "ref-fast", "ref-lossy", "ref-peer", "ref-precision"]
             assert rows["ref-lossy"][0] == "▶·"  # C16: the running repeat, then the pending one
-            log = "\n".join(app.query_one("#live-log", Log).lines)
-            assert "failure: timeout x2 in ref-lossy C=16" in log and "run r-now started" in log
+            assert "failure: timeout x2 in ref-lossy C=16" in "\n".join(log.lines)
             await pilot.press("s")
-            await pilot.pause()
-            assert isinstance(app.screen, ConfirmStop)
+            await until(pilot, lambda: isinstance(app.screen, ConfirmStop), what="the stop confirmation")
             await pilot.press("n")
-            await pilot.pause()
-            assert not isinstance(app.screen, ConfirmStop) and victim.poll() is None
+            await until(pilot, lambda: not isinstance(app.screen, ConfirmStop), what="the confirmation to close")
+            assert victim.poll() is None
             await pilot.press("s")
-            await pilot.pause()
+            await until(pilot, lambda: isinstance(app.screen, ConfirmStop), what="the stop confirmation")
             await pilot.press("y")
-            await pilot.pause()
-        assert victim.wait(timeout=10) == -15  # SIGTERM, as `kill PID` would send
+            await until(pilot, lambda: any(f"SIGTERM sent to process {victim.pid}" in x for x in log.lines),
+                        what="the stop to be sent")
+        assert victim.wait() == -15  # SIGTERM, as `kill PID` would send (already sent: the log says so)
     finally:
         victim.kill()
 
@@ -218,9 +217,8 @@ async def test_a_failing_load_shows_an_error_and_the_app_lives(campaign_db, tmp_
         await settle(pilot, app)
         db.write_bytes(b"not a database")  # the Gates loader opens it and fails
         await _tab(pilot, "4")
-        deadline = time.monotonic() + 30  # generous: CI runs this on a loaded 2-core box
-        while "gates:" not in str(app.query_one("#gates-head", Static).render()) and time.monotonic() < deadline:
-            await pilot.pause(0.05)
+        await until(pilot, lambda: "gates:" in str(app.query_one("#gates-head", Static).render()),
+                    what="the gates loader's error")
         assert "gates:" in str(app.query_one("#gates-head", Static).render())
         assert "gates-dry-run" in str(app.query_one("#status", Static).render())
         await _tab(pilot, "1")

@@ -22,6 +22,7 @@ from data.hashing import sha256_bytes
 from data.launches import store_launch, update_launch
 from data.store import Store
 from data.writer import BatchWriter
+from engine_adapters.driver.decode import store_audio
 
 
 @dataclass
@@ -169,7 +170,7 @@ class Recorder:
         self._live(g, done=run.stored, planned=planned)
 
     def _store_audio(self, audio_files: Any, blobs: dict[str, bytes]) -> None:
-        """Write the node's WAV files under this console's artifacts folder, checking each against
+        """Write the node's audio files under this console's artifacts folder, checking each against
         the SHA-256 its audio_files row carries (a file that does not match is not stored)."""
         expected = {}
         if audio_files is not None:
@@ -178,9 +179,7 @@ class Recorder:
             sha = sha256_bytes(data)
             if expected.get(rel) != sha:
                 raise ValueError(f"audio {rel}: sha256 {sha[:12]} does not match its record {str(expected.get(rel))[:12]}")
-            path = self.artifacts_dir / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
+            store_audio(self.artifacts_dir, rel, data)  # as a local run saves it (engine_adapters/driver/decode.py)
 
     def _on_run_ended(self, g: GroupState, p: dict[str, Any]) -> None:
         self._end_run(g, p["run_id"], summary=p["summary"], fatal=p["fatal"], engine_exit=p["engine_exit"])

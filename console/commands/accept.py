@@ -9,6 +9,7 @@ acceptance verdicts stay as issued.
 from __future__ import annotations
 
 from console.commands.db import add_db_arg
+from console.flags import add_format
 from data.errors import CampaignError
 
 
@@ -21,6 +22,7 @@ def register(sub) -> None:
     p.add_argument("--requester", help="with --statement: record the requester's sign-off on the verdict issued "
                                        "(an audit event; the bundle's REPRODUCE.md shows it)")
     p.add_argument("--statement", help="the requester's words, recorded with the sign-off")
+    add_format(p)
     add_db_arg(p)
     p.set_defaults(func=cmd_accept)
 
@@ -39,12 +41,10 @@ def default_candidate(store, plan) -> str:
 
 
 def cmd_accept(args) -> int:
-    from rich.console import Console
-
     from console.candidates import plan_candidate
     from console.commands.gate import exit_status
     from console.commands.plan import plan_for_arg
-    from console.output import print_rows
+    from console.output import output_console, print_rows
     from data.store import open_store
     from data.plan_freeze import frozen_plan_records
     from data.verdicts import sign_off
@@ -55,7 +55,7 @@ def cmd_accept(args) -> int:
         raise CampaignError("--requester and --statement go together: who signs off, and what they state")
     if args.requester is not None and args.dry_run:
         raise CampaignError("--requester: a sign-off is on an issued verdict; drop --dry-run")
-    console = Console(width=max(Console().width, 160))
+    console = output_console(stderr=args.format != "table")  # csv/json: stdout holds the pieces alone
     with open_store(args.db) as store:
         plan = plan_for_arg(store, args.plan)
         name = args.candidate or default_candidate(store, plan)
@@ -64,7 +64,7 @@ def cmd_accept(args) -> int:
         vid = None if args.dry_run else issue_acceptance(store, plan, acc, METRICS_VERSION)
         signed = sign_off(store, vid, args.requester, args.statement) if vid and args.requester is not None else None
         plans = frozen_plan_records(store)
-    print_rows(["piece", "status", "detail"], [(p.piece, p.status, p.detail) for p in acc.pieces],
+    print_rows(["piece", "status", "detail"], [(p.piece, p.status, p.detail) for p in acc.pieces], args.format,
                title=f"acceptance of {name} ({(acc.config_sha256 or '')[:12]}), plan {plan.name}", console=console)
     if plan.claims is not None:
         c = plan.claims

@@ -69,8 +69,6 @@ def _metrics_check(store) -> Check:
 
 
 def cmd_log(args) -> int:
-    from rich.console import Console
-
     from data.audit import events
     from data.store import open_store
 
@@ -83,5 +81,5 @@ def cmd_log(args) -> int:
     print_rows(["seq", "time", "kind", "plan", "subject", "payload"],
                [(r["seq"], r["event_time"].strftime("%Y-%m-%d %H:%M:%S"), r["kind"], (r["plan_hash"] or "")[:12],
                  r["subject"], r["payload_json"] if args.format != "table" else r["payload_json"][:100])
-                for r in rows], args.format, console=Console(width=200))
+                for r in rows], args.format)
     return 0

@@ -43,8 +43,6 @@ def register(sub) -> None:
 
 
 def cmd_list(args) -> int:
-    from rich.console import Console
-
     from data.candidates import fates
     from data.store import open_store
 
@@ -61,7 +59,7 @@ def cmd_list(args) -> int:
         return 0
     table = [[r["name"], r["config_sha256"][:12], r["origin"], r["status"], r["reason"], r["hypothesis"],
               r["launches"], len(r["startup_failures"]), len(r["runs"]), "; ".join(r["verdicts"])] for r in rows]
-    print_rows(COLUMNS, table, console=Console(width=max(Console().width, 220)))
+    print_rows(COLUMNS, table)
     return 0
 
 

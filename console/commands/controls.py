@@ -3,6 +3,7 @@ reference campaign's settings, a plan's, or flags. Exit 0 iff every control give
 
 from __future__ import annotations
 
+from console.flags import add_format
 from data.bootstrap_params import BOOTSTRAP_DEFAULTS, METHODS
 
 
@@ -16,13 +17,13 @@ def register(sub) -> None:
     p.add_argument("--draws", type=int, default=BOOTSTRAP_DEFAULTS.draws)
     p.add_argument("--seed", type=int, default=BOOTSTRAP_DEFAULTS.seed)
     p.add_argument("--method", choices=METHODS, default=BOOTSTRAP_DEFAULTS.method)
+    add_format(p)
     p.set_defaults(func=cmd_controls)
 
 
 def cmd_controls(args) -> int:
-    from rich.console import Console
-
     from console.gate_tables import print_controls
+    from console.output import output_console
     from stats.controls import all_ok, run_controls
     from stats.gates import GateConfig
 
@@ -33,9 +34,9 @@ def cmd_controls(args) -> int:
     else:
         cfg = GateConfig(margins={"wer": args.wer_margin, "sim": args.sim_margin, "mos": args.mos_margin},
                          draws=args.draws, seed=args.seed, method=args.method)
-    console = Console(width=max(Console().width, 160))
+    console = output_console(stderr=args.format != "table")  # csv/json: stdout holds the table alone
     results = run_controls(cfg)
-    print_controls(console, results)
+    print_controls(console, results, args.format)
     ok = all_ok(results)
     console.print(f"{sum(r.ok for r in results)}/{len(results)} controls gave their known answer "
                   f"({cfg.method}, B={cfg.draws}, seed={cfg.seed}): {'OK' if ok else 'FAILED'}")

@@ -14,6 +14,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from console.flags import add_format
 from console.output import FORMATS, print_rows
 from data.errors import CampaignError, first_line
 
@@ -39,7 +40,17 @@ def register(sub) -> None:
     dsub = d.add_subparsers(dest="db_command", metavar="ACTION", required=True)
     info = dsub.add_parser("info", help="path, schema version and row counts")
     add_db_arg(info)
+    add_format(info)
     info.set_defaults(func=cmd_db_info)
+
+
+def sql_message(exc: BaseException) -> str:
+    """DuckDB's message on one line with its hint: the lines before the query excerpt ("Binder
+    Error: Referenced column "enigne" not found ... Candidate bindings: "engine""; "Did you mean
+    "runs"?"), never the excerpt with its carets."""
+    text = str(exc).strip()
+    head = text.split("\n\n", 1)[0]
+    return " ".join(line.strip() for line in head.splitlines() if line.strip()) or first_line(exc)
 
 
 def _execute(store: Store, query: str) -> tuple[list[str] | None, list[tuple]]:
@@ -54,7 +65,7 @@ def _execute(store: Store, query: str) -> tuple[list[str] | None, list[tuple]]:
             return None, []
         return [d[0] for d in cur.description], cur.fetchall()
     except duckdb.Error as exc:
-        msg = first_line(exc)
+        msg = sql_message(exc)
         why = reader_refusal(msg)
         if why is None:
             raise CampaignError(f"SQL error: {msg}") from None
@@ -69,7 +80,6 @@ def _execute(store: Store, query: str) -> tuple[list[str] | None, list[tuple]]:
 def cmd_sql(args) -> int:
     from data.audit import append_event, whoami
     from data.hashing import sha256_text
-    import stats.metrics.views  # noqa: F401  registers run_summary, quality_summary on every connection
     from data.snapshot import open_reader
     from data.store import open_store, require_store, resolve_db_path
 
@@ -96,8 +106,9 @@ def cmd_db_info(args) -> int:
     from data.store import open_store
 
     with open_store(args.db) as store:
-        print(f"database: {store.path.resolve()}")
-        print(f"schema version: {store.schema_version()}")
+        out = sys.stdout if args.format == "table" else sys.stderr  # csv/json: stdout holds the table alone
+        print(f"database: {store.path.resolve()}", file=out)
+        print(f"schema version: {store.schema_version()}", file=out)
         counts = store.table_counts()
-        print_rows(["table", "rows"], sorted(counts.items()), "table")
+        print_rows(["table", "rows"], sorted(counts.items()), args.format)
     return 0

@@ -52,6 +52,9 @@ def register(sub) -> None:
     p.add_argument("--confidence", type=float, default=None, help=f"--scores; default {BOOT.confidence}")
     p.add_argument("--dry-run", action="store_true", help="plan mode: compute and print, issue nothing")
     p.add_argument("--issue", action="store_true", help="--scores mode: also store the verdict (needs the store)")
+    p.add_argument("--format", choices=FORMATS, default="table",
+                   help="table (default); csv or json: one row per check of every verdict judged on stdout, "
+                        "everything else on stderr")
     add_db_arg(p)
     p.set_defaults(func=cmd_gate)
 
@@ -117,21 +120,24 @@ def exit_status(verdicts: list[str]) -> int:
 
 
 def cmd_gate(args) -> int:
-    from rich.console import Console
+    from console.gate_tables import MACHINE_COLUMNS
+    from console.output import output_console
 
-    console = Console(width=max(Console().width, 160))
+    machine: list[list[Any]] | None = None if args.format == "table" else []
+    console = output_console(stderr=machine is not None)  # csv/json: stdout holds the checks alone
     if args.scores and args.plan:
         raise CampaignError("give a plan file or --scores FILE, not both")
     if args.plan and args.concurrencies:
         raise CampaignError("--concurrencies is for --scores: a plan gates its quality.concurrencies")
-    if args.scores:
-        return gate_scores(args, console)
-    if not args.plan:
+    if not args.scores and not args.plan:
         raise CampaignError("give a frozen plan file (campaign gate plan.json) or --scores FILE")
-    return gate_plan(args, console)
+    status = gate_scores(args, console, machine) if args.scores else gate_plan(args, console, machine)
+    if machine is not None:
+        print_rows(MACHINE_COLUMNS, machine, args.format)
+    return status
 
 
-def gate_scores(args, console: Console) -> int:
+def gate_scores(args, console: Console, machine: list[list[Any]] | None = None) -> int:
     from console.gate_tables import print_checks, require_controls
     from data.pool_status import external_status
     from data.store import open_store, resolve_db_path
@@ -149,7 +155,7 @@ def gate_scores(args, console: Console) -> int:
     controls = require_controls(console, cfg, resolve_db_path(args.db))
     result = evaluate_gates(frame, cfg, source=str(args.scores))
     evidence = external_status(str(args.scores))
-    print_checks(console, result, f"noninferiority gates: {args.scores}", evidence)
+    print_checks(console, result, f"noninferiority gates: {args.scores}", evidence, machine)
     if args.issue:
         from stats.metrics import METRICS_VERSION
         from stats.verdict_doc import issue_quality
@@ -161,7 +167,7 @@ def gate_scores(args, console: Console) -> int:
     return exit_status([result.verdict])
 
 
-def gate_plan(args, console: Console) -> int:
+def gate_plan(args, console: Console, machine: list[list[Any]] | None = None) -> int:
     from console.candidates import on_verdict
     from console.gate_tables import print_checks, print_rule, require_controls
     from console.quality_decision import decide_quality
@@ -229,7 +235,7 @@ def gate_plan(args, console: Console) -> int:
                               f"{decision.equivalence_cap.reason}", markup=False, highlight=False)
             evidence = pool_status(store, view)
             print_checks(console, result, f"noninferiority gates: {plan.name} ({candidate} vs {q.baseline})",
-                         evidence)
+                         evidence, machine)
             if validators.reason:
                 console.print(validators.reason, highlight=False)
             verdicts.append(result.verdict)
@@ -243,7 +249,7 @@ def gate_plan(args, console: Console) -> int:
             rr = evaluate_rule(rule, values)
             validators = precondition(store, plan, rule.candidate)
             rr.verdict = validators.verdict(rr.verdict)
-            print_rule(console, rr, store_rule_noise(store, rr.checks_dicts(), rr.candidate, rr.reference))
+            print_rule(console, rr, store_rule_noise(store, rr.checks_dicts(), rr.candidate, rr.reference), machine)
             if validators.reason:
                 console.print(validators.reason, highlight=False)
             verdicts.append(rr.verdict)
@@ -276,8 +282,6 @@ def print_earlier_verdicts(console: Console, db, plan) -> None:
 
 
 def cmd_verdicts(args) -> int:
-    from rich.console import Console
-
     from data.plan_loading import resolve_hash
     from data.pool_status import verdict_evidence
     from data.store import open_store
@@ -289,5 +293,5 @@ def cmd_verdicts(args) -> int:
     for r in rows:
         r["evidence"] = evidence.get(r["verdict_id"], "-")
     cols = ["verdict_id", "created_at", "kind", "name", "verdict", "evidence", "method", "draws", "seed", "plan_hash"]
-    print_rows(cols, [[r[c] for c in cols] for r in rows], args.format, console=Console(width=max(Console().width, 220)))
+    print_rows(cols, [[r[c] for c in cols] for r in rows], args.format)
     return 0

@@ -7,8 +7,9 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from console.output import print_rows
 from data.errors import CampaignError
 from engine_adapters.dialects import DIALECTS, get_dialect
 from engine_adapters.dialects.base import AUDIO_FORMATS
@@ -16,8 +17,6 @@ from engine_adapters.dialects.presets import PRESETS, PROTOCOL
 from engine_adapters.transport_names import DEFAULT_TRANSPORT, TRANSPORT_NAMES
 
 if TYPE_CHECKING:
-    from rich.table import Table
-
     from engine_adapters.driver import RequestSpec
     from stats.metrics import RunMetrics
 
@@ -37,8 +36,9 @@ def register(sub) -> None:
                                   "leaving out every id a frozen plan reserved and has not opened)")
     p.add_argument("--db", help="run store (default: $CAMPAIGN_DB or ./campaign.duckdb)")
     p.add_argument("--artifacts", default="artifacts", help="folder for saved audio (default ./artifacts)")
-    p.add_argument("--format", choices=("table", "json"), default="table",
-                   help="table (default) or json: the metrics document on stdout, every other line on stderr")
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table",
+                   help="table (default); json: the metrics document on stdout; csv: the metrics table on stdout "
+                        "(metric, label, value in display units, unit); every other line then on stderr")
     p.add_argument("-o", "--output", dest="json_out", metavar="FILE", help="also write the metrics document (JSON) "
                                                                           "to this file")
     p.add_argument("--json", dest="json_out", help=argparse.SUPPRESS)  # deprecated spelling of --output FILE
@@ -99,21 +99,19 @@ def build_requests(workload: str | None, locale: str | None, pool: str | None, n
     return [RequestSpec(u.utt_id, u.target_text, u.prompt_wav, u.prompt_text) for u in (utts[i % len(utts)] for i in range(n))]
 
 
-def metrics_table(m: RunMetrics, title: str) -> Table:
-    from rich.table import Table
-
+def metric_rows(m: RunMetrics, raw: bool = False) -> list[list[Any]]:
+    """The probe's metrics (the registry's `probe` surface), then the failures by class:
+    [label, value as shown, unit]; `raw`: [name, label, value in display units, unit]."""
     from stats.metrics.registry import PROBE, metrics_on, throughput_unit
 
-    table = Table(title=title)
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    table.add_column("unit")
+    rows: list[list[Any]] = []
     for d in metrics_on(PROBE):
         unit = throughput_unit(m.throughput_scale) if d.name == "throughput" else d.unit
-        table.add_row(d.label, d.format(m.get(d.name)), unit)
+        v = m.get(d.name)
+        rows.append([d.name, d.label, None if v is None else v * d.scale, unit] if raw else [d.label, d.format(v), unit])
     for cls, count in m.failures_by_class.items():
-        table.add_row(f"failed: {cls}", str(count), "")
-    return table
+        rows.append([f"failed_{cls}", f"failed: {cls}", count, ""] if raw else [f"failed: {cls}", str(count), ""])
+    return rows
 
 
 def cmd_probe(args) -> int:
@@ -150,7 +148,7 @@ def cmd_probe(args) -> int:
                      sampling={"seed": args.seed, "temperature": args.temperature, "max_tokens": args.max_tokens},
                      request_options=options)
     as_json = args.format == "json"
-    console = Console(stderr=as_json)  # --format json: stdout carries the document alone
+    console = Console(stderr=args.format != "table")  # --format json|csv: stdout carries the document alone
     with open_store(args.db, create=True) as store:  # an exploratory record may start a store
         console.print(f"probe {args.url} ({args.dialect}, preset {request.preset}, voice {request.voice_placement}"
                       f"{'' if request.stream else ', not streamed'}) c={args.concurrency} n={args.requests} -> run {run_id}",
@@ -166,7 +164,11 @@ def cmd_probe(args) -> int:
         run = store.query("SELECT status, loop_impl, client_impl, driver_overhead_json FROM runs WHERE run_id = ?", [run_id])[0]
         key = record_probe(store, args, spec.sampling, options, run_id, run["status"])
     console.print(f"candidate {args.engine} ({key[:12]}): `campaign candidates` lists it", highlight=False)
-    console.print(metrics_table(m, f"run {run_id} (exploratory)"))
+    if args.format == "csv":
+        print_rows(["metric", "label", "value", "unit"], metric_rows(m, raw=True), "csv")
+    else:
+        print_rows(["metric", "value", "unit"], metric_rows(m), title=f"run {run_id} (exploratory)", console=console,
+                   right=("value",))
     overhead = json.loads(run["driver_overhead_json"] or "{}")
     lag = overhead.get("send_lag", {})
     loop_lag = overhead.get("loop_lag", {})

@@ -109,8 +109,7 @@ def cmd_report(args) -> int:
     if args.figures and not args.html:
         from data.errors import CampaignError
         raise CampaignError("--figures DIR goes with --html FILE")
-    from rich.console import Console
-
+    from console.output import output_console
     from data.snapshot import open_or_snapshot
     from data.store import resolve_db_path
     from collections import Counter
@@ -145,7 +144,7 @@ def cmd_report(args) -> int:
         cols, rows = table_rows(res)
         print_rows(cols, rows, args.format)
         return 0
-    console = Console(width=max(Console().width, 160))
+    console = output_console()
     console.print(f"[bold]{plan.name}[/bold] plan {plan.hash[:12]}  metrics v{METRICS_VERSION}  "
                   f"audio tok/s = {plan.metrics.throughput_scale:g} x audio s / wall s (codec tokens, not text)  "
                   f"(median \\[min-max] cv across measured repeats)", highlight=False)

@@ -24,8 +24,6 @@ def register(sub) -> None:
 
 
 def cmd_list(args) -> int:
-    from rich.console import Console
-
     from data.launches import IDENTITY_SQL, identity_label
     from data.plan_loading import resolve_hash
     from data.store import open_store
@@ -48,7 +46,7 @@ def cmd_list(args) -> int:
         r.update(identity=identity_label(r), precision="CHANGED" if r["precision_change"] else "")
     cols = ["run_id", "engine", "concurrency", "kind", "repeat_index", "status", "pool", "requests", "started_at",
             "identity", "precision", "excluded"]
-    print_rows(cols, [[r[c] for c in cols] for r in rows], args.format, console=Console(width=max(Console().width, 200)))
+    print_rows(cols, [[r[c] for c in cols] for r in rows], args.format)
     return 0
 
 

@@ -8,7 +8,8 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from console.output import print_rows
+from console.flags import add_format
+from console.output import output_console, print_rows
 from data.errors import CampaignError
 
 if TYPE_CHECKING:
@@ -34,6 +35,8 @@ def register(sub) -> None:
                         "are the ones the local path writes (docs/cluster.md)")
     p.add_argument("--recheck", nargs="+", metavar="UTT", help="re-transcribe these utterances' stored outputs")
     p.add_argument("--run", help="with --recheck: only this run")
+    add_format(p, help_extra=": csv or json print the quality by cell (--recheck: its table) on stdout, "
+                             "everything else on stderr")
     p.set_defaults(func=cmd_score)
 
 
@@ -95,13 +98,15 @@ def cmd_score(args) -> int:
         raise CampaignError("score: give a plan file (or --recheck UTT ...)")
     if not Path(args.plan).is_file():
         raise CampaignError(f"{args.plan}: no such plan file")
-    from rich.console import Console
+    import sys
+
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from data.store import open_store
     from stats.quality.scoring import score_plan
 
-    console = Console()
+    console = output_console(stderr=args.format != "table")  # csv/json: stdout holds the cells alone
+    lines_to = sys.stdout if args.format == "table" else sys.stderr
     with open_store(args.db) as store:
         plan = _plan(args, store)
         artifacts = _artifacts(args, store)
@@ -122,12 +127,13 @@ def cmd_score(args) -> int:
                 label = f"{scorer.scorer_id} ({d['metric']}, {d['device']}, batch {d['batch_size']})"
                 tasks[scorer.scorer_id] = progress.add_task(label, total=None)
                 if not interactive:
-                    print(f"scoring {label}: {n} expected outputs", flush=True)
+                    print(f"scoring {label}: {n} expected outputs", file=lines_to, flush=True)
 
             def on_progress(scorer, done, total):
                 progress.update(tasks[scorer.scorer_id], completed=done, total=total)
                 if not interactive and lines.due(scorer.scorer_id, done, total):
-                    print(f"scoring {scorer.scorer_id}: {done}/{total} distinct outputs computed", flush=True)
+                    print(f"scoring {scorer.scorer_id}: {done}/{total} distinct outputs computed", file=lines_to,
+                          flush=True)
 
             summaries = score_plan(store, plan, scorers=args.scorer, artifacts_dir=artifacts, device=args.device,
                                    batch_size=args.batch_size, batch_sizes=args.batch_sizes, on_start=on_start,
@@ -137,11 +143,11 @@ def cmd_score(args) -> int:
                    [(s.scorer_id, s.metric, s.expected, s.existing, s.computed, s.reused_pass, s.reused_stored,
                      s.scored_ok, s.scored_error,
                      ", ".join(f"{k} {v}" for k, v in sorted(s.not_scorable.items())) or "-", f"{s.seconds:.1f}")
-                    for s in summaries], title="scoring pass", console=console, turn=True)
+                    for s in summaries], title="scoring pass", console=console)
         console.print("computed: distinct outputs (audio bytes + reference text / prompt) run through the model; "
                       "reused: rows copied from an identical computation in this pass; copied from earlier: rows "
                       "copied from an earlier pass's identical score (same scorer and model)", highlight=False)
-        return _print_coverage(console, store, plan, artifacts, args.gaps, args.strict)
+        return _print_coverage(console, store, plan, artifacts, args.gaps, args.strict, args.format)
 
 
 def _fmt(x: float, pct: bool = False) -> str:
@@ -150,7 +156,13 @@ def _fmt(x: float, pct: bool = False) -> str:
     return f"{100 * x:.2f}%" if pct else f"{x:.3f}"
 
 
-def _print_coverage(console: Console, store, plan, artifacts: Path, max_gaps: int, strict: bool) -> int:
+def _number(x: float | None, scale: float = 1.0) -> float | None:
+    """A figure for CSV/JSON: NaN (not JSON) as None."""
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x * scale
+
+
+def _print_coverage(console: Console, store, plan, artifacts: Path, max_gaps: int, strict: bool,
+                    fmt: str = "table") -> int:
     from stats.quality.scoring import coverage, scores_frame
     from stats.quality.summary import summarise
 
@@ -164,10 +176,19 @@ def _print_coverage(console: Console, store, plan, artifacts: Path, max_gaps: in
                [(ln.arm, ln.engine, ln.concurrency, ln.metric, ids["mos" if ln.metric == "mos" else ln.metric],
                  ln.expected, ln.scored, ", ".join(f"{k} {v}" for k, v in sorted(ln.gaps.items())) or "-")
                 for ln in lines], title="coverage", console=console)
-    print_rows(["arm", "engine", "C", "outputs", "gaps", "Seed-TTS WER (mean per-utt)", "corpus WER (ΣE/ΣN)",
-                f"SIM ({ids['sim']})", f"MOS: {labels['mos']}"],
-               [(c.arm, c.engine, c.concurrency, c.outputs, c.gaps, _fmt(c.seed_tts_wer, True), _fmt(c.corpus_wer, True),
-                 _fmt(c.sim), _fmt(c.mos)) for c in summarise(frame)], title="quality by cell", console=console)
+    cells = summarise(frame)
+    if fmt != "table":  # one unit per column (docs/quality.md)
+        print_rows(["arm", "engine", "concurrency", "outputs", "gaps", "seed_tts_wer_pct", "corpus_wer_pct", "sim_x100",
+                    "mos", "wer_scorer", "sim_scorer", "mos_scorer"],
+                   [(c.arm, c.engine, c.concurrency, c.outputs, c.gaps, _number(c.seed_tts_wer, 100),
+                     _number(c.corpus_wer, 100), _number(c.sim), _number(c.mos), ids["wer"], ids["sim"], ids["mos"])
+                    for c in cells], fmt)
+    else:
+        print_rows(["arm", "engine", "C", "outputs", "gaps", "Seed-TTS WER (mean per-utt)", "corpus WER (ΣE/ΣN)",
+                    f"SIM ({ids['sim']})", f"MOS: {labels['mos']}"],
+                   [(c.arm, c.engine, c.concurrency, c.outputs, c.gaps, _fmt(c.seed_tts_wer, True),
+                     _fmt(c.corpus_wer, True), _fmt(c.sim), _fmt(c.mos)) for c in cells], title="quality by cell",
+                   console=console)
     if gaps and max_gaps:
         print_rows(["run", "req", "utt", "metric", "cause"],
                    [(g["run_id"] or "-", "-" if g["request_index"] is None else g["request_index"], g["utt_id"] or "-",
@@ -180,14 +201,12 @@ def _print_coverage(console: Console, store, plan, artifacts: Path, max_gaps: in
 
 
 def _recheck(args) -> int:
-    from rich.console import Console
-
     from data.rechecks import record as record_recheck
     from data.store import open_store
     from stats.quality.recheck import recheck
     from stats.quality.registry import UnknownScorer, scorer_class
 
-    console = Console()
+    console = output_console(stderr=args.format != "table")  # csv/json: stdout holds the table alone
     with open_store(args.db) as store:
         paths = {}
         if args.plan:
@@ -203,7 +222,7 @@ def _recheck(args) -> int:
                 "stored transcript", "new transcript"],
                [(r.run_id, r.request_index, r.utt_id, r.scorer_id, r.stored_errors, r.new_errors,
                  "yes" if r.same_model else "NO", "yes" if r.reproduces else "NO", r.stored_hypothesis,
-                 r.new_hypothesis if r.new_hypothesis is not None else r.note) for r in results],
+                 r.new_hypothesis if r.new_hypothesis is not None else r.note) for r in results], args.format,
                title="ASR recheck", console=console)
     n_ok = sum(r.reproduces for r in results)
     console.print(f"{n_ok}/{len(results)} stored transcripts reproduce; stored as recheck {recheck_id} (audit seq {seq})")

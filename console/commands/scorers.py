@@ -52,7 +52,7 @@ def register(sub) -> None:
     run.add_argument("--device", choices=("cpu", "cuda"), help="torch device (default: cuda if available)")
     run.add_argument("--dtype", choices=("float32", "tf32", "float16"), help="compute dtype where the scorer offers it")
     run.add_argument("--batch-size", type=int, help="items per scorer batch (default: per scorer)")
-    add_format(run, ("table", "json"))
+    add_format(run)
     # deprecated, hidden: the old form, one JSON object per line (scripts read it so)
     run.add_argument("--json", dest="json_lines", action="store_true", help=argparse.SUPPRESS)
     run.set_defaults(func=cmd_run)
@@ -179,6 +179,10 @@ def cmd_run(args) -> int:
             print(json.dumps(rec, ensure_ascii=False))
     elif args.format == "json":
         print(json.dumps(rows, indent=2, ensure_ascii=False))
+    elif args.format == "csv":
+        cols = ["item", "audio", "prompt", "status", "value", "error", "hypothesis", "scorer_id", "scorer_version",
+                "model_hash"]
+        print_rows(cols, [[r.get(c) for c in cols] for r in rows], "csv")
     else:
         print_rows(["item", "status", "value", "error"],
                    [(r["item"], r["status"], "-" if r["value"] is None else f"{r['value']:.4f}", r["error"] or "")

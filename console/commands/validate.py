@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from console.commands.db import add_db_arg
 from console.commands.plan import plan_for_arg
+from console.flags import add_format
 from data.errors import CampaignError
 
 
@@ -20,6 +21,7 @@ def register(sub) -> None:
     p.add_argument("plan", help="frozen plan file (must match its frozen hash) or plan hash")
     p.add_argument("--only", metavar="NAME", action="append",
                    help="run only this validator (repeatable); default: every validator of the plan")
+    add_format(p)
     add_db_arg(p)
     p.set_defaults(func=cmd_validate)
 
@@ -36,9 +38,9 @@ def _selected(plan, only: list[str] | None):
 
 
 def cmd_validate(args) -> int:
-    from rich.console import Console
+    import sys
 
-    from console.output import print_rows
+    from console.output import output_console, print_rows
     from console.validation import run_validator
     from data.plan_loading import plan_secrets, validator_environment
     from data.store import open_store
@@ -48,7 +50,7 @@ def cmd_validate(args) -> int:
         plan = plan_for_arg(store, args.plan)
         chosen = _selected(plan, args.only)
         envs = validator_environment(plan, plan_secrets(store, plan), {v.name for v in chosen})
-    console = Console(width=max(Console().width, 140))
+    console = output_console(stderr=args.format != "table")  # csv/json: stdout holds the table alone
     rows, failed = [], []
     for v in chosen:
         console.print(f"validator {v.name}: {' '.join(v.argv)}", highlight=False, markup=False)
@@ -61,8 +63,9 @@ def cmd_validate(args) -> int:
         if outcome.status != PASSED:
             failed.append(f"validator {v.name}: {outcome.status}: {outcome.reason} (run {rid}, audit seq {seq})")
     print_rows(["validator", "applies to", "status", "exit", "seconds", "audit seq", "run", "reason"], rows,
-               console=console)
+               args.format, console=console)
+    out = sys.stdout if args.format == "table" else sys.stderr
     for line in failed:
-        print(line)
-    print(f"{len(rows) - len(failed)} of {len(rows)} validator(s) passed for plan {plan.hash[:12]}")
+        print(line, file=out)
+    print(f"{len(rows) - len(failed)} of {len(rows)} validator(s) passed for plan {plan.hash[:12]}", file=out)
     return 1 if failed else 0

@@ -10,7 +10,8 @@ import json
 import os
 from pathlib import Path
 
-from console.output import print_rows
+from console.flags import add_format
+from console.output import output_console, print_rows
 from data.errors import CampaignError
 
 
@@ -20,6 +21,7 @@ def register(sub) -> None:
     show = wsub.add_parser("show", help="summarise a workload directory (default: bundled sample)")
     show.add_argument("dir", nargs="?", help="Seed-TTS-format directory (contains <locale>/meta.lst)")
     show.add_argument("--locale", help="locale sub-directory (default: the only one, or 'en')")
+    add_format(show)
     show.set_defaults(func=cmd_show)
     pools = wsub.add_parser("pools", help="define pools by index slices over meta.lst into a pools file")
     pools.add_argument("dir", help="Seed-TTS-format directory (contains <locale>/meta.lst)")
@@ -33,16 +35,15 @@ def register(sub) -> None:
     pools.add_argument("--pools-file", help="existing pools file that --from reads (default: DIR/pools.json)")
     pools.add_argument("-o", "--output", required=True, help="pools file to write ({name: [ids]})")
     pools.add_argument("--db", help="run store to audit: which pool ids already appear in stored requests")
+    add_format(pools)
     pools.set_defaults(func=cmd_pools)
 
 
 def cmd_show(args) -> int:
-    from rich.console import Console
-
     from data.workload import load_workload
 
     wl = load_workload(args.dir, args.locale)
-    console = Console()
+    console = output_console(stderr=args.format != "table")  # csv/json: stdout holds the table alone
     missing = wl.missing_prompt_wavs()
     console.print(f"[bold]workload[/bold] {wl.root}  locale={wl.locale}")
     console.print(f"meta.lst sha256 {wl.meta_sha256()}")
@@ -53,7 +54,7 @@ def cmd_show(args) -> int:
         ("malformed lines", len(wl.errors)),
     ]
     rows += [(f"pool {name}", len(ids)) for name, ids in sorted(wl.pools.items())]
-    print_rows(["item", "count"], rows, "table", console=console)
+    print_rows(["item", "count"], rows, args.format, console=console)
     for u in missing[:20]:
         console.print(f"[yellow]missing prompt wav[/yellow] {u.utt_id}: {u.prompt_wav}", soft_wrap=True)
     if len(missing) > 20:
@@ -64,8 +65,6 @@ def cmd_show(args) -> int:
 
 
 def cmd_pools(args) -> int:
-    from rich.console import Console
-
     from data.workload import define_pools, load_workload, parse_pool_define
 
     wl = load_workload(args.dir, args.locale, args.pools_file)
@@ -85,13 +84,13 @@ def cmd_pools(args) -> int:
         os.replace(tmp, out)
     except OSError as exc:
         raise CampaignError(f"{out}: cannot write ({exc.strerror})") from None
-    console = Console()
+    console = output_console(stderr=args.format != "table")  # csv/json: stdout holds the table alone
     how = f"{source}" + (f", shuffled with seed {args.shuffle}" if args.shuffle is not None else "")
     console.print(f"{out}: {len(pools)} pool(s) from {how}", highlight=False)
     rows = [(name, len(ids), ids[0], ids[-1]) + ((len(reused[name]),) if reused is not None else ())
             for name, ids in pools.items()]
     print_rows(["pool", "ids", "first", "last"] + (["in stored requests"] if reused is not None else []), rows,
-               "table", console=console)
+               args.format, console=console)
     names = list(pools)
     for i, a in enumerate(names):
         for b in names[i + 1:]:

@@ -1,8 +1,10 @@
 """Report cells: one typed row per (engine, sweep concurrency) of a plan with the spread of every
 report column across the cell's measured repeats (median, [min - max], CV), never a single best run.
 
-Only aggregate runs (data.queries.aggregate_runs: measured, complete, not excluded) of the sweep pool
-enter a cell, and every figure comes from the stored run metrics (stats.metrics.stored).
+Only aggregate runs (data.queries.aggregate_runs: measured, complete, not excluded) of the sweep
+(its pool and phase) enter a cell, and every figure comes from the stored run metrics
+(stats.metrics.stored). The spreads are computed by `stats.metrics.views.cell_aggregates_sql`, the
+statement the `cell_summary` view is made of, so the view's sweep cells equal these.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from data.queries import launch_seq
 from data.store import Store
 from stats.metrics import METRICS_BY_NAME, SWEEP_POOL, CellRun, Spread, plan_cell_runs, spread
 from stats.metrics.registry import REPORT, REPORT_SERVICE, names_on, throughput_unit
+from stats.metrics.views import cell_aggregates_sql, cell_metrics
 
 
 def columns() -> tuple[str, ...]:
@@ -57,16 +60,49 @@ class ReportCell:
         return spread_text(name, self.spreads[name])
 
 
+def cell_spreads(store: Store, runs: list[CellRun]) -> dict[tuple[str, int], dict[str, Spread]]:
+    """(engine, concurrency) -> metric -> spread across the runs, by `cell_aggregates_sql` (the
+    `cell_summary` view's statement) over these runs' metrics on the store's connection."""
+    import pyarrow as pa
+
+    if not runs:
+        return {}
+    names = [d.name for d in cell_metrics()]
+    table = pa.table({"plan_hash": pa.array([x.run["plan_hash"] for x in runs], pa.string()),
+                      "engine": pa.array([x.run["engine"] for x in runs], pa.string()),
+                      "concurrency": pa.array([int(x.run["concurrency"]) for x in runs], pa.int64()),
+                      "phase": pa.array(["cell"] * len(runs), pa.string()),
+                      **{n: pa.array([_number(x.metrics.get(n)) for x in runs], pa.float64()) for n in names}})
+    view = "_report_cell_runs"
+    store.con.register(view, table)
+    try:
+        cur = store.con.execute(cell_aggregates_sql(view))
+        cols = [d[0] for d in cur.description]
+        rows = [dict(zip(cols, r)) for r in cur.fetchall()]
+    finally:
+        store.con.unregister(view)
+    return {(r["engine"], int(r["concurrency"])): {
+        n: Spread(r[f"{n}__min"], r[f"{n}__median"], r[f"{n}__max"], r[f"{n}__cv"], int(r[f"{n}__n"])) for n in names}
+        for r in rows}
+
+
+def _number(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
 def build_report(store: Store, plan: Any, pool: Any = SWEEP_POOL) -> list[ReportCell]:
     """One cell per engine x sweep concurrency (empty cells kept so gaps show); one metrics read."""
     by_cell: dict[tuple[str, int], list[CellRun]] = {}
-    for x in plan_cell_runs(store, plan, pool):
+    every = plan_cell_runs(store, plan, pool)
+    for x in every:
         by_cell.setdefault((x.run["engine"], int(x.run["concurrency"])), []).append(x)
+    spreads_of = cell_spreads(store, every)
+    empty = {f: spread(()) for f in (*columns(), *service_columns())}
     out = []
     for engine in plan.engines:
         for c in plan.sweep.concurrencies:
             runs = by_cell.get((engine.name, int(c)), [])
-            spreads = {f: spread(x.metrics.get(f) for x in runs) for f in (*columns(), *service_columns())}
+            spreads = {f: spreads_of.get((engine.name, int(c)), empty)[f] for f in (*columns(), *service_columns())}
             out.append(ReportCell(engine.name, int(c), [x.run_id for x in runs], spreads, runs))
     return out
 
