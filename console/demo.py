@@ -50,6 +50,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.rule import Rule
@@ -304,27 +305,34 @@ def verdict_lines(lay: Layout) -> list[str]:
 
     from stats.results.checks import CheckRow
 
-    lines = []
     with Store(REPO / lay.db, read_only=True) as store:
         rows = store.query("SELECT verdict_id, kind, name, verdict, checks_json, attribution_json, document_json "
                            "FROM verdicts ORDER BY created_at, verdict_id")
         noise = {r["verdict_id"]: rule_noise_lines(store, r) for r in rows if r["kind"] == "throughput"}
+
+    def label(r: dict[str, Any]) -> str:
+        if r["kind"] == "quality":
+            return with_evidence(r["verdict"], evidence_of(r["document_json"])[0])
+        return _equivalence_label(r) if r["kind"] == "equivalence" else str(r["verdict"])
+
+    width = max([12, *(len(label(r)) for r in rows)])  # the label column fits the longest (`PASS (untouched holdout)`)
+    pad = " " * (width + 12)
+    lines = []
     for r in rows:
         checks = json.loads(r["checks_json"] or "[]")
         style = {"PASS": "bold green", "FAIL": "bold red"}.get(r["verdict"], "yellow")
-        shown = with_evidence(r["verdict"], evidence_of(r["document_json"])[0]) if r["kind"] == "quality" else r["verdict"]
-        line = f"[{style}]{shown:<12}[/] {r['kind']:<10} {r['name']}"
+        line = f"[{style}]{label(r):<{width}}[/] {r['kind']:<10} {r['name']}"
         if r["kind"] == "quality" and r["verdict"] != "PASS":
             bad = [f"{c.get('metric')}@C{c.get('concurrency')}" for c in checks if c.get("status") == "FAIL"]
-            line += f"\n{'':24}failing checks: {', '.join(bad) or '-'}"
+            line += f"\n{pad}failing checks: {', '.join(bad) or '-'}"
         if r["kind"] == "acceptance":
-            line += f"\n{'':24}" + ", ".join(f"{c.get('piece')} {c.get('status')}" for c in checks)
+            line += f"\n{pad}" + ", ".join(f"{c.get('piece')} {c.get('status')}" for c in checks)
         if r["kind"] == "equivalence":
-            line = f"[{style}]{_equivalence_label(r):<12}[/] {r['kind']:<10} {r['name']}\n{'':24}{_equivalence_detail(r)}"
+            line += f"\n{pad}{_equivalence_detail(r)}"
         if r["kind"] == "throughput":
-            line += "\n" + "\n".join(f"{'':24}C{c.get('concurrency')}: ratio {c.get('geo_mean_ratio') or float('nan'):.2f}, "
+            line += "\n" + "\n".join(f"{pad}C{c.get('concurrency')}: ratio {c.get('geo_mean_ratio') or float('nan'):.2f}, "
                                       + CheckRow.from_rule_cell(c).test for c in checks)
-            line += "".join(f"\n{'':24}{x}" for x in noise.get(r["verdict_id"], []))
+            line += "".join(f"\n{pad}{x}" for x in noise.get(r["verdict_id"], []))
         lines.append(line)
     return lines
 
@@ -372,8 +380,8 @@ def queries(lay: Layout) -> list[str]:
 def ending(lay: Layout, produced: bool, elapsed_s: float, quick: bool = False) -> None:
     console.print(Rule("[bold green]demo complete[/bold green]", style="green"))
     console.print(f"{elapsed_s:.0f} s.  Verdicts:")
-    for line in verdict_lines(lay):
-        console.print("  " + line, highlight=False)
+    for line in verdict_lines(lay):  # in a pipe at natural width: a verdict line is never broken
+        console.print("  " + line, highlight=False, soft_wrap=not console.is_terminal)
     console.print(f"\nstore:           {lay.db}\nplan:            {lay.plan}", highlight=False)
     if produced:
         console.print(f"HTML report:     {lay.report_html}\nevidence bundle: {lay.evidence}", highlight=False)

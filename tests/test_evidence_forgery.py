@@ -304,24 +304,32 @@ def test_a_truncated_chain_is_caught_only_with_the_true_head(bundle, tmp_path):
     true_head = tmp_path / "head.json"
     shutil.copy(b / "audit" / "head.json", true_head)
     log = b / "audit" / "audit_events.jsonl"
-    lines = log.read_text().splitlines()
-    last = json.loads(lines[-1])
-    assert last["kind"] == "verdict_issued"
-    prev = json.loads(lines[-2])
-    subprocess.run(["sed", "-i", "$d", str(log)], check=True)
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    # the newest verdict and what follows it (the requester's sign-off names it: subject = its id)
+    at = max(i for i, e in enumerate(events) if e["kind"] == "verdict_issued")
+    last, prev = events[at], events[at - 1]
+    assert all(e["subject"] == last["subject"] for e in events[at:]), [e["kind"] for e in events[at:]]
+    for _ in events[at:]:
+        subprocess.run(["sed", "-i", "$d", str(log)], check=True)
+    tail = events[-1]  # the head the export recorded
     parquet(b / "tables" / "audit_events.parquet", f"SELECT * FROM t WHERE seq < {last['seq']}")
     parquet(b / "tables" / "verdicts.parquet", f"SELECT * FROM t WHERE verdict_id <> '{last['subject']}'")  # its row too
     for p in [b / "verdicts" / f"{last['subject']}.json", b / "verdicts" / f"{last['subject']}.scores.parquet"]:
         p.unlink(missing_ok=True)
-    sed(f's/"length": {last["seq"]},/"length": {prev["seq"]},/; s/"head_hash": "{last["event_hash"]}"/'
+    sed(f's/"length": {tail["seq"]},/"length": {prev["seq"]},/; s/"head_hash": "{tail["event_hash"]}"/'
         f'"head_hash": "{prev["event_hash"]}"/', b / "audit" / "head.json", *(b / "verdicts").glob("*.json"))
-    sed(f'/{last["subject"]}/d; s/seq {last["seq"]}, `{last["event_hash"]}`/seq {prev["seq"]}, `{prev["event_hash"]}`/',
+    sed(f'/{last["subject"]}/d; s/seq {tail["seq"]}, `{tail["event_hash"]}`/seq {prev["seq"]}, `{prev["event_hash"]}`/',
         b / "REPRODUCE.md")
+    text = (b / "REPRODUCE.md").read_text()  # its sign-off gone too: the section says none, as export writes it
+    if "## Sign-offs\n\n\n" in text:
+        text = text.replace("## Sign-offs\n\n\n", "## Sign-offs\n\n- none recorded (`campaign accept ... --requester NAME "
+                            "--statement TEXT`)\n\n")
+        (b / "REPRODUCE.md").write_text(text)
     resign(b)
     rc, out = verify(b)
     assert rc == 0, out  # coherent: what verify cannot prove alone (docs/results.md)
     line = failed(b, "--head", true_head)
     assert "audit:" in line and "tail truncated" in line
-    line = failed(b, "--head", last["event_hash"])
-    assert "audit:" in line and last["event_hash"][:12] in line
+    line = failed(b, "--head", tail["event_hash"])
+    assert "audit:" in line and tail["event_hash"][:12] in line
     assert verify(b, "--head", prev["event_hash"])[0] == 0

@@ -94,7 +94,8 @@ def test_missing_runs_audio_and_unavailable_scorer_are_gaps(scored, tmp_path):
     # which refuses a folder that does not exist: data/plan_paths.py), same store
     gone = tmp_path / "no-whisper-here"
     gone.mkdir()
-    p2 = frozen_plan(store, tmp / "plan2.json", tmp / "workload", repeats=2, concurrencies=(1,),
+    # a second plan of the same store, so a name of its own (one name, one frozen plan)
+    p2 = frozen_plan(store, tmp / "plan2.json", tmp / "workload", repeats=2, concurrencies=(1,), name="quality-test-2",
                      scorers={"wer": "whisper", "sim": "resemblyzer", "mos": "dnsmos"},
                      model_paths={"whisper": str(gone)})
     gone.rmdir()

@@ -51,10 +51,10 @@ def make_workload(root: Path) -> Path:
 
 
 def plan_for(workload_root: Path, *, baseline="ref-base", candidate="ref-cand", concurrencies=(1,),
-             repeats=1, scorers=None, model_paths=None, plan_hash="f" * 64):
+             repeats=1, scorers=None, model_paths=None, plan_hash="f" * 64, name="quality-test"):
     engines = [{"name": n, "adapter": "reference", "dialect": "vllm-omni", "port": 9000 + i, "profile": "baseline"}
                for i, n in enumerate(dict.fromkeys([baseline, candidate]))]
-    raw = {"schema": "omni-campaign-plan/1", "name": "quality-test",
+    raw = {"schema": "omni-campaign-plan/1", "name": name,
            "model": {"id": "test"}, "engines": engines,
            "workload": {"root": str(workload_root), "locale": "en", "pool": "holdout"},
            "sweep": {"concurrencies": list(concurrencies), "requests_per_run": 4, "measured_repeats": repeats},

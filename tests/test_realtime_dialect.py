@@ -28,6 +28,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import soundfile as sf
 from plans_helpers import free_port
 from websockets.frames import Frame, Opcode
 
@@ -228,7 +229,8 @@ def test_driver_over_the_websocket_matches_the_engines_own_record(store, tmp_pat
     from engine_adapters.dialects.wav import decode_wav
 
     assert (tmp_path / "a" / rows[0]["audio_path"]).is_file()
-    assert decode_wav((tmp_path / "a" / rows[0]["audio_path"]).read_bytes()).pcm == decode_wav(wav).pcm
+    stored, stored_rate = sf.read(str(tmp_path / "a" / rows[0]["audio_path"]), dtype="int16")  # lossless FLAC
+    assert stored_rate == 24_000 and stored.tobytes() == decode_wav(wav).pcm
     err = capfd.readouterr().err
     assert "Task was destroyed" not in err and "Traceback" not in err, err[-2000:]
 

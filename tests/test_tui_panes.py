@@ -27,8 +27,8 @@ pytestmark = pytest.mark.timeout(900)
 
 def test_quick_demo_tells_the_whole_story(quick_demo):
     text, db = quick_demo
-    assert re.search(r"PASS\s+quality\s+demo-reference-ab: ref-fast vs ref-baseline", text)
-    assert re.search(r"FAIL\s+quality\s+demo-reference-ab: ref-lossy vs ref-baseline", text)
+    assert re.search(r"PASS \(untouched holdout\)\s+quality\s+demo-reference-ab: ref-fast vs ref-baseline", text)
+    assert re.search(r"FAIL \(untouched holdout\)\s+quality\s+demo-reference-ab: ref-lossy vs ref-baseline", text)
     assert re.search(r"failing checks: \S+@C16", text)
     assert re.search(r"(PASS|FAIL|INCONCLUSIVE)\s+throughput fast-exceeds-peer", text)
     assert "C32: ratio" in text and "audit verify OK" in text
