@@ -50,7 +50,6 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.rule import Rule
@@ -299,67 +298,22 @@ def artefacts(lay: Layout) -> bool:
 
 # -- the ending -------------------------------------------------------------------------------
 def verdict_lines(lay: Layout) -> list[str]:
-    """One line per verdict of the campaign; a failing quality verdict names its failing checks."""
-    from data.pool_status import evidence_of, with_evidence
+    """One line per verdict of the campaign, as its kind labels it (console/verdicts/), with the
+    lines its kind prints under it (a failing quality verdict's checks, a rule's ratios ...)."""
+    from console.verdicts import kind_of
     from data.store import Store
-
-    from stats.results.checks import CheckRow
 
     with Store(REPO / lay.db, read_only=True) as store:
         rows = store.query("SELECT verdict_id, kind, name, verdict, checks_json, attribution_json, document_json "
                            "FROM verdicts ORDER BY created_at, verdict_id")
-        noise = {r["verdict_id"]: rule_noise_lines(store, r) for r in rows if r["kind"] == "throughput"}
-
-    def label(r: dict[str, Any]) -> str:
-        if r["kind"] == "quality":
-            return with_evidence(r["verdict"], evidence_of(r["document_json"])[0])
-        return _equivalence_label(r) if r["kind"] == "equivalence" else str(r["verdict"])
-
-    width = max([12, *(len(label(r)) for r in rows)])  # the label column fits the longest (`PASS (untouched holdout)`)
+        shown = [(r, kind_of(r["kind"]).label(r), kind_of(r["kind"]).detail_lines(store, r)) for r in rows]
+    width = max([12, *(len(label) for _, label, _ in shown)])  # the label column fits the longest
     pad = " " * (width + 12)
     lines = []
-    for r in rows:
-        checks = json.loads(r["checks_json"] or "[]")
+    for r, label, details in shown:
         style = {"PASS": "bold green", "FAIL": "bold red"}.get(r["verdict"], "yellow")
-        line = f"[{style}]{label(r):<{width}}[/] {r['kind']:<10} {r['name']}"
-        if r["kind"] == "quality" and r["verdict"] != "PASS":
-            bad = [f"{c.get('metric')}@C{c.get('concurrency')}" for c in checks if c.get("status") == "FAIL"]
-            line += f"\n{pad}failing checks: {', '.join(bad) or '-'}"
-        if r["kind"] == "acceptance":
-            line += f"\n{pad}" + ", ".join(f"{c.get('piece')} {c.get('status')}" for c in checks)
-        if r["kind"] == "equivalence":
-            line += f"\n{pad}{_equivalence_detail(r)}"
-        if r["kind"] == "throughput":
-            line += "\n" + "\n".join(f"{pad}C{c.get('concurrency')}: ratio {c.get('geo_mean_ratio') or float('nan'):.2f}, "
-                                      + CheckRow.from_rule_cell(c).test for c in checks)
-            line += "".join(f"\n{pad}{x}" for x in noise.get(r["verdict_id"], []))
-        lines.append(line)
+        lines.append(f"[{style}]{label:<{width}}[/] {r['kind']:<10} {r['name']}" + "".join(f"\n{pad}{d}" for d in details))
     return lines
-
-
-def rule_noise_lines(store, r: dict) -> list[str]:
-    """A throughput verdict's noise note (stats/rule_noise.py): its lead line and the runs it names."""
-    from stats.rule_noise import noise_summary, store_rule_noise
-
-    rule = (json.loads(r.get("document_json") or "{}") or {}).get("decision_rule") or {}
-    notes = store_rule_noise(store, json.loads(r["checks_json"] or "[]"), str(rule.get("candidate")),
-                             str(rule.get("reference")))
-    return [f"[yellow]{noise_summary(notes)}:[/]"] + [f"  {n.text()}" for n in notes] if notes else []
-
-
-def _equivalence_label(r: dict) -> str:
-    return (json.loads(r.get("attribution_json") or "{}") or {}).get("label") or r["verdict"]
-
-
-def _equivalence_detail(r: dict) -> str:
-    """The worst distances of an equivalence verdict; for a FAIL the measures that failed."""
-    from console.equivalence import SHOWN, fmt, summary
-
-    checks = json.loads(r["checks_json"] or "[]")
-    worst = summary(checks)
-    text = ", ".join(f"{'min ' if m == 'snr_db' else 'max '}{m} {fmt(m, worst[m])}" for m in SHOWN)
-    failed = sorted({c["measure"] for c in checks if c.get("passed") is False})
-    return text + (f"; failing measures: {', '.join(failed)}" if failed else "")
 
 
 QUERIES = (  # three `campaign sql` queries over the demo's store (docs/schema.md); each gives the report's numbers

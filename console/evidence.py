@@ -22,7 +22,7 @@ shape and each run's reconciliation from them, one document per
 `verdict_issued` event under its own id and carrying the bundle's head, each quality verdict's input
 table (its hash, and every value against quality_scores) and its checks, each throughput verdict's
 paired ratios and bounds, each acceptance verdict's pieces, each equivalence verdict from its rows and the bundled
-audio hashes (console/equivalence_evidence.py) — all compared bit for bit with the verdict documents — and each CSV
+audio hashes (each kind's module under console/verdicts/) — all compared bit for bit with the verdict documents — and each CSV
 against its Parquet table. report/ is derived and not verified. The first mismatch is named with
 its check. What passing proves, and what it cannot: docs/results.md.
 """
@@ -30,7 +30,6 @@ its check. What passing proves, and what it cannot: docs/results.md.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import tempfile
@@ -50,6 +49,7 @@ from data.store import Store
 from data.verdicts import document_sha256
 from console.evidence_patches import write_patches
 from console.evidence_steps import EvidenceMismatch, Step
+from console.verdicts import KINDS, kind_of
 from console.evidence_record import RECORD_TABLES, REQUESTS_JSON, rebuild_text, record_steps, write_record
 
 MANIFEST = "MANIFEST.sha256"
@@ -60,8 +60,6 @@ TABLES = ("runs", "requests", "chunks", "gpu_samples", "quality_scores", "exclus
 # absent from bundles written before they existed
 LATER_TABLES = ("validator_runs", "engine_launches", "attempts", "candidates", "verdicts", "equivalence_measures",
                 "server_metrics", *RECORD_TABLES)
-CHECK_FIELDS = ("status", "n_ids", "n_expected", "point", "bound", "base_value", "cand_value", "margin")
-RULE_FIELDS = ("status", "n_pairs", "geo_mean_ratio", "lower_bound_ratio", "min_ratio")
 
 
 # -- export -----------------------------------------------------------------------------------
@@ -81,7 +79,6 @@ def export_bundle(store: Store, plan: Any, out: Path, *, html: bool = True) -> d
     from data.verdicts import get_verdict
     from stats.metrics import plan_cell_runs
     from stats.metrics.stored import metrics_for_runs
-    from stats.quality.scoring import scores_frame
 
     if out.exists() and any(out.iterdir()):
         raise CampaignError(f"{out}: not empty; the bundle goes into a new folder")
@@ -150,15 +147,7 @@ def export_bundle(store: Store, plan: Any, out: Path, *, html: bool = True) -> d
             raise CampaignError(f"verdict {vid}: stored without a document; it cannot be bundled")
         (out / "verdicts" / f"{vid}.json").write_text(json.dumps({**doc, "audit_head": head}, indent=2) + "\n",
                                                       encoding="utf-8")
-        if row["kind"] == "quality" and row["plan_hash"]:
-            from stats.gates import frame_sha256
-
-            frame = scores_frame(store, judged_plan(store, row["plan_hash"], doc))
-            if frame_sha256(frame) != (doc.get("inputs") or {}).get("sha256"):
-                raise CampaignError(f"verdict {vid}: its input table no longer rebuilds from the store (sha256 "
-                                    f"{frame_sha256(frame)[:16]}… vs {str((doc.get('inputs') or {}).get('sha256'))[:16]}… "
-                                    "recorded): scores, runs or audio files changed since it was issued")
-            _write_frame(frame, out / "verdicts" / f"{vid}.scores.parquet")
+        kind_of(row["kind"], f"verdict {vid}").export(store, row, doc, out / "verdicts")
     if html:
         from console.html_report import write_report
         from stats.results.plan_results import load_plan_results
@@ -187,15 +176,6 @@ def issued_ids(store: Store, plans: Iterable[str]) -> list[str]:
 def _metrics_version() -> str:
     from stats.metrics import METRICS_VERSION
     return METRICS_VERSION
-
-
-def _write_frame(frame, path: Path) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    t = pa.Table.from_pandas(frame.reset_index(drop=True), preserve_index=False)
-    meta = {**(t.schema.metadata or {}), b"omni_campaign.frame_attrs": json.dumps(frame.attrs, default=str).encode()}
-    pq.write_table(t.replace_schema_metadata(meta), path)
 
 
 def record_text(store: Store) -> list[str]:
@@ -361,23 +341,6 @@ def load_scratch(root: Path, scratch: Path) -> Store:
         except Exception as exc:  # duckdb raises several error types for a damaged file
             raise EvidenceMismatch(f"tables/{t}.parquet: cannot be read into the store ({first_line(exc)})") from None
     return store
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Bit-identical numbers (None == None; NaN/inf are stored as None)."""
-    if isinstance(a, float) and not math.isfinite(a):
-        a = None
-    if isinstance(b, float) and not math.isfinite(b):
-        b = None
-    if isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
-        return a == b
-    return float(a) == float(b)
-
-
-def _compare(where: str, stored: dict[str, Any], derived: dict[str, Any], fields: Iterable[str]) -> None:
-    for f in fields:
-        if not _same(stored.get(f), derived.get(f)):
-            raise EvidenceMismatch(f"{where}: {f} re-derived as {derived.get(f)!r}, the document says {stored.get(f)!r}")
 
 
 def check_plans(root: Path, store: Store) -> Step:
@@ -584,162 +547,6 @@ def check_server_metrics(root: Path, store: Store) -> Step:
                                   f"({flagged} with a figure beyond tolerance)")
 
 
-def _frame(root: Path, vid: str):
-    import pyarrow.parquet as pq
-
-    p = root / "verdicts" / f"{vid}.scores.parquet"
-    if not p.is_file():
-        raise EvidenceMismatch(f"verdicts/{p.name}: missing (the quality verdict's input table)")
-    try:
-        t = pq.read_table(p)
-    except Exception as exc:  # pyarrow raises several error types for a damaged file
-        raise EvidenceMismatch(f"verdicts/{p.name}: cannot be read ({first_line(exc)})") from None
-    from stats.gates import current_names
-
-    frame = current_names(t.to_pandas())  # a bundle written before the MOS column was `mos` says `utmos`
-    attrs = json.loads((t.schema.metadata or {}).get(b"omni_campaign.frame_attrs", b"{}"))
-    frame.attrs.update(attrs)
-    return frame
-
-
-def _scores_agree(store: Store, frame, doc: dict[str, Any], vid: str) -> None:
-    """Every value of the input table equals the bundled quality score it came from."""
-    ids = (doc.get("inputs") or {}).get("scorers") or {}
-    rows = store.query("SELECT run_id, utt_id, scorer_id, status, value, wer_substitutions + wer_deletions + "
-                       "wer_insertions AS errors, wer_ref_words FROM quality_scores")
-    by = {(r["run_id"], r["utt_id"], r["scorer_id"]): r for r in rows}
-    for rec in frame.itertuples(index=False):
-        if rec.run_id is None:
-            continue
-        for col, metric in (("wer_errors", "wer"), ("sim", "sim"), ("mos", "mos")):
-            v = getattr(rec, col)
-            if v is None or (isinstance(v, float) and math.isnan(v)):
-                continue
-            sid = ids.get(metric) or (ids.get("utmos") if metric == "mos" else None)  # an older document's name
-            s = by.get((rec.run_id, rec.utt_id, sid))
-            want = None if s is None or s["status"] != "ok" else (s["errors"] if metric == "wer" else s["value"])
-            words_differ = s is not None and metric == "wer" and float(s["wer_ref_words"]) != float(rec.wer_words)
-            if want is None or float(want) != float(v) or words_differ:
-                raise EvidenceMismatch(f"verdict {vid}: {metric} of {rec.utt_id} in run {rec.run_id} is {v!r} in its "
-                                       f"input table but {want!r} in tables/quality_scores")
-
-
-def judged_plan(store: Store, plan_hash: str, doc: dict[str, Any]):
-    """The plan as the quality verdict `doc` judged it: a plan with several quality candidates
-    issues one verdict per candidate, each over its own view (`Plan.for_candidate`), which the
-    document records as its effective plan."""
-    from data.plan_loading import plan_from_store
-
-    plan = plan_from_store(store, plan_hash)
-    cand = (((doc.get("plan") or {}).get("effective") or {}).get("quality") or {}).get("candidate")
-    return plan.for_candidate(cand) if cand in plan.quality_candidates else plan
-
-
-def with_validators(store: Store, plan: Any, doc: dict[str, Any], verdict: str) -> str:
-    """The verdict under the validator precondition as it stood when it was issued: bundled
-    validator runs and launches before its verdict_issued event (docs/plans.md, "Validators"). A
-    document without `validators` was issued before validators gated verdicts."""
-    from data.validators import precondition
-
-    if not isinstance(doc.get("validators"), dict):
-        return verdict
-    issued = store.scalar("SELECT seq FROM audit_events WHERE kind = 'verdict_issued' AND subject = ?",
-                          [doc["verdict_id"]])
-    return precondition(store, plan, doc["validators"]["engine"], before_seq=issued).verdict(verdict)
-
-
-def check_quality(root: Path, store: Store, doc: dict[str, Any]) -> str:
-    from stats.gates import GateConfig, evaluate_gates, frame_sha256
-
-    vid = doc["verdict_id"]
-    frame = _frame(root, vid)
-    inputs = doc.get("inputs") or {}
-    if frame_sha256(frame) != inputs.get("sha256"):
-        raise EvidenceMismatch(f"verdict {vid}: its input table verdicts/{vid}.scores.parquet hashes to "
-                               f"{frame_sha256(frame)[:16]}…, the document says {str(inputs.get('sha256'))[:16]}…")
-    _scores_agree(store, frame, doc, vid)
-    plan = judged_plan(store, doc["plan"]["hash"], doc)
-    cfg = GateConfig.from_plan(plan)
-    result = evaluate_gates(frame, cfg, scorer_status=inputs.get("scorer_status") or {}, attribution=False,
-                            source=inputs.get("source") or "scores")
-    derived = result.checks_dicts()
-    stored = doc.get("checks") or []
-    if len(derived) != len(stored):
-        raise EvidenceMismatch(f"verdict {vid}: {len(derived)} checks re-derived, the document has {len(stored)}")
-    for s, d in zip(stored, derived):
-        _compare(f"verdict {vid} C{s.get('concurrency')} {s.get('metric')}", s, d, CHECK_FIELDS)
-    verdict = decided_quality(store, plan, doc, result)
-    if verdict != doc.get("verdict"):
-        raise EvidenceMismatch(f"verdict {vid}: re-derived {verdict}, the document says {doc.get('verdict')}")
-    return f"{vid} {verdict}: {len(derived)} checks, bounds bit-identical"
-
-
-def decided_quality(store: Store, plan: Any, doc: dict[str, Any], result: Any) -> str:
-    """The quality verdict as `campaign gate` decided it (console/quality_decision.py: the
-    equivalence cap of a precision-changing candidate, then its validators), from the bundled
-    record before the verdict's own `verdict_issued` event. A document without `validators` was
-    issued before those preconditions existed and is re-derived from its statistics alone."""
-    from console.quality_decision import decide_quality
-
-    if not isinstance(doc.get("validators"), dict):
-        return result.verdict
-    issued = store.scalar("SELECT seq FROM audit_events WHERE kind = 'verdict_issued' AND subject = ?",
-                          [doc["verdict_id"]])
-    return decide_quality(store, plan, doc["validators"]["engine"], result, before_seq=issued).result.verdict
-
-
-def check_throughput(store: Store, doc: dict[str, Any]) -> str:
-    from data.plan_loading import plan_from_store
-    from stats.throughput_rules import collect_values, evaluate_rule
-
-    vid = doc["verdict_id"]
-    plan = plan_from_store(store, doc["plan"]["hash"])
-    name = (doc.get("decision_rule") or {}).get("name")
-    rule = next((r for r in plan.decision_rules if r.name == name), None)
-    if rule is None:
-        raise EvidenceMismatch(f"verdict {vid}: the bundled plan {plan.hash[:12]} has no decision rule {name!r}")
-    rr = evaluate_rule(rule, collect_values(store, plan, rule))
-    stored = doc.get("checks") or []
-    derived = rr.checks_dicts()
-    if len(derived) != len(stored):
-        raise EvidenceMismatch(f"verdict {vid}: {len(derived)} cells re-derived, the document has {len(stored)}")
-    for s, d in zip(stored, derived):
-        where = f"verdict {vid} C{s.get('concurrency')}"
-        _compare(where, s, d, RULE_FIELDS)
-        sp, dp = s.get("pairs") or [], d.get("pairs") or []
-        if len(sp) != len(dp):
-            raise EvidenceMismatch(f"{where}: {len(dp)} pairs re-derived, the document has {len(sp)}")
-        for a, b in zip(sp, dp):
-            _compare(f"{where} repeat {a.get('repeat')}", a, b, ("candidate_run", "reference_run", "candidate",
-                                                                   "reference", "ratio"))
-    verdict = with_validators(store, plan, doc, rr.verdict)
-    if verdict != doc.get("verdict"):
-        raise EvidenceMismatch(f"verdict {vid}: re-derived {verdict}, the document says {doc.get('verdict')}")
-    return f"{vid} {verdict}: {len(derived)} cell(s), ratios and lower bounds bit-identical"
-
-
-def check_acceptance(store: Store, doc: dict[str, Any], seq: int) -> str:
-    """Each piece re-derived from the bundled chain, verdicts, candidates and validator runs as
-    they stood before the acceptance's own event (stats/acceptance.py), equal to the document's."""
-    from data.plan_loading import plan_from_store
-    from stats.acceptance import RULES_VERSION, decide
-
-    vid = doc["verdict_id"]
-    if doc.get("rules_version") != RULES_VERSION:
-        return f"{vid} {doc.get('verdict')}: not re-derived (decided under the acceptance rules before 2026-12-04)"
-    plan = plan_from_store(store, doc["plan"]["hash"])
-    acc = decide(store, plan, str(doc.get("candidate")), doc.get("candidate_config_sha256"), before_seq=seq)
-    derived, stored = [p.as_dict() for p in acc.pieces], doc.get("pieces") or []
-    for d, s in zip(derived, stored):
-        if d != s:
-            raise EvidenceMismatch(f"verdict {vid}: piece {d['piece']} re-derived as {d['status']} ({d['detail']}), "
-                                   f"the document says {s.get('status')} ({s.get('detail')})")
-    if len(derived) != len(stored) or acc.verdict != doc.get("verdict"):
-        raise EvidenceMismatch(f"verdict {vid}: re-derived {acc.verdict} over {len(derived)} pieces, the document says "
-                               f"{doc.get('verdict')} over {len(stored)}")
-    return f"{vid} {acc.verdict}: {len(derived)} pieces re-derived"
-
-
 def _document(root: Path, vid: str, e: dict[str, Any], head: Head) -> dict[str, Any]:
     """verdicts/<vid>.json: the document its `verdict_issued` event announced, under its own id,
     carrying the head the bundle was exported at."""
@@ -779,8 +586,8 @@ def check_verdicts(root: Path, store: Store, evs: list[dict[str, Any]]) -> Step:
         if e["subject"] in seen:
             raise EvidenceMismatch(f"verdict {e['subject']}: issued twice in the chain (seq {e['seq']})")
         seen.add(e["subject"])
-    expected = {f"{e['subject']}.json" for e in issued} | {f"{e['subject']}.scores.parquet" for e in issued
-                                                          if e["payload"].get("kind") == "quality"}
+    expected = {f"{e['subject']}.json" for e in issued} | {
+        name for e in issued if e["payload"].get("kind") in KINDS for name in KINDS[e["payload"]["kind"]].bundle_files(e["subject"])}
     folder = root / "verdicts"
     stray = sorted(p.name for p in folder.iterdir() if p.name not in expected) if folder.is_dir() else []
     if stray:
@@ -789,16 +596,7 @@ def check_verdicts(root: Path, store: Store, evs: list[dict[str, Any]]) -> Step:
     done = []
     for e in issued:
         doc = _document(root, e["subject"], e, head)
-        if doc.get("kind") == "quality":
-            done.append(check_quality(root, store, doc))
-        elif doc.get("kind") == "acceptance":
-            done.append(check_acceptance(store, doc, e["seq"]))
-        elif doc.get("kind") == "equivalence":
-            from console.equivalence_evidence import check_equivalence
-
-            done.append(check_equivalence(store, doc, EvidenceMismatch))
-        else:
-            done.append(check_throughput(store, doc))
+        done.append(kind_of(doc.get("kind"), f"verdicts/{e['subject']}.json").reverify(root, store, doc, e["seq"]))
     return Step("verdicts", "; ".join(done) if done else "no verdicts in the bundle")
 
 

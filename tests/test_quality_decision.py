@@ -1,4 +1,4 @@
-"""One decision for a candidate's quality verdict (console/quality_decision.py): the TUI's Gates tab
+"""One decision for a candidate's quality verdict (console/verdicts/quality.py): the TUI's Gates tab
 (a dry run) showed PASS for a precision-changing candidate that `campaign gate` caps to
 INCONCLUSIVE for want of an equivalence verdict (docs/equivalence.md): it applied the validators
 but not the equivalence precondition."""

@@ -1,7 +1,7 @@
 """`campaign evidence verify` decides a quality verdict the way `campaign gate` did (issue 38, item 5).
 
 The gate caps a precision-changing candidate's quality PASS by its equivalence verdict
-(console/quality_decision.py); verify used to re-derive quality verdicts without that cap, so an
+(console/verdicts/quality.py); verify used to re-derive quality verdicts without that cap, so an
 honest bundle holding a capped verdict failed verify and a forged uncapped PASS passed. Here a
 precision candidate is gated before its equivalence run (real reference engines over HTTP, which
 then PASS equivalence), exported and verified; then the same campaign with the quality verdict
@@ -68,7 +68,7 @@ def test_an_honest_bundle_with_a_capped_verdict_verifies(gated, tmp_path):
 
 @pytest.mark.slow  # as above
 def test_a_forged_uncapped_pass_fails_verify(gated, tmp_path):
-    from console.quality_decision import decide_quality
+    from console.verdicts.quality import decide as decide_quality
     from data.plan_freeze import frozen_plan_for_file
     from data.store import Store
     from stats.gates import GateConfig, evaluate_gates

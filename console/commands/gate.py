@@ -170,17 +170,17 @@ def gate_scores(args, console: Console, machine: list[list[Any]] | None = None) 
 def gate_plan(args, console: Console, machine: list[list[Any]] | None = None) -> int:
     from console.candidates import on_verdict
     from console.gate_tables import print_checks, print_rule, require_controls
-    from console.quality_decision import decide_quality
+    from console.verdicts import quality as quality_kind
+    from console.verdicts import throughput as throughput_kind
     from data.plan_freeze import frozen_plan_for_file
     from data.pool_status import pool_status
     from data.store import open_store
-    from data.validators import precondition
     from stats.gates import FAIL, GateConfig, evaluate_gates, missing_evidence
     from stats.metrics import METRICS_VERSION
     from stats.quality.registry import scorer_status
     from stats.quality.scoring import scores_frame
     from stats.rule_noise import store_rule_noise
-    from stats.throughput_rules import collect_values, evaluate_rule, missing_runs
+    from stats.throughput_rules import collect_values, missing_runs
     from stats.verdict_doc import issue_quality, issue_rule
 
     from data.profiler import exclude_overlapping
@@ -228,7 +228,7 @@ def gate_plan(args, console: Console, machine: list[list[Any]] | None = None) ->
         for candidate, view, frame in quality:
             status = scorer_status(view)
             result = evaluate_gates(frame, cfg, scorer_status=status, source=f"plan {plan.hash[:12]}")
-            decision = decide_quality(store, plan, candidate, result)  # equivalence, then validators
+            decision = quality_kind.decide(store, plan, candidate, result)  # equivalence, then validators
             result, validators = decision.result, decision.validators
             if decision.equivalence_cap is not None:
                 console.print(f"{candidate}: quality PASS capped to {decision.equivalence_cap.cap}: "
@@ -246,9 +246,7 @@ def gate_plan(args, console: Console, machine: list[list[Any]] | None = None) ->
                                             pool=evidence.as_dict(), validators=validators))
                 on_verdict(store, plan, candidate, issued[-1], result.verdict)  # a FAIL rejects the candidate
         for rule, values in rules:
-            rr = evaluate_rule(rule, values)
-            validators = precondition(store, plan, rule.candidate)
-            rr.verdict = validators.verdict(rr.verdict)
+            rr, validators = throughput_kind.decide(store, plan, rule, values)  # the rule, then validators
             print_rule(console, rr, store_rule_noise(store, rr.checks_dicts(), rr.candidate, rr.reference), machine)
             if validators.reason:
                 console.print(validators.reason, highlight=False)

@@ -132,15 +132,13 @@ def load_gates(store, plan_hash: str | None = None) -> GatesData | None:
     """The dry run for the newest frozen plan (or `plan_hash`), and the equivalence verdicts issued
     for it and its family; None when no plan is frozen."""
     from console.equivalence import equivalence_lines, family_equivalence
-    from console.quality_decision import decide_quality
+    from console.verdicts import quality, throughput
     from data.plan_loading import plan_from_store
     from data.pool_status import pool_status
-    from data.validators import precondition
     from data.queries import plan_seq
     from stats.gates import GateConfig, evaluate_gates
     from stats.quality.registry import scorer_status
     from stats.quality.scoring import coverage, scores_frame
-    from stats.throughput_rules import collect_values, evaluate_rule
 
     if plan_hash is None:
         plan_hash = store.scalar(f"SELECT plan_hash FROM plans p ORDER BY {plan_seq('p')} DESC NULLS LAST LIMIT 1")
@@ -157,7 +155,7 @@ def load_gates(store, plan_hash: str | None = None) -> GatesData | None:
             data.note = "no quality rows yet (run the holdout phase and `campaign score`)"
             continue
         result = evaluate_gates(frame, cfg, scorer_status=scorer_status(view), source=f"plan {plan.hash[:12]}")
-        decision = decide_quality(store, plan, cand, result)  # as `campaign gate` decides
+        decision = quality.decide(store, plan, cand, result)  # as `campaign gate` decides
         checks = result.checks_dicts()
         hists = []
         for c in checks:
@@ -166,10 +164,8 @@ def load_gates(store, plan_hash: str | None = None) -> GatesData | None:
         data.candidates.append(CandidateGates(
             cand, baseline, decision.result.verdict, checks, hists, short_events(pool_status(store, view).summary),
             coverage(store, view)[1], attribution_lines(result), decision.reasons))
-    data.rules = [evaluate_rule(r, collect_values(store, plan, r)) for r in plan.decision_rules
+    data.rules = [throughput.decide(store, plan, r)[0] for r in plan.decision_rules  # as `campaign gate` decides
                   if r.kind == "throughput_exceeds"]
-    for rr in data.rules:  # as `campaign gate` decides: a PASS needs the candidate's validators (docs/plans.md)
-        rr.verdict = precondition(store, plan, rr.candidate).verdict(rr.verdict)
     data.equivalence = equivalence_lines(family_equivalence(store, plan.hash))
     return data
 

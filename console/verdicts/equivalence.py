@@ -1,4 +1,7 @@
-"""`campaign evidence verify` for equivalence verdicts (docs/results.md, docs/equivalence.md): the
+"""Equivalence verdicts: a candidate's outputs against the baseline's on the same prompts, judged
+measure by measure against the frozen tolerances (docs/equivalence.md; the decision itself is
+stats/equivalence.judge, run by `campaign equivalence`, console/equivalence.py). Here what every
+view and `campaign evidence verify` need of it: for verify (docs/results.md) the
 verdict re-derived from the bundle alone — its rows (tables/equivalence_measures) equal to the
 document's checks, every audio hash equal to the bundled request's, byte identity re-derived from
 those hashes, every tolerance the bundled plan's, every `passed` from value and tolerance, and the
@@ -6,8 +9,12 @@ verdict, its label and its named reasons from the rows (stats/equivalence.judge)
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from pathlib import Path
+from typing import Any, ClassVar
 
+from console.evidence_steps import EvidenceMismatch
+from console.verdicts.base import VerdictKind
 from data.equivalence_rows import equivalence_problems
 from data.store import Store
 
@@ -24,7 +31,8 @@ def _tolerance_key(measure: str) -> str | None:
     return TOLERANCE_OF.get(measure)
 
 
-def check_equivalence(store: Store, doc: dict[str, Any], mismatch: type[Exception]) -> str:
+def check_equivalence(store: Store, doc: dict[str, Any]) -> str:
+    mismatch = EvidenceMismatch
     from data.plan_loading import plan_from_store
     from stats.equivalence import bound_holds, judge, measure_from_row
 
@@ -69,3 +77,27 @@ def check_equivalence(store: Store, doc: dict[str, Any], mismatch: type[Exceptio
 
 
 
+
+
+class EquivalenceKind(VerdictKind):
+    name: ClassVar[str] = "equivalence"
+
+    def reverify(self, root: Path, store: Store, doc: dict[str, Any], seq: int) -> str:
+        return check_equivalence(store, doc)
+
+    def label(self, row: dict[str, Any]) -> str:
+        """`PASS (bit-exact)` where every output was byte-identical."""
+        return (json.loads(row.get("attribution_json") or "{}") or {}).get("label") or str(row["verdict"])
+
+    def detail_lines(self, store: Store, row: dict[str, Any]) -> list[str]:
+        """The worst distances; for a FAIL the measures that failed."""
+        from console.equivalence import SHOWN, fmt, summary
+
+        checks = json.loads(row.get("checks_json") or "[]")
+        worst = summary(checks)
+        text = ", ".join(f"{'min ' if m == 'snr_db' else 'max '}{m} {fmt(m, worst[m])}" for m in SHOWN)
+        failed = sorted({c["measure"] for c in checks if c.get("passed") is False})
+        return [text + (f"; failing measures: {', '.join(failed)}" if failed else "")]
+
+
+KIND = EquivalenceKind()
