@@ -306,7 +306,7 @@ def verdict_lines(lay: Layout) -> list[str]:
     with Store(REPO / lay.db, read_only=True) as store:
         rows = store.query("SELECT verdict_id, kind, name, verdict, checks_json, attribution_json, document_json "
                            "FROM verdicts ORDER BY created_at, verdict_id")
-        shown = [(r, kind_of(r["kind"]).label(r), kind_of(r["kind"]).detail_lines(store, r)) for r in rows]
+        shown = [(r, kind.label(r), kind.detail_lines(store, r)) for r in rows for kind in [kind_of(r["kind"])]]
     width = max([12, *(len(label) for _, label, _ in shown)])  # the label column fits the longest
     pad = " " * (width + 12)
     lines = []

@@ -6,6 +6,7 @@ is the only place that picks a kind by name."""
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar, Iterable
 
@@ -13,7 +14,7 @@ from console.evidence_steps import EvidenceMismatch
 from data.store import Store
 
 
-class VerdictKind:
+class VerdictKind(ABC):
     """One kind of verdict. `row` is a `verdicts` row (verdict, checks_json, attribution_json,
     document_json, ...); `doc` a verdict document; `seq` its `verdict_issued` event's seq."""
 
@@ -26,10 +27,10 @@ class VerdictKind:
     def export(self, store: Store, row: dict[str, Any], doc: dict[str, Any], folder: Path) -> None:
         """Write `bundle_files` into the bundle's verdicts/ folder."""
 
+    @abstractmethod
     def reverify(self, root: Path, store: Store, doc: dict[str, Any], seq: int) -> str:
         """Re-derive the verdict from the bundled record alone through the implementation that
         decided it; one line saying what was checked, or EvidenceMismatch."""
-        raise NotImplementedError
 
     def label(self, row: dict[str, Any]) -> str:
         """The verdict as printed wherever it is listed."""
@@ -38,11 +39,6 @@ class VerdictKind:
     def detail_lines(self, store: Store, row: dict[str, Any]) -> list[str]:
         """What a summary prints under the verdict line."""
         return []
-
-
-def issued_seq(store: Store, verdict_id: str) -> int | None:
-    """The audit seq of the verdict's `verdict_issued` event: what it was decided before."""
-    return store.scalar("SELECT seq FROM audit_events WHERE kind = 'verdict_issued' AND subject = ?", [verdict_id])
 
 
 def same_value(a: Any, b: Any) -> bool:
